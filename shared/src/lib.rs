@@ -1,0 +1,13 @@
+//! What the `api` and `worker` binaries share: settings, the job model and
+//! its state machine, the store (all SQL), the ledger and the report kinds.
+
+pub mod error;
+pub mod ledger;
+pub mod model;
+pub mod notify;
+pub mod reports;
+pub mod settings;
+pub mod store;
+pub mod time;
+
+pub use error::{Error, Result};

@@ -1,0 +1,158 @@
+//! The job, its state machine, and the shape clients see.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::time::to_rfc3339;
+
+/// Where a job is in its life. Written once here; the README draws it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobStatus {
+    /// Accepted and durable; waiting in the outbox or the queue, possibly for
+    /// a retry's backoff (`run_after`). The relay publishes it; a worker's
+    /// claim moves it to `Running`; a cancel moves it to `Cancelled`.
+    Queued,
+    /// An attempt holds a lease. Its worker finishes it (`Succeeded`,
+    /// `Failed`, `Cancelled`, or back to `Queued` for a retry); if the lease
+    /// lapses the sweeper puts it back to `Queued` as a new attempt.
+    Running,
+    /// Final: the result is stored.
+    Succeeded,
+    /// Final: a permanent error, or the last attempt's error.
+    Failed,
+    /// Final: cancelled while queued, or stopped at a checkpoint after a cancel.
+    Cancelled,
+}
+
+impl JobStatus {
+    pub const ALL: [JobStatus; 5] = [
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "QUEUED",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Succeeded => "SUCCEEDED",
+            JobStatus::Failed => "FAILED",
+            JobStatus::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        )
+    }
+}
+
+/// A job as stored.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub job_id: String,
+    pub tenant_id: String,
+    pub kind: String,
+    pub params: String,
+    pub status: JobStatus,
+    pub attempts: i64,
+    pub max_attempts: i64,
+    pub progress: Option<f64>,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub run_after: i64,
+    pub error_type: Option<String>,
+    pub error_message: Option<String>,
+    pub cancel_requested: bool,
+}
+
+/// The job object of API.md.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JobObject {
+    /// `job_` + a time-ordered UUID (v7).
+    #[schema(example = "job_019ad5a1c2e37b40a0c2f1d3e4b5a697")]
+    pub job_id: String,
+    #[schema(example = "gst-summary")]
+    pub kind: String,
+    /// The parameters as submitted.
+    #[schema(value_type = Object)]
+    pub params: serde_json::Value,
+    pub status: JobStatus,
+    /// Attempts started so far.
+    pub attempts: i64,
+    /// 0.0 to 1.0, or null while unknown.
+    pub progress: Option<f64>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// `/v1/jobs/{job_id}/result` once `SUCCEEDED`.
+    pub result_url: Option<String>,
+    /// Set once `FAILED`.
+    pub error: Option<JobErrorObject>,
+    /// True after a cancel of a running job, until it stops.
+    pub cancel_requested: bool,
+    /// Receipt addition: when a retry is due, while a failed attempt waits
+    /// for its backoff; null otherwise.
+    pub next_attempt_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct JobErrorObject {
+    #[serde(rename = "type")]
+    pub error_type: String,
+    pub message: String,
+}
+
+impl Job {
+    pub fn to_object(&self) -> JobObject {
+        let params = serde_json::from_str(&self.params).unwrap_or(serde_json::Value::Null);
+        let error = match (self.status, &self.error_type, &self.error_message) {
+            (JobStatus::Failed, Some(t), Some(m)) => Some(JobErrorObject {
+                error_type: t.clone(),
+                message: m.clone(),
+            }),
+            _ => None,
+        };
+        let retry_pending = self.status == JobStatus::Queued && self.attempts > 0;
+        JobObject {
+            job_id: self.job_id.clone(),
+            kind: self.kind.clone(),
+            params,
+            status: self.status,
+            attempts: self.attempts,
+            progress: self.progress,
+            created_at: to_rfc3339(self.created_at),
+            started_at: self.started_at.map(to_rfc3339),
+            finished_at: self.finished_at.map(to_rfc3339),
+            result_url: (self.status == JobStatus::Succeeded)
+                .then(|| format!("/v1/jobs/{}/result", self.job_id)),
+            error,
+            cancel_requested: self.cancel_requested && self.status == JobStatus::Running,
+            next_attempt_at: retry_pending.then(|| to_rfc3339(self.run_after)),
+        }
+    }
+}
+
+/// A new job id: `job_` + UUID v7 in simple (hex) form, so ids sort by time.
+pub fn new_job_id() -> String {
+    format!("job_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// How an attempt ended, as the worker reports it to the store.
+#[derive(Debug, Clone)]
+pub enum AttemptOutcome {
+    Succeeded { result: String },
+    Failed { error: JobErrorObject },
+    RetryAt { at: i64, error: JobErrorObject },
+    Cancelled,
+}

@@ -1,0 +1,41 @@
+//! In-process signals: "this job reached a final status" (wakes long polls)
+//! and "the outbox has new rows" (wakes the relay). Across processes the
+//! store adds Postgres NOTIFY; everything also re-checks on a timer.
+
+use std::sync::Arc;
+
+use tokio::sync::{Notify, broadcast};
+
+#[derive(Clone)]
+pub struct Signals {
+    finished: broadcast::Sender<String>,
+    outbox: Arc<Notify>,
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        let (finished, _) = broadcast::channel(1024);
+        Self {
+            finished,
+            outbox: Arc::new(Notify::new()),
+        }
+    }
+}
+
+impl Signals {
+    pub fn job_finished(&self, job_id: &str) {
+        let _ = self.finished.send(job_id.to_owned());
+    }
+
+    pub fn subscribe_finished(&self) -> broadcast::Receiver<String> {
+        self.finished.subscribe()
+    }
+
+    pub fn outbox_changed(&self) {
+        self.outbox.notify_one();
+    }
+
+    pub async fn outbox_wait(&self) {
+        self.outbox.notified().await;
+    }
+}

@@ -1,0 +1,92 @@
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use super::JobFailure;
+use crate::store::{LeaseCheck, Store};
+
+/// Progress is written at most this often, so a handler may report it per
+/// row without a transaction per row.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// What a running handler gets: who it runs for, its store, and the
+/// checkpoint/progress calls. The worker's heartbeat sets the flags.
+pub struct JobContext {
+    pub store: Store,
+    pub tenant_id: String,
+    pub job_id: String,
+    pub attempt: i64,
+    flags: ProgressSink,
+    last_progress: Mutex<Option<Instant>>,
+}
+
+/// The flags a heartbeat raises for its attempt.
+#[derive(Clone, Default)]
+pub struct ProgressSink {
+    cancel_requested: Arc<AtomicBool>,
+    superseded: Arc<AtomicBool>,
+}
+
+impl ProgressSink {
+    pub fn observe(&self, check: LeaseCheck) {
+        match check {
+            LeaseCheck::Held { cancel_requested } => {
+                if cancel_requested {
+                    self.cancel_requested.store(true, Ordering::Relaxed);
+                }
+            }
+            LeaseCheck::Lost => self.superseded.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+impl JobContext {
+    pub fn new(store: Store, tenant_id: String, job_id: String, attempt: i64, flags: ProgressSink) -> Self {
+        Self {
+            store,
+            tenant_id,
+            job_id,
+            attempt,
+            flags,
+            last_progress: Mutex::new(None),
+        }
+    }
+
+    /// A place where the handler may stop: returns `Err` when the attempt
+    /// was superseded or a cancel was requested.
+    pub fn checkpoint(&self) -> Result<(), JobFailure> {
+        if self.flags.superseded.load(Ordering::Relaxed) {
+            return Err(JobFailure::Superseded);
+        }
+        if self.flags.cancel_requested.load(Ordering::Relaxed) {
+            return Err(JobFailure::Cancelled);
+        }
+        Ok(())
+    }
+
+    /// Reports progress (0.0 to 1.0), written at most every 250 ms; also a checkpoint.
+    pub async fn progress(&self, fraction: f64) -> Result<(), JobFailure> {
+        self.checkpoint()?;
+        let due = {
+            let mut last = self.last_progress.lock().unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            let check = self
+                .store
+                .set_progress(&self.job_id, self.attempt, fraction)
+                .await?;
+            self.flags.observe(check);
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! `gst-summary {"month": "YYYY-MM"}`: outward and inward GST of a month per
+//! rate and in total, and the net payable. Aggregated in SQL
+//! (`Store::gst_rows`), assembled here.
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{JobContext, ParamsError, ReportKind, RunResult, decode_params};
+use crate::{
+    ledger::{Direction, FieldError, format_paise, format_rate, month_bounds, valid_month},
+    store::GstRow,
+};
+
+pub struct GstSummary;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    month: String,
+}
+
+impl ReportKind for GstSummary {
+    fn name(&self) -> &'static str {
+        "gst-summary"
+    }
+
+    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
+        let params: Params = decode_params(params)?;
+        if valid_month(&params.month) {
+            Ok(())
+        } else {
+            Err(ParamsError::Invalid(vec![FieldError::new(
+                "month",
+                "must be a month written YYYY-MM",
+            )]))
+        }
+    }
+
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
+        Box::pin(async move {
+            let params: Params = decode_params(&params).map_err(|e| {
+                super::JobFailure::permanent("invalid_params", format!("{e:?}"))
+            })?;
+            ctx.progress(0.0).await?;
+            let (from, to) = month_bounds(&params.month);
+            let rows = ctx.store.gst_rows(&ctx.tenant_id, &from, &to).await?;
+            ctx.checkpoint()?;
+            Ok(summary(&params.month, &rows))
+        })
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Sums {
+    taxable: i64,
+    igst: i64,
+    cgst: i64,
+    sgst: i64,
+}
+
+impl Sums {
+    fn add(&mut self, row: &GstRow) {
+        self.taxable += row.taxable;
+        self.igst += row.igst;
+        self.cgst += row.cgst;
+        self.sgst += row.sgst;
+    }
+
+    fn to_json(self) -> Value {
+        json!({
+            "taxable": format_paise(self.taxable),
+            "igst": format_paise(self.igst),
+            "cgst": format_paise(self.cgst),
+            "sgst": format_paise(self.sgst),
+        })
+    }
+}
+
+fn side(rows: &[GstRow], direction: Direction) -> (Value, Sums) {
+    let mut rows: Vec<&GstRow> = rows.iter().filter(|r| r.direction == direction).collect();
+    rows.sort_by_key(|r| r.rate_centi);
+    let mut total = Sums::default();
+    let by_rate: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            total.add(row);
+            let mut one = Sums::default();
+            one.add(row);
+            let mut value = one.to_json();
+            value["rate"] = Value::String(format_rate(row.rate_centi));
+            value
+        })
+        .collect();
+    (json!({"by_rate": by_rate, "total": total.to_json()}), total)
+}
+
+/// The result object of API.md from the per-rate sums.
+pub fn summary(month: &str, rows: &[GstRow]) -> Value {
+    let (outward, out) = side(rows, Direction::Sale);
+    let (inward, inn) = side(rows, Direction::Purchase);
+    let igst = out.igst - inn.igst;
+    let cgst = out.cgst - inn.cgst;
+    let sgst = out.sgst - inn.sgst;
+    json!({
+        "month": month,
+        "outward": outward,
+        "inward": inward,
+        "net_payable": {
+            "igst": format_paise(igst),
+            "cgst": format_paise(cgst),
+            "sgst": format_paise(sgst),
+            "total": format_paise(igst + cgst + sgst),
+        }
+    })
+}

@@ -1,0 +1,125 @@
+//! Report kinds. A kind is a file here plus one line in [`Registry::new`]:
+//! its name, its parameters (a closed schema, then validation), its attempt
+//! limit and timeout, and how it runs.
+
+mod context;
+mod gst_summary;
+mod ledger_export;
+mod sleep;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use context::{JobContext, ProgressSink};
+pub use gst_summary::GstSummary;
+pub use ledger_export::LedgerExport;
+pub use sleep::Sleep;
+
+use crate::ledger::FieldError;
+
+/// Why parameters were refused before any job was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamsError {
+    /// Not the schema: wrong JSON type, unknown or missing field (400).
+    Malformed(String),
+    /// The schema, but values that do not make sense (422).
+    Invalid(Vec<FieldError>),
+}
+
+/// How an attempt failed. The worker turns it into a retry, a final
+/// failure, or a cancellation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobFailure {
+    /// Worth another attempt after a backoff (a dependency hiccup, a timeout).
+    Retryable { error_type: String, message: String },
+    /// Another attempt would fail the same way.
+    Permanent { error_type: String, message: String },
+    /// The handler saw a cancel request at a checkpoint and stopped.
+    Cancelled,
+    /// The attempt lost its lease to a newer one: stop, write nothing.
+    Superseded,
+}
+
+impl JobFailure {
+    pub fn retryable(error_type: &str, message: impl Into<String>) -> Self {
+        JobFailure::Retryable {
+            error_type: error_type.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    pub fn permanent(error_type: &str, message: impl Into<String>) -> Self {
+        JobFailure::Permanent {
+            error_type: error_type.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A store error inside a handler is worth retrying: the database may be back.
+impl From<crate::Error> for JobFailure {
+    fn from(error: crate::Error) -> Self {
+        JobFailure::retryable("store_error", error.to_string())
+    }
+}
+
+pub type RunResult = Result<Value, JobFailure>;
+
+pub trait ReportKind: Send + Sync + 'static {
+    /// The stable name clients use in `POST /v1/reports/{kind}`.
+    fn name(&self) -> &'static str;
+
+    /// Attempts before a retryable failure becomes final (API.md: 5).
+    fn max_attempts(&self) -> i64 {
+        5
+    }
+
+    /// How long one attempt may run before it counts as a retryable failure.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(300)
+    }
+
+    /// Checks parameters before anything is stored.
+    fn validate(&self, params: &Value) -> Result<(), ParamsError>;
+
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult>;
+
+    /// The result as CSV, for tabular kinds.
+    fn to_csv(&self, _result: &Value) -> Option<String> {
+        None
+    }
+}
+
+/// Decodes a closed parameter schema, mapping serde's complaint to a 400.
+pub fn decode_params<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
+    serde_json::from_value(params.clone()).map_err(|e| ParamsError::Malformed(e.to_string()))
+}
+
+/// The kinds this process serves.
+#[derive(Clone)]
+pub struct Registry {
+    kinds: BTreeMap<&'static str, &'static dyn ReportKind>,
+}
+
+impl Registry {
+    pub fn new(enable_diagnostic_kinds: bool) -> Self {
+        let mut kinds: Vec<&'static dyn ReportKind> = vec![&GstSummary, &LedgerExport];
+        if enable_diagnostic_kinds {
+            kinds.push(&Sleep);
+        }
+        Self {
+            kinds: kinds.into_iter().map(|k| (k.name(), k)).collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&'static dyn ReportKind> {
+        self.kinds.get(name).copied()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.kinds.keys().copied()
+    }
+}

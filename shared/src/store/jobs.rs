@@ -1,0 +1,537 @@
+//! Jobs, their outbox rows and results.
+//!
+//! The fencing token of an attempt is the job's `attempts` value when it was
+//! claimed: every write an attempt makes is conditional on it, so a stale or
+//! duplicated attempt changes nothing.
+
+use sqlx::{Any, Row, Transaction, any::AnyRow};
+
+use super::{Store, built};
+use crate::{
+    Result,
+    model::{AttemptOutcome, Job, JobStatus},
+    time::now_ms,
+};
+
+const JOB_COLUMNS: &str = "job_id, tenant_id, kind, params, status, attempts, max_attempts, \
+     progress, created_at, started_at, finished_at, run_after, error_type, error_message, \
+     cancel_requested";
+
+fn job_from_row(row: &AnyRow) -> Result<Job> {
+    let status: String = row.try_get("status")?;
+    Ok(Job {
+        job_id: row.try_get("job_id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        kind: row.try_get("kind")?,
+        params: row.try_get("params")?,
+        status: JobStatus::parse(&status)
+            .ok_or_else(|| crate::Error::Corrupt(format!("job status {status:?}")))?,
+        attempts: row.try_get("attempts")?,
+        max_attempts: row.try_get("max_attempts")?,
+        progress: row.try_get("progress")?,
+        created_at: row.try_get("created_at")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        run_after: row.try_get("run_after")?,
+        error_type: row.try_get("error_type")?,
+        error_message: row.try_get("error_message")?,
+        cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+    })
+}
+
+/// A new job, as the API inserts it.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub job_id: String,
+    pub tenant_id: String,
+    pub kind: String,
+    pub params: String,
+    pub max_attempts: i64,
+}
+
+/// Filters and page of `GET /v1/jobs`.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub status: Option<JobStatus>,
+    pub kind: Option<String>,
+    /// Only jobs older than this one (the cursor).
+    pub before: Option<String>,
+    pub limit: i64,
+}
+
+/// What a worker gets when its claim of an attempt wins.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub job_id: String,
+    pub tenant_id: String,
+    pub kind: String,
+    pub params: String,
+    /// The fencing token.
+    pub attempt: i64,
+    pub max_attempts: i64,
+}
+
+/// What a heartbeat learns about its attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseCheck {
+    Held { cancel_requested: bool },
+    /// Another attempt took over, or the job was finished: stop quietly.
+    Lost,
+}
+
+#[derive(Debug, Clone)]
+pub enum CancelOutcome {
+    /// Cancelled now, or already cancelled, or a running job was asked to stop.
+    Done(Job),
+    /// Already `SUCCEEDED` or `FAILED`.
+    Conflict(Job),
+    NotFound,
+}
+
+
+
+impl Store {
+    /// The job row and its outbox row, in the caller's transaction.
+    pub async fn insert_job(&self, tx: &mut Transaction<'static, Any>, job: &NewJob) -> Result<Job> {
+        let now = now_ms();
+        let row = sqlx::query(built(&format!(
+            "INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
+                               created_at, run_after, cancel_requested)
+             VALUES ($1, $2, $3, $4, 'QUEUED', 0, $5, $6, $6, 0)
+             RETURNING {JOB_COLUMNS}"
+        )))
+        .bind(&job.job_id)
+        .bind(&job.tenant_id)
+        .bind(&job.kind)
+        .bind(&job.params)
+        .bind(job.max_attempts)
+        .bind(now)
+        .fetch_one(&mut **tx)
+        .await?;
+        upsert_outbox(tx, &job.job_id, now).await?;
+        job_from_row(&row)
+    }
+
+    /// Submits one job in its own transaction.
+    pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
+        let mut tx = self.begin_write().await?;
+        let job = self.insert_job(&mut tx, job).await?;
+        tx.commit().await?;
+        Ok(job)
+    }
+
+    pub async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query(built(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2"
+        )))
+        .bind(job_id)
+        .bind(tenant_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Any tenant's job: for the worker and for tests.
+    pub async fn get_job_unscoped(&self, job_id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query(built(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1")))
+            .bind(job_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Newest first; asks for one more than the limit so the caller knows
+    /// whether a next page exists.
+    pub async fn list_jobs(&self, tenant_id: &str, filter: &JobFilter) -> Result<Vec<Job>> {
+        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1");
+        let mut n = 1;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if filter.status.is_some() {
+            sql += &format!(" AND status = ${}", next());
+        }
+        if filter.kind.is_some() {
+            sql += &format!(" AND kind = ${}", next());
+        }
+        if filter.before.is_some() {
+            sql += &format!(" AND job_id < ${}", next());
+        }
+        sql += &format!(" ORDER BY job_id DESC LIMIT ${}", next());
+        let mut query = sqlx::query(built(&sql)).bind(tenant_id);
+        if let Some(status) = filter.status {
+            query = query.bind(status.as_str());
+        }
+        if let Some(kind) = &filter.kind {
+            query = query.bind(kind.as_str());
+        }
+        if let Some(before) = &filter.before {
+            query = query.bind(before.as_str());
+        }
+        let rows = query.bind(filter.limit + 1).fetch_all(&self.pool).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    pub async fn job_result(&self, tenant_id: &str, job_id: &str) -> Result<Option<String>> {
+        let row = sqlx::query(
+            "SELECT r.body FROM job_results r JOIN jobs j ON j.job_id = r.job_id
+             WHERE r.job_id = $1 AND j.tenant_id = $2",
+        )
+        .bind(job_id)
+        .bind(tenant_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get("body")).transpose()?)
+    }
+
+    /// API.md's cancel: a queued job is cancelled at once, a running one is
+    /// asked to stop at its next checkpoint.
+    pub async fn cancel_job(&self, tenant_id: &str, job_id: &str) -> Result<CancelOutcome> {
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query(built(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2{}",
+            self.dialect.for_update()
+        )))
+        .bind(job_id)
+        .bind(tenant_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(job) = row.as_ref().map(job_from_row).transpose()? else {
+            return Ok(CancelOutcome::NotFound);
+        };
+        let outcome = match job.status {
+            JobStatus::Queued => {
+                let row = sqlx::query(built(&format!(
+                    "UPDATE jobs SET status = 'CANCELLED', finished_at = $2
+                     WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
+                )))
+                .bind(job_id)
+                .bind(now_ms())
+                .fetch_one(&mut *tx)
+                .await?;
+                delete_outbox(&mut tx, job_id).await?;
+                self.notify_finished(&mut tx, job_id).await?;
+                CancelOutcome::Done(job_from_row(&row)?)
+            }
+            JobStatus::Running => {
+                let row = sqlx::query(built(&format!(
+                    "UPDATE jobs SET cancel_requested = 1 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
+                )))
+                .bind(job_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                CancelOutcome::Done(job_from_row(&row)?)
+            }
+            JobStatus::Cancelled => CancelOutcome::Done(job),
+            JobStatus::Succeeded | JobStatus::Failed => CancelOutcome::Conflict(job),
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// Leases up to `limit` due outbox rows for publishing: their next
+    /// publish time moves to `republish_at`, so a message the queue loses is
+    /// sent again then, and concurrent relays do not take the same rows.
+    pub async fn take_due_outbox(&self, limit: i64, republish_at: i64) -> Result<Vec<String>> {
+        let sql = format!(
+            "UPDATE outbox SET publish_at = $2 WHERE job_id IN (
+                 SELECT job_id FROM outbox WHERE publish_at <= $1
+                 ORDER BY publish_at LIMIT $3{}
+             ) RETURNING job_id",
+            self.dialect.skip_locked()
+        );
+        let rows = sqlx::query(built(&sql))
+            .bind(now_ms())
+            .bind(republish_at)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok(r.try_get::<String, _>("job_id")?))
+            .collect()
+    }
+
+    /// Makes outbox rows due again (their publish failed).
+    pub async fn retry_outbox_soon(&self, job_ids: &[String], at: i64) -> Result<()> {
+        for job_id in job_ids {
+            sqlx::query("UPDATE outbox SET publish_at = $2 WHERE job_id = $1")
+                .bind(job_id)
+                .bind(at)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Claims the next attempt of a queued, due job. `None` when the job is
+    /// not claimable: that delivery is a duplicate, a stale message, or for a
+    /// cancelled or finished job (the guard against double runs).
+    pub async fn claim_attempt(
+        &self,
+        job_id: &str,
+        worker_id: &str,
+        lease_until: i64,
+    ) -> Result<Option<Claim>> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query(
+            "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1,
+                 started_at = COALESCE(started_at, $2), lease_expires_at = $3, worker_id = $4
+             WHERE job_id = $1 AND status = 'QUEUED' AND run_after <= $2
+             RETURNING job_id, tenant_id, kind, params, attempts, max_attempts",
+        )
+        .bind(job_id)
+        .bind(now)
+        .bind(lease_until)
+        .bind(worker_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        delete_outbox(&mut tx, job_id).await?;
+        tx.commit().await?;
+        Ok(Some(Claim {
+            job_id: row.try_get("job_id")?,
+            tenant_id: row.try_get("tenant_id")?,
+            kind: row.try_get("kind")?,
+            params: row.try_get("params")?,
+            attempt: row.try_get("attempts")?,
+            max_attempts: row.try_get("max_attempts")?,
+        }))
+    }
+
+    /// Extends the attempt's lease and reads whether a cancel was asked.
+    pub async fn heartbeat(&self, job_id: &str, attempt: i64, lease_until: i64) -> Result<LeaseCheck> {
+        let row = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $3
+             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
+             RETURNING cancel_requested",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(lease_until)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            Some(row) => LeaseCheck::Held {
+                cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+            },
+            None => LeaseCheck::Lost,
+        })
+    }
+
+    /// Records progress, fenced like every write of an attempt.
+    pub async fn set_progress(&self, job_id: &str, attempt: i64, progress: f64) -> Result<LeaseCheck> {
+        let row = sqlx::query(
+            "UPDATE jobs SET progress = $3
+             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
+             RETURNING cancel_requested",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(progress.clamp(0.0, 1.0))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            Some(row) => LeaseCheck::Held {
+                cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+            },
+            None => LeaseCheck::Lost,
+        })
+    }
+
+    /// Ends an attempt: status, result or error, and a retry's outbox row,
+    /// in one transaction that applies only while `attempt` is the current
+    /// attempt and still running. Returns whether it applied: `false` is a
+    /// stale or duplicate attempt, whose outcome is dropped (the fence).
+    pub async fn finish_attempt(
+        &self,
+        job_id: &str,
+        attempt: i64,
+        outcome: &AttemptOutcome,
+    ) -> Result<bool> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let (status, progress, run_after, error) = match outcome {
+            AttemptOutcome::Succeeded { .. } => (JobStatus::Succeeded, Some(1.0), None, None),
+            AttemptOutcome::Failed { error } => (JobStatus::Failed, None, None, Some(error)),
+            AttemptOutcome::RetryAt { at, error } => {
+                (JobStatus::Queued, None, Some(*at), Some(error))
+            }
+            AttemptOutcome::Cancelled => (JobStatus::Cancelled, None, None, None),
+        };
+        let finished_at = status.is_final().then_some(now);
+        let applied = sqlx::query(
+            "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
+                 progress = COALESCE($6, progress), error_type = $7, error_message = $8,
+                 lease_expires_at = NULL, worker_id = NULL,
+                 cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE 0 END
+             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(status.as_str())
+        .bind(finished_at)
+        .bind(run_after)
+        .bind(progress)
+        .bind(error.map(|e| e.error_type.as_str()))
+        .bind(error.map(|e| e.message.as_str()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !applied {
+            return Ok(false);
+        }
+        match outcome {
+            AttemptOutcome::Succeeded { result } => {
+                // The fence above lets only one attempt get here, so the
+                // result is written once; the conflict clause is a second
+                // guard for a row left by an interrupted earlier write.
+                sqlx::query(
+                    "INSERT INTO job_results (job_id, body) VALUES ($1, $2)
+                     ON CONFLICT (job_id) DO UPDATE SET body = excluded.body",
+                )
+                .bind(job_id)
+                .bind(result)
+                .execute(&mut *tx)
+                .await?;
+            }
+            AttemptOutcome::RetryAt { at, .. } => upsert_outbox(&mut tx, job_id, *at).await?,
+            AttemptOutcome::Failed { .. } | AttemptOutcome::Cancelled => {}
+        }
+        if status.is_final() {
+            self.notify_finished(&mut tx, job_id).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Running jobs whose lease lapsed (their worker died or hung): back to
+    /// the queue as a new attempt, or `FAILED` once attempts are used up.
+    /// Returns the jobs that reached a final status.
+    pub async fn requeue_lapsed_leases(&self, limit: i64) -> Result<(usize, Vec<String>)> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let rows = sqlx::query(built(&format!(
+            "SELECT job_id, attempts, max_attempts FROM jobs
+             WHERE status = 'RUNNING' AND lease_expires_at < $1
+             ORDER BY lease_expires_at LIMIT $2{}",
+            self.dialect.skip_locked()
+        )))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut requeued = 0;
+        let mut failed = Vec::new();
+        for row in &rows {
+            let job_id: String = row.try_get("job_id")?;
+            let attempts: i64 = row.try_get("attempts")?;
+            let max_attempts: i64 = row.try_get("max_attempts")?;
+            let message = format!("attempt {attempts} stopped responding: its lease lapsed");
+            if attempts < max_attempts {
+                sqlx::query(
+                    "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
+                         worker_id = NULL, error_type = 'lease_expired', error_message = $3
+                     WHERE job_id = $1",
+                )
+                .bind(&job_id)
+                .bind(now)
+                .bind(&message)
+                .execute(&mut *tx)
+                .await?;
+                upsert_outbox(&mut tx, &job_id, now).await?;
+                requeued += 1;
+            } else {
+                sqlx::query(
+                    "UPDATE jobs SET status = 'FAILED', finished_at = $2, lease_expires_at = NULL,
+                         worker_id = NULL, error_type = 'lease_expired', error_message = $3,
+                         cancel_requested = 0
+                     WHERE job_id = $1",
+                )
+                .bind(&job_id)
+                .bind(now)
+                .bind(&message)
+                .execute(&mut *tx)
+                .await?;
+                self.notify_finished(&mut tx, &job_id).await?;
+                failed.push(job_id);
+            }
+        }
+        tx.commit().await?;
+        Ok((requeued, failed))
+    }
+
+    /// Hands this worker's running attempts back to the queue at once (on a
+    /// shutdown whose grace ran out), so another worker need not wait for
+    /// their leases to lapse. Each is fenced by its attempt.
+    pub async fn release_attempts(&self, attempts: &[(String, i64)]) -> Result<usize> {
+        let now = now_ms();
+        let mut released = 0;
+        for (job_id, attempt) in attempts {
+            let mut tx = self.begin_write().await?;
+            let done = sqlx::query(
+                "UPDATE jobs SET status = 'QUEUED', run_after = $3, lease_expires_at = NULL,
+                     worker_id = NULL, error_type = 'shutdown',
+                     error_message = 'the worker shut down before the attempt finished'
+                 WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
+                   AND attempts < max_attempts",
+            )
+            .bind(job_id)
+            .bind(attempt)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if done {
+                upsert_outbox(&mut tx, job_id, now).await?;
+                released += 1;
+            }
+            tx.commit().await?;
+        }
+        Ok(released)
+    }
+
+    /// Forces the lease of a running attempt to lapse now: for tests of the
+    /// sweeper and of fencing.
+    pub async fn expire_lease_now(&self, job_id: &str) -> Result<()> {
+        sqlx::query("UPDATE jobs SET lease_expires_at = $2 WHERE job_id = $1")
+            .bind(job_id)
+            .bind(now_ms() - 1)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn count_results(&self, job_id: &str) -> Result<i64> {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM job_results WHERE job_id = $1")
+            .bind(job_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("n")?)
+    }
+}
+
+async fn upsert_outbox(tx: &mut Transaction<'static, Any>, job_id: &str, publish_at: i64) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at",
+    )
+    .bind(job_id)
+    .bind(publish_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn delete_outbox(tx: &mut Transaction<'static, Any>, job_id: &str) -> Result<()> {
+    sqlx::query("DELETE FROM outbox WHERE job_id = $1")
+        .bind(job_id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! The store: every SQL statement of the service, next to the migrations in
+//! `migrations/{postgres,sqlite}` it relies on. One code path serves both
+//! databases through sqlx's `Any` driver; where their dialects differ, a
+//! `Dialect` method says so.
+
+mod jobs;
+mod keys;
+mod ledger;
+
+use std::{str::FromStr, time::Duration};
+
+use sqlx::{
+    Any, AnyPool, Executor, Transaction,
+    any::{AnyConnectOptions, AnyPoolOptions},
+    migrate::Migrator,
+};
+
+pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
+pub use keys::{hash_key, new_key};
+pub use ledger::{GstRow, ImportOutcome};
+
+use crate::Result;
+
+
+/// Our migrations keep their history in a table of their own, so apalis's
+/// migrations (which use sqlx's default table) never see ours.
+const MIGRATIONS_TABLE: &str = "receipt_migrations";
+
+/// The Postgres NOTIFY channel a final status is announced on.
+pub const FINISHED_CHANNEL: &str = "receipt_job_finished";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Sqlite,
+}
+
+impl Dialect {
+    pub fn of_url(url: &str) -> Result<Self> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Dialect::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Dialect::Sqlite)
+        } else {
+            Err(crate::Error::Config(format!(
+                "DATABASE_URL must start with sqlite:// or postgres://, not {url:?}"
+            )))
+        }
+    }
+
+    /// Row locks that let several processes share a batch: Postgres takes
+    /// them; SQLite has one writer at a time and needs none.
+    fn skip_locked(self) -> &'static str {
+        match self {
+            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
+            Dialect::Sqlite => "",
+        }
+    }
+
+    fn for_update(self) -> &'static str {
+        match self {
+            Dialect::Postgres => " FOR UPDATE",
+            Dialect::Sqlite => "",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: AnyPool,
+    dialect: Dialect,
+    url: String,
+}
+
+impl Store {
+    /// Opens a pool; for SQLite, creates the file (and its folder) if needed.
+    pub async fn connect(url: &str) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let dialect = Dialect::of_url(url)?;
+        let url = match dialect {
+            Dialect::Sqlite => sqlite_url_creating(url)?,
+            Dialect::Postgres => url.to_owned(),
+        };
+        let options = AnyConnectOptions::from_str(&url)?;
+        let pool = match dialect {
+            Dialect::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(20)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(options)
+                    .await?
+            }
+            Dialect::Sqlite => {
+                AnyPoolOptions::new()
+                    .max_connections(8)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            // WAL lets readers run beside the one writer;
+                            // NORMAL is durable across a process crash.
+                            for pragma in [
+                                "PRAGMA journal_mode = WAL",
+                                "PRAGMA synchronous = NORMAL",
+                                "PRAGMA busy_timeout = 10000",
+                                "PRAGMA foreign_keys = ON",
+                            ] {
+                                conn.execute(pragma).await?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .connect_with(options)
+                    .await?
+            }
+        };
+        Ok(Store {
+            pool,
+            dialect,
+            url,
+        })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The URL the pool was opened with (for SQLite, with `mode=rwc`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub async fn migrate(&self) -> Result<()> {
+        let mut migrator: Migrator = match self.dialect {
+            Dialect::Postgres => sqlx::migrate!("../migrations/postgres"),
+            Dialect::Sqlite => sqlx::migrate!("../migrations/sqlite"),
+        };
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        migrator.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        self.pool.execute("SELECT 1").await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A transaction that will write. SQLite takes the write lock at BEGIN,
+    /// so two writers queue on `busy_timeout` instead of one failing when it
+    /// upgrades a read lock.
+    async fn begin_write(&self) -> Result<Transaction<'static, Any>> {
+        let tx = match self.dialect {
+            Dialect::Postgres => self.pool.begin().await?,
+            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+        };
+        Ok(tx)
+    }
+
+    /// Announces a final status to other processes, when the transaction commits.
+    async fn notify_finished(&self, tx: &mut Transaction<'static, Any>, job_id: &str) -> Result<()> {
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(FINISHED_CHANNEL)
+                .bind(job_id)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// `sqlite://data/jobs.db` opens read-write but fails on a missing file;
+/// the embedded default must work from a fresh clone, so create it.
+fn sqlite_url_creating(url: &str) -> Result<String> {
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:")
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    if !path.is_empty() && path != ":memory:" {
+        if let Some(parent) = std::path::Path::new(path).parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    crate::Error::Config(format!("cannot create {}: {e}", parent.display()))
+                })?;
+            }
+        }
+    }
+    Ok(if url.contains('?') {
+        url.to_owned()
+    } else {
+        format!("{url}?mode=rwc")
+    })
+}
+
+/// Marks SQL assembled at run time as safe: the store builds such strings
+/// only from constants and numbered placeholders, never from input.
+fn built(sql: &str) -> sqlx::AssertSqlSafe<String> {
+    sqlx::AssertSqlSafe(sql.to_owned())
+}

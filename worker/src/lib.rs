@@ -1,0 +1,18 @@
+//! The worker side: the apalis pool that runs jobs, the outbox relay that
+//! feeds the queue, and the lease sweeper. apalis is the transport; the
+//! database is the truth (DESIGN.md): every state change is made, and
+//! fenced, in the store.
+
+mod pool;
+mod queue;
+mod relay;
+mod runner;
+mod sweeper;
+
+pub use pool::{WorkerPool, cancel_on_signal, run_worker_process};
+pub use queue::Queue;
+pub use relay::run_relay;
+pub use runner::{Runner, backoff_delay};
+pub use sweeper::run_sweeper;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

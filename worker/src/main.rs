@@ -1,0 +1,48 @@
+use clap::{Parser, Subcommand};
+use shared::{settings::Settings, store::Store};
+
+/// Receipt's worker: runs report jobs from the queue.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the worker pool (the default).
+    Run,
+    /// Apply the database migrations and exit.
+    Migrate,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,apalis=warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => worker::run_worker_process(cli.settings).await,
+        Command::Migrate => migrate(&cli.settings).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "worker stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn migrate(settings: &Settings) -> Result<(), worker::BoxError> {
+    let store = Store::connect(&settings.database_url).await?;
+    store.migrate().await?;
+    Ok(())
+}

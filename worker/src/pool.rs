@@ -1,0 +1,154 @@
+//! The apalis worker pool, configured around the sharp edges found in
+//! `shared/notes/apalis-1.0.md`: a unique name per process and per restart,
+//! `batch_size(1)`, an explicit queue and poll interval, capped restarts,
+//! messages decoded as any JSON, and a handler that never fails or panics.
+//! If the pool dies, [`WorkerPool::run`] returns an error so the process
+//! exits non-zero and its supervisor restarts it.
+
+use std::{sync::Arc, time::Duration};
+
+use apalis::prelude::*;
+use shared::{notify::Signals, settings::Settings, store::Store};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{BoxError, Queue, queue::Message, relay::run_relay, runner::Runner, sweeper::run_sweeper};
+
+/// How often an idle worker looks for new messages (apalis otherwise waits
+/// for its heartbeat, seconds).
+const POLL: Duration = Duration::from_millis(20);
+/// Restarts of a failing apalis worker before the process gives up.
+const MAX_RESTARTS: usize = 20;
+
+async fn handle_message(message: Message, runner: Data<Arc<Runner>>) -> Result<(), BoxDynError> {
+    runner.handle(message).await;
+    Ok(())
+}
+
+/// A worker pool with its relay and sweeper.
+pub struct WorkerPool {
+    pub runner: Arc<Runner>,
+    queue: Queue,
+    concurrency: usize,
+    grace: Duration,
+    republish_after: Duration,
+    sweep_every: Duration,
+}
+
+impl WorkerPool {
+    pub fn new(store: Store, queue: Queue, signals: Signals, settings: &Settings) -> Self {
+        let worker_id = format!(
+            "{}-{}-{}",
+            settings.queue_name,
+            std::process::id(),
+            ulid::Ulid::generate()
+        );
+        Self {
+            runner: Arc::new(Runner::new(store, signals, settings, worker_id)),
+            queue,
+            concurrency: settings.worker_concurrency(),
+            grace: settings.shutdown_grace,
+            republish_after: settings.republish_after,
+            sweep_every: (settings.job_lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5)),
+        }
+    }
+
+    /// Runs the relay, the sweeper and the apalis workers until `shutdown`
+    /// is cancelled (then drains for the grace period) or the pool dies.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), BoxError> {
+        let store = self.runner.store.clone();
+        let signals = self.runner.signals.clone();
+        let background = CancellationToken::new();
+        let relay = tokio::spawn(run_relay(
+            store.clone(),
+            self.queue.clone(),
+            signals.clone(),
+            self.republish_after,
+            background.clone(),
+        ));
+        let sweeper = tokio::spawn(run_sweeper(store.clone(), signals, self.sweep_every, background.clone()));
+        info!(worker_id = self.runner.worker_id, concurrency = self.concurrency, queue = ?self.queue, "worker pool started");
+        let result = self.run_apalis(shutdown.clone()).await;
+        background.cancel();
+        let _ = tokio::join!(relay, sweeper);
+        let unfinished = self.runner.running_attempts();
+        if !unfinished.is_empty() {
+            match store.release_attempts(&unfinished).await {
+                Ok(n) => info!(released = n, "handed unfinished attempts back to the queue"),
+                Err(error) => warn!(%error, "could not release unfinished attempts; their leases will lapse"),
+            }
+        }
+        match result {
+            Err(error) => Err(error),
+            Ok(()) if !shutdown.is_cancelled() => Err("the apalis worker pool stopped on its own".into()),
+            Ok(()) => Ok(()),
+        }
+    }
+
+    async fn run_apalis(&self, shutdown: CancellationToken) -> Result<(), BoxError> {
+        let base = self.runner.worker_id.clone();
+        let runner = self.runner.clone();
+        let concurrency = self.concurrency;
+        let signal = async move {
+            shutdown.cancelled().await;
+            Ok(())
+        };
+        macro_rules! run_monitor {
+            ($backend:expr) => {{
+                let backend = $backend;
+                Monitor::new()
+                    .shutdown_timeout(self.grace)
+                    .should_restart(|ctx, error| {
+                        warn!(worker = ctx.name(), %error, restarts = ctx.restarts(), "apalis worker failed");
+                        ctx.restarts() < MAX_RESTARTS
+                    })
+                    .register(move |restarts| {
+                        // A new name per restart: apalis refuses a name it
+                        // saw within the heartbeat window (notes §0 item 9).
+                        WorkerBuilder::new(format!("{base}-r{restarts}"))
+                            .backend(backend.clone())
+                            .data(runner.clone())
+                            .concurrency(concurrency)
+                            .catch_panic()
+                            .parallelize(tokio::spawn)
+                            .build(handle_message)
+                    })
+                    .run_with_signal(signal)
+                    .await
+                    .map_err(|e| -> BoxError { Box::new(e) })
+            }};
+        }
+        match self.queue.clone() {
+            Queue::Redis { storage, .. } => run_monitor!(storage.poll_with_interval(POLL)),
+            Queue::Sqlite(storage) => run_monitor!(storage.poll_with_interval(POLL)),
+            Queue::Postgres(storage) => run_monitor!(storage.poll_with_interval(POLL)),
+        }
+    }
+}
+
+/// The `worker` binary: connect, migrate, run the pool until SIGTERM/SIGINT.
+pub async fn run_worker_process(settings: Settings) -> Result<(), BoxError> {
+    let store = Store::connect(&settings.database_url).await?;
+    store.migrate().await?;
+    let queue = Queue::connect(&settings, &store).await?;
+    let pool = WorkerPool::new(store, queue, Signals::default(), &settings);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    pool.run(shutdown).await
+}
+
+/// Cancels the token on SIGTERM or SIGINT.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(error) => {
+            warn!(%error, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+    token.cancel();
+}

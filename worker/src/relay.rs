@@ -1,0 +1,47 @@
+//! The outbox relay: publishes due outbox rows to the queue in batches.
+//! Several relays may run at once (every `api` and `worker` process runs
+//! one); a row is leased before it is published, so they rarely overlap,
+//! and when they do the claim guard makes the duplicate message harmless.
+
+use std::time::Duration;
+
+use shared::{
+    notify::Signals,
+    store::Store,
+    time::{duration_ms, now_ms},
+};
+use tokio_util::sync::CancellationToken as Shutdown;
+use tracing::warn;
+
+use crate::Queue;
+
+const BATCH: i64 = 200;
+/// How often the relay looks without being woken (rows written by another
+/// process, retries whose backoff has passed).
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+pub async fn run_relay(store: Store, queue: Queue, signals: Signals, republish_after: Duration, shutdown: Shutdown) {
+    loop {
+        let mut published_full_batch = false;
+        match store.take_due_outbox(BATCH, now_ms() + duration_ms(republish_after)).await {
+            Ok(job_ids) if !job_ids.is_empty() => {
+                published_full_batch = job_ids.len() as i64 == BATCH;
+                if let Err(error) = queue.publish(&job_ids).await {
+                    warn!(%error, count = job_ids.len(), "publishing to the queue failed; will retry");
+                    let _ = store.retry_outbox_soon(&job_ids, now_ms() + 1_000).await;
+                    published_full_batch = false;
+                }
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, "reading the outbox failed"),
+        }
+        if published_full_batch {
+            continue;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = signals.outbox_wait() => {}
+            () = tokio::time::sleep(IDLE_POLL) => {}
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Runs one delivered message: claim the attempt, run the kind with a
+//! heartbeat and a timeout, and write the outcome fenced by the attempt.
+
+use std::{
+    collections::HashMap,
+    panic::AssertUnwindSafe,
+    sync::Mutex,
+    time::Duration,
+};
+
+use futures::FutureExt;
+use rand::Rng;
+use serde_json::Value;
+use shared::{
+    model::{AttemptOutcome, JobErrorObject},
+    notify::Signals,
+    reports::{JobContext, JobFailure, ProgressSink, Registry},
+    settings::Settings,
+    store::{Claim, LeaseCheck, Store},
+    time::{duration_ms, now_ms},
+};
+use tracing::{debug, info, warn};
+
+/// What every handler invocation shares.
+pub struct Runner {
+    pub store: Store,
+    pub registry: Registry,
+    pub signals: Signals,
+    pub worker_id: String,
+    lease: Duration,
+    retry_base: Duration,
+    retry_max: Duration,
+    /// Attempts this process is running: released on a forced shutdown.
+    running: Mutex<HashMap<String, i64>>,
+}
+
+/// API.md's backoff: starts at `base`, doubles per attempt up to `max`,
+/// with "equal jitter" (half fixed, half random) so retries spread out.
+pub fn backoff_delay(attempt: i64, base: Duration, max: Duration) -> Duration {
+    let exponent = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+    let full = base.saturating_mul(2u32.saturating_pow(exponent)).min(max);
+    let half = full / 2;
+    half + half.mul_f64(rand::rng().random::<f64>())
+}
+
+impl Runner {
+    pub fn new(store: Store, signals: Signals, settings: &Settings, worker_id: String) -> Self {
+        Self {
+            store,
+            registry: Registry::new(settings.enable_diagnostic_kinds),
+            signals,
+            worker_id,
+            lease: settings.job_lease,
+            retry_base: settings.retry_base_delay,
+            retry_max: settings.retry_max_delay,
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Handles one queue message. Never fails and never panics across the
+    /// apalis boundary: whatever happens is recorded in the store.
+    pub async fn handle(&self, message: Value) {
+        let Some(job_id) = message.get("job_id").and_then(Value::as_str) else {
+            warn!(%message, "dropping a queue message without a job_id");
+            return;
+        };
+        let lease_until = now_ms() + duration_ms(self.lease);
+        let claim = match self.store.claim_attempt(job_id, &self.worker_id, lease_until).await {
+            Ok(Some(claim)) => claim,
+            // Not claimable: a duplicate or stale delivery, or a job that was
+            // cancelled or finished. The claim's WHERE status = 'QUEUED' is
+            // the guard that keeps a redelivered message from running twice.
+            Ok(None) => {
+                debug!(job_id, "message for a job that is not claimable; dropped");
+                return;
+            }
+            Err(error) => {
+                // The outbox row survives the failed claim, so the relay
+                // publishes the job again after REPUBLISH_AFTER.
+                warn!(job_id, %error, "could not claim; the relay will publish it again");
+                return;
+            }
+        };
+        self.lock_running().insert(claim.job_id.clone(), claim.attempt);
+        let outcome = self.run_claimed(&claim).await;
+        if let Some(outcome) = outcome {
+            self.finish(&claim, &outcome).await;
+        }
+        self.lock_running().remove(&claim.job_id);
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The attempts running now, as `(job_id, attempt)`.
+    pub fn running_attempts(&self) -> Vec<(String, i64)> {
+        self.lock_running().iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// Runs the kind; `None` when the attempt was superseded and must write nothing.
+    async fn run_claimed(&self, claim: &Claim) -> Option<AttemptOutcome> {
+        let Some(kind) = self.registry.get(&claim.kind) else {
+            return Some(AttemptOutcome::Failed {
+                error: error_object(
+                    "unknown_kind",
+                    format!("no report kind {:?} is registered in this worker", claim.kind),
+                ),
+            });
+        };
+        let Ok(params) = serde_json::from_str::<Value>(&claim.params) else {
+            return Some(AttemptOutcome::Failed {
+                error: error_object("invalid_params", "the stored parameters are not JSON"),
+            });
+        };
+        let flags = ProgressSink::default();
+        let ctx = JobContext::new(
+            self.store.clone(),
+            claim.tenant_id.clone(),
+            claim.job_id.clone(),
+            claim.attempt,
+            flags.clone(),
+        );
+        let timeout = kind.timeout();
+        let work = tokio::time::timeout(timeout, AssertUnwindSafe(kind.run(&ctx, params)).catch_unwind());
+        let result = tokio::select! {
+            result = work => match result {
+                Ok(Ok(result)) => result,
+                Ok(Err(_panic)) => Err(JobFailure::permanent(
+                    "panic",
+                    "the report handler panicked; this is a bug in Receipt",
+                )),
+                Err(_elapsed) => Err(JobFailure::retryable(
+                    "timeout",
+                    format!("attempt {} ran longer than {}", claim.attempt, humantime_secs(timeout)),
+                )),
+            },
+            () = self.heartbeat(claim, &flags) => Err(JobFailure::Superseded),
+        };
+        match result {
+            Ok(value) => Some(AttemptOutcome::Succeeded {
+                result: value.to_string(),
+            }),
+            Err(JobFailure::Superseded) => {
+                info!(job_id = claim.job_id, attempt = claim.attempt, "attempt superseded; dropped");
+                None
+            }
+            Err(JobFailure::Cancelled) => Some(AttemptOutcome::Cancelled),
+            Err(JobFailure::Permanent { error_type, message }) => Some(AttemptOutcome::Failed {
+                error: error_object(&error_type, message),
+            }),
+            Err(JobFailure::Retryable { error_type, message }) => {
+                let error = error_object(&error_type, message);
+                Some(if claim.attempt < claim.max_attempts {
+                    let delay = backoff_delay(claim.attempt, self.retry_base, self.retry_max);
+                    AttemptOutcome::RetryAt {
+                        at: now_ms() + duration_ms(delay),
+                        error,
+                    }
+                } else {
+                    AttemptOutcome::Failed { error }
+                })
+            }
+        }
+    }
+
+    /// Keeps the lease alive and watches for a cancel; returns only when the
+    /// attempt lost its lease to another.
+    async fn heartbeat(&self, claim: &Claim, flags: &ProgressSink) {
+        let every = (self.lease / 3).min(Duration::from_millis(500));
+        loop {
+            tokio::time::sleep(every).await;
+            let lease_until = now_ms() + duration_ms(self.lease);
+            match self.store.heartbeat(&claim.job_id, claim.attempt, lease_until).await {
+                Ok(LeaseCheck::Lost) => {
+                    flags.observe(LeaseCheck::Lost);
+                    return;
+                }
+                Ok(check) => flags.observe(check),
+                Err(error) => warn!(job_id = claim.job_id, %error, "heartbeat failed"),
+            }
+        }
+    }
+
+    /// Writes the outcome, retrying while the database is unavailable. If
+    /// it never gets through, the lease lapses and the job runs again.
+    async fn finish(&self, claim: &Claim, outcome: &AttemptOutcome) {
+        let mut delay = Duration::from_millis(100);
+        for _ in 0..8 {
+            match self.store.finish_attempt(&claim.job_id, claim.attempt, outcome).await {
+                Ok(true) => {
+                    match outcome {
+                        AttemptOutcome::RetryAt { .. } => self.signals.outbox_changed(),
+                        _ => self.signals.job_finished(&claim.job_id),
+                    }
+                    return;
+                }
+                Ok(false) => {
+                    info!(job_id = claim.job_id, attempt = claim.attempt, "stale attempt; its outcome was dropped");
+                    return;
+                }
+                Err(error) => {
+                    warn!(job_id = claim.job_id, %error, "could not record the outcome; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+fn error_object(error_type: &str, message: impl Into<String>) -> JobErrorObject {
+    JobErrorObject {
+        error_type: error_type.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn humantime_secs(duration: Duration) -> String {
+    format!("{}s", duration.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_cap() {
+        let base = Duration::from_secs(1);
+        let max = Duration::from_secs(300);
+        for attempt in 1..=12 {
+            let full = Duration::from_secs(1 << (attempt - 1)).min(max);
+            let delay = backoff_delay(attempt, base, max);
+            assert!(delay >= full / 2 && delay <= full, "attempt {attempt}: {delay:?}");
+        }
+    }
+}
