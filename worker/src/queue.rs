@@ -69,7 +69,7 @@ impl Queue {
         }
         match store.dialect() {
             Dialect::Sqlite => {
-                let url = store.url();
+                let url = &sqlite_queue_url(store.url());
                 // apalis's setup turns `synchronous` OFF on the connection it
                 // runs on: run it on a pool of its own and throw that away.
                 let setup_pool = apalis_sqlite::SqlitePool::connect(url).await?;
@@ -135,5 +135,19 @@ impl Queue {
             }
         }
         Ok(())
+    }
+}
+
+/// The embedded queue lives in a file of its own beside the database
+/// (`data/jobs.db` -> `data/jobs.queue.db`): apalis's `Jobs` table would
+/// otherwise collide with ours (SQLite names ignore case), and two files
+/// have two write locks, so queue traffic does not wait on job writes.
+fn sqlite_queue_url(url: &str) -> String {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let stem = path.strip_suffix(".db").unwrap_or(path);
+    if query.is_empty() {
+        format!("{stem}.queue.db?mode=rwc")
+    } else {
+        format!("{stem}.queue.db?{query}")
     }
 }

@@ -202,3 +202,27 @@ fn sqlite_url_creating(url: &str) -> Result<String> {
 fn built(sql: &str) -> sqlx::AssertSqlSafe<String> {
     sqlx::AssertSqlSafe(sql.to_owned())
 }
+
+/// Forwards Postgres NOTIFYs of final statuses (sent by any process's
+/// commit) to this process's long polls. Reconnects after a failure; the
+/// long polls' periodic re-check covers the gap.
+pub async fn forward_finished_notifications(url: String, signals: crate::notify::Signals) {
+    loop {
+        match sqlx::postgres::PgListener::connect(&url).await {
+            Ok(mut listener) => match listener.listen(FINISHED_CHANNEL).await {
+                Ok(()) => loop {
+                    match listener.recv().await {
+                        Ok(notification) => signals.job_finished(notification.payload()),
+                        Err(error) => {
+                            tracing::warn!(%error, "lost the Postgres notification listener");
+                            break;
+                        }
+                    }
+                },
+                Err(error) => tracing::warn!(%error, "LISTEN failed"),
+            },
+            Err(error) => tracing::warn!(%error, "cannot connect the notification listener"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,197 @@
+//! The API's one error type, and the one place errors become
+//! `application/problem+json` (RFC 9457). A safety net turns any other
+//! error response (actix's own: unknown route, body too large, ...) into
+//! problem+json too, so a client never sees anything else.
+
+use actix_web::{
+    HttpResponse, ResponseError,
+    body::BoxBody,
+    dev::ServiceResponse,
+    http::{
+        StatusCode,
+        header::{self, HeaderValue},
+    },
+    middleware::ErrorHandlerResponse,
+};
+use http_api_problem::HttpApiProblem;
+use serde_json::Value;
+use shared::ledger::FieldError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: malformed JSON, a wrong JSON type, an unknown field, a bad header.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401, with `WWW-Authenticate: Bearer`.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 404: unknown job or kind, or another tenant's resource.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: the action does not fit the resource's state; `extra` adds a
+    /// member to the problem (e.g. the conflicting ids).
+    #[error("{detail}")]
+    Conflict {
+        detail: String,
+        extra: Option<(&'static str, Value)>,
+    },
+    /// 415: the body is not `application/json`.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 422: well-formed but invalid; `errors` says which fields and why.
+    #[error("{detail}")]
+    Validation {
+        detail: String,
+        errors: Vec<FieldError>,
+    },
+    /// 503, with `Retry-After`: the database or the queue is down.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 500: a bug. The cause is logged, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn validation(field: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        ApiError::Validation {
+            detail: format!("{field} {message}"),
+            errors: vec![FieldError::new(field, message)],
+        }
+    }
+
+    fn slug(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "malformed-request",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::NotFound(_) => "not-found",
+            ApiError::Conflict { .. } => "conflict",
+            ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
+            ApiError::Validation { .. } => "validation-error",
+            ApiError::Unavailable(_) => "service-unavailable",
+            ApiError::Internal(_) => "internal-error",
+        }
+    }
+}
+
+impl From<shared::Error> for ApiError {
+    fn from(error: shared::Error) -> Self {
+        if error.is_unavailable() {
+            tracing::warn!(%error, "dependency unavailable");
+            ApiError::Unavailable("the database is unavailable; retry later".into())
+        } else {
+            ApiError::Internal(error.to_string())
+        }
+    }
+}
+
+/// A problem document for a status and detail.
+pub fn problem(status: StatusCode, slug: &str, detail: impl Into<String>) -> HttpApiProblem {
+    // http-api-problem speaks http 1.x, actix-web http 0.2: cross by number.
+    let status = http_api_problem::StatusCode::from_u16(status.as_u16())
+        .unwrap_or(http_api_problem::StatusCode::INTERNAL_SERVER_ERROR);
+    HttpApiProblem::with_title(status)
+        .type_url(format!("/problems/{slug}"))
+        .detail(detail)
+}
+
+fn problem_response(status: StatusCode, problem: &HttpApiProblem) -> HttpResponse {
+    HttpResponse::build(status)
+        .content_type(PROBLEM_JSON)
+        .body(problem.json_bytes())
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        let detail = match self {
+            ApiError::Internal(cause) => {
+                tracing::error!(cause, "internal error");
+                "an unexpected error occurred; it has been logged".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let mut problem = problem(status, self.slug(), detail);
+        match self {
+            ApiError::Validation { errors, .. } => problem.set_value("errors", errors),
+            ApiError::Conflict {
+                extra: Some((key, value)),
+                ..
+            } => problem.set_value(*key, value),
+            _ => {}
+        }
+        let mut response = problem_response(status, &problem);
+        let headers = response.headers_mut();
+        match self {
+            ApiError::Unauthorized(_) => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+/// The safety net: any error response that is not already problem+json
+/// (actix's own errors) gets a problem body with the same status.
+pub fn problem_fallback<B>(
+    response: ServiceResponse<B>,
+) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if is_problem {
+        return Ok(ErrorHandlerResponse::Response(response.map_into_left_body()));
+    }
+    let status = response.status();
+    let path = response.request().path().to_owned();
+    let detail = match status {
+        StatusCode::NOT_FOUND => format!("no route matches {path}"),
+        StatusCode::METHOD_NOT_ALLOWED => format!("{path} does not take this method"),
+        StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than this route accepts".to_owned(),
+        StatusCode::BAD_REQUEST => "the request could not be read".to_owned(),
+        _ => status
+            .canonical_reason()
+            .unwrap_or("the request failed")
+            .to_owned(),
+    };
+    let slug = match status {
+        StatusCode::NOT_FOUND => "not-found",
+        StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload-too-large",
+        StatusCode::BAD_REQUEST => "malformed-request",
+        s if s.is_server_error() => "internal-error",
+        _ => "http-error",
+    };
+    let body = problem(status, slug, detail).json_bytes();
+    let (request, mut response) = response.into_parts();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    headers.remove(header::CONTENT_LENGTH);
+    let response = response.set_body(BoxBody::new(body));
+    Ok(ErrorHandlerResponse::Response(
+        ServiceResponse::new(request, response).map_into_right_body(),
+    ))
+}

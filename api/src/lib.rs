@@ -1,0 +1,177 @@
+//! Receipt's HTTP API (actix-web). `main.rs` reads settings and calls
+//! [`run`]; tests spawn the binary and talk HTTP to it.
+
+pub mod auth;
+pub mod body;
+pub mod error;
+pub mod openapi;
+pub mod routes;
+pub mod state;
+
+use std::sync::OnceLock;
+
+use actix_web::{App, HttpServer, middleware::ErrorHandlers, web};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use shared::{
+    notify::Signals,
+    reports::Registry,
+    settings::Settings,
+    store::{Dialect, Store, forward_finished_notifications, new_key},
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use worker::{BoxError, Queue, WorkerPool, cancel_on_signal, run_relay};
+
+use crate::{auth::KeyCache, error::problem_fallback, state::AppState};
+
+/// Body limit of every route but the ledger import (API.md).
+const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Registers every route; shared by the server and the OpenAPI test.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    use routes::{jobs, ledger, reports, service};
+    cfg.route("/healthz", web::get().to(service::healthz))
+        .route("/readyz", web::get().to(service::readyz))
+        .route("/metrics", web::get().to(service::metrics))
+        .route("/openapi.json", web::get().to(service::openapi))
+        .service(
+            web::scope("/v1")
+                .app_data(web::PayloadConfig::new(DEFAULT_BODY_LIMIT))
+                .route("/reports/{kind}", web::post().to(reports::submit))
+                .route("/jobs", web::get().to(jobs::list))
+                .route("/jobs/{job_id}", web::get().to(jobs::get))
+                .route("/jobs/{job_id}/result", web::get().to(jobs::result))
+                .route("/jobs/{job_id}/cancel", web::post().to(jobs::cancel))
+                .service(
+                    web::resource("/ledger/entries")
+                        .app_data(web::PayloadConfig::new(LEDGER_BODY_LIMIT))
+                        .route(web::post().to(ledger::import)),
+                ),
+        );
+}
+
+fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .install_recorder()
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder().handle())
+        })
+        .clone()
+}
+
+/// Makes sure some key can reach the API: the keys of `API_KEYS`, or, with
+/// none configured and none stored, a new one for tenant `default`, printed
+/// once.
+async fn ensure_api_keys(store: &Store, settings: &Settings, public_addr: &str) -> Result<(), BoxError> {
+    let configured = settings.api_keys()?;
+    for (tenant, key) in &configured {
+        store.add_api_key(tenant, key).await?;
+    }
+    if configured.is_empty() {
+        if store.count_api_keys().await? == 0 {
+            let key = new_key();
+            store.add_api_key("default", &key).await?;
+            println!("API key: {key}");
+            println!("Try: curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' -d '{{\"month\":\"2026-10\"}}' http://{public_addr}/v1/reports/gst-summary");
+        } else {
+            println!("API key: (made at first start and printed then; `api create-key` makes another)");
+        }
+    }
+    Ok(())
+}
+
+/// Runs the API (and, when embedded, the worker pool) until SIGTERM/SIGINT.
+pub async fn run(settings: Settings) -> Result<(), BoxError> {
+    let store = Store::connect(&settings.database_url).await?;
+    store.migrate().await?;
+    let queue = Queue::connect(&settings, &store).await?;
+    let signals = Signals::default();
+    let listener = std::net::TcpListener::bind(&settings.bind_addr)
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.bind_addr))?;
+    let addr = listener.local_addr()?;
+    ensure_api_keys(&store, &settings, &addr.to_string()).await?;
+
+    let state = web::Data::new(AppState {
+        store: store.clone(),
+        queue: queue.clone(),
+        registry: Registry::new(settings.enable_diagnostic_kinds),
+        signals: signals.clone(),
+        keys: KeyCache::default(),
+        metrics: prometheus(),
+    });
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(ErrorHandlers::new().default_handler(problem_fallback))
+            .wrap(actix_web::middleware::from_fn(count_requests))
+            .configure(configure)
+    })
+    .disable_signals()
+    .shutdown_timeout(settings.shutdown_grace.as_secs().max(1))
+    .listen(listener)?
+    .run();
+    let server_handle = server.handle();
+    println!("listening on http://{addr}");
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    if store.dialect() == Dialect::Postgres {
+        tokio::spawn(forward_finished_notifications(store.url().to_owned(), signals.clone()));
+    }
+    let pool = if settings.embedded_worker() {
+        let pool = WorkerPool::new(store.clone(), queue.clone(), signals.clone(), &settings);
+        Some(tokio::spawn(pool.run(shutdown.clone())))
+    } else {
+        tokio::spawn(run_relay(
+            store.clone(),
+            queue.clone(),
+            signals.clone(),
+            settings.republish_after,
+            shutdown.clone(),
+        ));
+        None
+    };
+    info!(%addr, embedded_worker = pool.is_some(), "api started");
+
+    let server = tokio::spawn(server);
+    let pool_result = match pool {
+        Some(pool) => {
+            let result = pool.await.map_err(|e| -> BoxError { Box::new(e) }).and_then(|r| r);
+            if let Err(error) = &result {
+                warn!(%error, "the embedded worker pool stopped; shutting down");
+            }
+            result
+        }
+        None => {
+            shutdown.cancelled().await;
+            Ok(())
+        }
+    };
+    shutdown.cancel();
+    server_handle.stop(true).await;
+    let _ = server.await;
+    store.close().await;
+    pool_result
+}
+
+async fn count_requests(
+    request: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let started = std::time::Instant::now();
+    let method = request.method().to_string();
+    let response = next.call(request).await?;
+    let route = response
+        .request()
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("receipt_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!("receipt_http_request_seconds", "method" => method, "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    Ok(response)
+}

@@ -1,0 +1,286 @@
+use std::{collections::HashMap, time::Duration};
+
+use actix_web::{HttpRequest, HttpResponse, http::header, web};
+use serde::Serialize;
+use shared::{
+    model::{Job, JobObject, JobStatus},
+    store::{CancelOutcome, JobFilter},
+};
+use tokio::{sync::broadcast, time::Instant};
+use utoipa::ToSchema;
+
+use super::job_response;
+use crate::{
+    auth::Tenant,
+    error::{ApiError, ApiResult},
+    state::AppState,
+};
+
+/// The longest `?wait=` honoured, in seconds.
+const MAX_WAIT_SECS: u64 = 60;
+/// A long poll re-reads the job at least this often, in case a
+/// notification was missed (another process on SQLite sends none).
+const RECHECK: Duration = Duration::from_millis(500);
+
+#[derive(Serialize, ToSchema)]
+pub struct JobPage {
+    pub data: Vec<JobObject>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+fn not_found(job_id: &str) -> ApiError {
+    ApiError::NotFound(format!("there is no job {job_id}"))
+}
+
+/// Get a job; `?wait=N` holds the request until the job is final or N
+/// seconds pass.
+#[utoipa::path(
+    get, path = "/v1/jobs/{job_id}", tag = "jobs",
+    params(
+        ("job_id" = String, Path),
+        ("wait" = Option<u64>, Query, description = "seconds to wait for a final status (at most 60 honoured)"),
+    ),
+    responses(
+        (status = 200, body = JobObject, headers(("Retry-After" = String, description = "while not final"))),
+        (status = 401), (status = 404), (status = 422, description = "wait is not a whole number"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    job_id: web::Path<String>,
+    query: web::Query<HashMap<String, String>>,
+) -> ApiResult<HttpResponse> {
+    let wait = match query.get("wait") {
+        None => 0,
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| ApiError::validation("wait", "must be a whole number of seconds"))?
+            .min(MAX_WAIT_SECS),
+    };
+    let job = if wait == 0 {
+        state.store.get_job(&tenant.0, &job_id).await?
+    } else {
+        wait_for_final(&state, &tenant.0, &job_id, Duration::from_secs(wait)).await?
+    }
+    .ok_or_else(|| not_found(&job_id))?;
+    Ok(job_response(HttpResponse::Ok(), &job))
+}
+
+async fn wait_for_final(
+    state: &AppState,
+    tenant_id: &str,
+    job_id: &str,
+    wait: Duration,
+) -> ApiResult<Option<Job>> {
+    let deadline = Instant::now() + wait;
+    // Subscribe before reading, so a job finishing in between is not missed.
+    let mut finished = state.signals.subscribe_finished();
+    loop {
+        let job = state.store.get_job(tenant_id, job_id).await?;
+        let now = Instant::now();
+        match &job {
+            Some(job) if !job.status.is_final() && now < deadline => {}
+            _ => return Ok(job),
+        }
+        tokio::select! {
+            () = finished_signal(&mut finished, job_id) => {}
+            () = tokio::time::sleep(RECHECK.min(deadline - now)) => {}
+        }
+    }
+}
+
+async fn finished_signal(finished: &mut broadcast::Receiver<String>, job_id: &str) {
+    loop {
+        match finished.recv().await {
+            Ok(id) if id == job_id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// The report of a `SUCCEEDED` job; `Accept: text/csv` for tabular kinds.
+#[utoipa::path(
+    get, path = "/v1/jobs/{job_id}/result", tag = "jobs",
+    params(("job_id" = String, Path)),
+    responses(
+        (status = 200, description = "the report", content(
+            (Object = "application/json"),
+            (String = "text/csv"),
+        )),
+        (status = 401), (status = 404),
+        (status = 409, description = "the job has not succeeded"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn result(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    job_id: web::Path<String>,
+    request: HttpRequest,
+) -> ApiResult<HttpResponse> {
+    let job = state
+        .store
+        .get_job(&tenant.0, &job_id)
+        .await?
+        .ok_or_else(|| not_found(&job_id))?;
+    if job.status != JobStatus::Succeeded {
+        return Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} is {}; a result exists only once it has SUCCEEDED",
+                job.status.as_str()
+            ),
+            extra: None,
+        });
+    }
+    let body = state
+        .store
+        .job_result(&tenant.0, &job_id)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("job {job_id} succeeded without a result")))?;
+    if wants_csv(&request) {
+        if let Some(kind) = state.registry.get(&job.kind) {
+            let value: serde_json::Value = serde_json::from_str(&body)
+                .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
+            if let Some(csv) = kind.to_csv(&value) {
+                return Ok(HttpResponse::Ok()
+                    .content_type("text/csv; charset=utf-8")
+                    .body(csv));
+            }
+        }
+    }
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body))
+}
+
+fn wants_csv(request: &HttpRequest) -> bool {
+    request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| {
+            accept
+                .split(',')
+                .any(|part| part.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/csv"))
+        })
+}
+
+/// Cancel a job: at once when queued, at its next checkpoint when running.
+#[utoipa::path(
+    post, path = "/v1/jobs/{job_id}/cancel", tag = "jobs",
+    params(("job_id" = String, Path)),
+    responses(
+        (status = 200, body = JobObject),
+        (status = 401), (status = 404),
+        (status = 409, description = "the job already SUCCEEDED or FAILED"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    job_id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    match state.store.cancel_job(&tenant.0, &job_id).await? {
+        CancelOutcome::Done(job) => {
+            if job.status == JobStatus::Cancelled {
+                state.signals.job_finished(&job.job_id);
+            }
+            Ok(job_response(HttpResponse::Ok(), &job))
+        }
+        CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} already {}; it cannot be cancelled",
+                job.status.as_str()
+            ),
+            extra: None,
+        }),
+        CancelOutcome::NotFound => Err(not_found(&job_id)),
+    }
+}
+
+/// List jobs, newest first.
+#[utoipa::path(
+    get, path = "/v1/jobs", tag = "jobs",
+    params(
+        ("status" = Option<JobStatus>, Query),
+        ("kind" = Option<String>, Query),
+        ("limit" = Option<i64>, Query, description = "1 to 200, default 50"),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
+    ),
+    responses((status = 200, body = JobPage), (status = 401), (status = 422)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    query: web::Query<HashMap<String, String>>,
+) -> ApiResult<HttpResponse> {
+    let mut errors = Vec::new();
+    let status = match query.get("status").map(String::as_str) {
+        None | Some("") => None,
+        Some(text) => {
+            let status = JobStatus::parse(text);
+            if status.is_none() {
+                errors.push(shared::ledger::FieldError::new(
+                    "status",
+                    "must be QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED",
+                ));
+            }
+            status
+        }
+    };
+    let limit = match query.get("limit") {
+        None => 50,
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (1..=200).contains(&n) => n,
+            _ => {
+                errors.push(shared::ledger::FieldError::new(
+                    "limit",
+                    "must be a whole number from 1 to 200",
+                ));
+                50
+            }
+        },
+    };
+    let before = query.get("cursor").filter(|c| !c.is_empty()).cloned();
+    if let Some(cursor) = &before {
+        let plausible = cursor.starts_with("job_")
+            && cursor.len() == 36
+            && cursor[4..].bytes().all(|b| b.is_ascii_hexdigit());
+        if !plausible {
+            errors.push(shared::ledger::FieldError::new(
+                "cursor",
+                "is not a cursor this API returned",
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation {
+            detail: "the query parameters are not valid".into(),
+            errors,
+        });
+    }
+    let filter = JobFilter {
+        status,
+        kind: query.get("kind").filter(|k| !k.is_empty()).cloned(),
+        before,
+        limit,
+    };
+    let mut jobs = state.store.list_jobs(&tenant.0, &filter).await?;
+    let next_cursor = if jobs.len() as i64 > limit {
+        jobs.truncate(limit as usize);
+        jobs.last().map(|j| j.job_id.clone())
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(JobPage {
+        data: jobs.iter().map(Job::to_object).collect(),
+        next_cursor,
+    }))
+}

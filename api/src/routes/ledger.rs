@@ -1,0 +1,104 @@
+use std::collections::HashMap;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use shared::{
+    ledger::{FieldError, LedgerEntry, LedgerEntryInput},
+    store::ImportOutcome,
+};
+use utoipa::ToSchema;
+
+use crate::{
+    auth::Tenant,
+    body::json_body,
+    error::{ApiError, ApiResult},
+    state::AppState,
+};
+
+/// Entries one import may carry.
+pub const MAX_ENTRIES: usize = 10_000;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    pub entries: Vec<LedgerEntryInput>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ImportResponse {
+    pub inserted: usize,
+    pub skipped: usize,
+}
+
+/// Import ledger entries, all or nothing; naturally idempotent by `id`.
+#[utoipa::path(
+    post, path = "/v1/ledger/entries", tag = "ledger",
+    request_body = ImportRequest,
+    responses(
+        (status = 200, body = ImportResponse),
+        (status = 400), (status = 401), (status = 413, description = "body over 16 MiB"), (status = 415),
+        (status = 409, description = "known ids with different content; `ids` lists them, nothing stored"),
+        (status = 422, description = "invalid entries; `errors` names each field"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn import(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    let import: ImportRequest = json_body(&request, &body)?;
+    let entries = validate(&import.entries)?;
+    match state.store.import_entries(&tenant.0, &entries).await? {
+        ImportOutcome::Imported { inserted, skipped } => {
+            Ok(HttpResponse::Ok().json(ImportResponse { inserted, skipped }))
+        }
+        ImportOutcome::Conflict { ids } => Err(ApiError::Conflict {
+            detail: format!(
+                "{} entr{} already stored with different content; nothing was imported",
+                ids.len(),
+                if ids.len() == 1 { "y is" } else { "ies are" }
+            ),
+            extra: Some(("ids", serde_json::json!(ids))),
+        }),
+    }
+}
+
+/// Every entry valid, at most [`MAX_ENTRIES`], and an id repeated within
+/// the batch only with the same content (then stored once).
+fn validate(inputs: &[LedgerEntryInput]) -> ApiResult<Vec<LedgerEntry>> {
+    if inputs.len() > MAX_ENTRIES {
+        return Err(ApiError::validation(
+            "entries",
+            format!("must hold at most {MAX_ENTRIES} entries, not {}", inputs.len()),
+        ));
+    }
+    let mut errors = Vec::new();
+    let mut entries: Vec<LedgerEntry> = Vec::with_capacity(inputs.len());
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, input) in inputs.iter().enumerate() {
+        match input.validate(&format!("entries[{i}]")) {
+            Ok(entry) => match seen.get(input.id.as_str()) {
+                Some(&first) if entries[first] != entry => errors.push(FieldError::new(
+                    format!("entries[{i}].id"),
+                    format!("repeats the id of entries[{first}] with different content"),
+                )),
+                Some(_) => {}
+                None => {
+                    seen.insert(&input.id, entries.len());
+                    entries.push(entry);
+                }
+            },
+            Err(mut field_errors) => errors.append(&mut field_errors),
+        }
+    }
+    if errors.is_empty() {
+        Ok(entries)
+    } else {
+        Err(ApiError::Validation {
+            detail: format!("{} problem(s) in the entries; nothing was imported", errors.len()),
+            errors,
+        })
+    }
+}

@@ -1,0 +1,70 @@
+use actix_web::{HttpRequest, HttpResponse, http::header, web};
+use serde_json::Value;
+use shared::{
+    model::{JobObject, new_job_id},
+    reports::ParamsError,
+    store::NewJob,
+};
+
+use super::job_response;
+use crate::{
+    auth::Tenant,
+    body::json_body,
+    error::{ApiError, ApiResult},
+    state::AppState,
+};
+
+/// Submit a report job. The body is the kind's parameters.
+#[utoipa::path(
+    post, path = "/v1/reports/{kind}", tag = "jobs",
+    params(("kind" = String, Path, description = "report kind: gst-summary, ledger-export (or sleep when diagnostic kinds are enabled)")),
+    request_body(content = Object, description = "the kind's parameters, e.g. {\"month\": \"2026-10\"}"),
+    responses(
+        (status = 202, description = "accepted; poll the Location", body = JobObject,
+         headers(("Location" = String), ("Retry-After" = String))),
+        (status = 400, description = "malformed JSON or parameters of the wrong shape"),
+        (status = 401, description = "missing or invalid API key"),
+        (status = 404, description = "unknown report kind"),
+        (status = 413, description = "body over 1 MiB"),
+        (status = 415, description = "body not application/json"),
+        (status = 422, description = "parameters fail validation"),
+        (status = 503, description = "database or queue unavailable"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    kind: web::Path<String>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    let kind_name = kind.into_inner();
+    let kind = state
+        .registry
+        .get(&kind_name)
+        .ok_or_else(|| ApiError::NotFound(format!("there is no report kind {kind_name:?}")))?;
+    let params: Value = json_body(&request, &body)?;
+    kind.validate(&params).map_err(|e| match e {
+        ParamsError::Malformed(detail) => ApiError::BadRequest(format!("the parameters do not fit {kind_name}: {detail}")),
+        ParamsError::Invalid(errors) => ApiError::Validation {
+            detail: format!("the parameters of {kind_name} are not valid"),
+            errors,
+        },
+    })?;
+    let job = state
+        .store
+        .submit_job(&NewJob {
+            job_id: new_job_id(),
+            tenant_id: tenant.0,
+            kind: kind_name,
+            params: params.to_string(),
+            max_attempts: kind.max_attempts(),
+        })
+        .await?;
+    state.signals.outbox_changed();
+    metrics::counter!("receipt_jobs_submitted_total", "kind" => job.kind.clone()).increment(1);
+    let mut builder = HttpResponse::Accepted();
+    builder.insert_header((header::LOCATION, format!("/v1/jobs/{}", job.job_id)));
+    Ok(job_response(builder, &job))
+}

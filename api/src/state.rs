@@ -1,0 +1,14 @@
+use shared::{notify::Signals, reports::Registry, store::Store};
+use worker::Queue;
+
+use crate::auth::KeyCache;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub store: Store,
+    pub queue: Queue,
+    pub registry: Registry,
+    pub signals: Signals,
+    pub keys: KeyCache,
+    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+}
