@@ -52,9 +52,9 @@ fn bearer(request: &HttpRequest) -> Result<String, ApiError> {
     let value = value
         .to_str()
         .map_err(|_| ApiError::Unauthorized("the Authorization header is not readable".into()))?;
-    let (scheme, key) = value
-        .split_once(' ')
-        .ok_or_else(|| ApiError::Unauthorized("the Authorization header must be Bearer <api key>".into()))?;
+    let (scheme, key) = value.split_once(' ').ok_or_else(|| {
+        ApiError::Unauthorized("the Authorization header must be Bearer <api key>".into())
+    })?;
     let key = key.trim();
     if !scheme.eq_ignore_ascii_case("bearer") || key.is_empty() {
         return Err(ApiError::Unauthorized(

@@ -22,5 +22,7 @@ pub fn json_body<T: DeserializeOwned>(request: &HttpRequest, body: &Bytes) -> Ap
             format!("the body must be application/json, not {media_type}")
         }));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
+    })
 }

@@ -163,14 +163,18 @@ pub fn problem_fallback<B>(
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
     if is_problem {
-        return Ok(ErrorHandlerResponse::Response(response.map_into_left_body()));
+        return Ok(ErrorHandlerResponse::Response(
+            response.map_into_left_body(),
+        ));
     }
     let status = response.status();
     let path = response.request().path().to_owned();
     let detail = match status {
         StatusCode::NOT_FOUND => format!("no route matches {path}"),
         StatusCode::METHOD_NOT_ALLOWED => format!("{path} does not take this method"),
-        StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than this route accepts".to_owned(),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            "the request body is larger than this route accepts".to_owned()
+        }
         StatusCode::BAD_REQUEST => "the request could not be read".to_owned(),
         _ => status
             .canonical_reason()

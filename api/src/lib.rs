@@ -65,7 +65,11 @@ fn prometheus() -> PrometheusHandle {
 /// Makes sure some key can reach the API: the keys of `API_KEYS`, or, with
 /// none configured and none stored, a new one for tenant `default`, printed
 /// once.
-async fn ensure_api_keys(store: &Store, settings: &Settings, public_addr: &str) -> Result<(), BoxError> {
+async fn ensure_api_keys(
+    store: &Store,
+    settings: &Settings,
+    public_addr: &str,
+) -> Result<(), BoxError> {
     let configured = settings.api_keys()?;
     for (tenant, key) in &configured {
         store.add_api_key(tenant, key).await?;
@@ -75,9 +79,13 @@ async fn ensure_api_keys(store: &Store, settings: &Settings, public_addr: &str) 
             let key = new_key();
             store.add_api_key("default", &key).await?;
             println!("API key: {key}");
-            println!("Try: curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' -d '{{\"month\":\"2026-10\"}}' http://{public_addr}/v1/reports/gst-summary");
+            println!(
+                "Try: curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' -d '{{\"month\":\"2026-10\"}}' http://{public_addr}/v1/reports/gst-summary"
+            );
         } else {
-            println!("API key: (made at first start and printed then; `api create-key` makes another)");
+            println!(
+                "API key: (made at first start and printed then; `api create-key` makes another)"
+            );
         }
     }
     Ok(())
@@ -119,7 +127,10 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     if store.dialect() == Dialect::Postgres {
-        tokio::spawn(forward_finished_notifications(store.url().to_owned(), signals.clone()));
+        tokio::spawn(forward_finished_notifications(
+            store.url().to_owned(),
+            signals.clone(),
+        ));
     }
     let pool = if settings.embedded_worker() {
         let pool = WorkerPool::new(store.clone(), queue.clone(), signals.clone(), &settings);
@@ -139,7 +150,10 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let server = tokio::spawn(server);
     let pool_result = match pool {
         Some(pool) => {
-            let result = pool.await.map_err(|e| -> BoxError { Box::new(e) }).and_then(|r| r);
+            let result = pool
+                .await
+                .map_err(|e| -> BoxError { Box::new(e) })
+                .and_then(|r| r);
             if let Err(error) = &result {
                 warn!(%error, "the embedded worker pool stopped; shutting down");
             }

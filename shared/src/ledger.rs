@@ -253,7 +253,9 @@ mod tests {
         assert_eq!(parse_hundredths("1299.5"), Some(129_950));
         assert_eq!(parse_hundredths("0"), Some(0));
         assert_eq!(parse_hundredths("0.25"), Some(25));
-        for bad in ["", "-1", "1.", ".5", "1.234", "1e3", " 1", "1,000", "+1", "0x10"] {
+        for bad in [
+            "", "-1", "1.", ".5", "1.234", "1e3", " 1", "1,000", "+1", "0x10",
+        ] {
             assert_eq!(parse_hundredths(bad), None, "{bad:?}");
         }
     }

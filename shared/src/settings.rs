@@ -94,9 +94,9 @@ impl Settings {
     }
 
     pub fn worker_concurrency(&self) -> usize {
-        self.worker_concurrency.filter(|n| *n > 0).unwrap_or_else(|| {
-            4 * std::thread::available_parallelism().map_or(1, |n| n.get())
-        })
+        self.worker_concurrency
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
     /// The `(tenant, key)` pairs of `API_KEYS`.

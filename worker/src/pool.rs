@@ -12,7 +12,9 @@ use shared::{notify::Signals, settings::Settings, store::Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{BoxError, Queue, queue::Message, relay::run_relay, runner::Runner, sweeper::run_sweeper};
+use crate::{
+    BoxError, Queue, queue::Message, relay::run_relay, runner::Runner, sweeper::run_sweeper,
+};
 
 /// How often an idle worker looks for new messages (apalis otherwise waits
 /// for its heartbeat, seconds).
@@ -49,7 +51,8 @@ impl WorkerPool {
             concurrency: settings.worker_concurrency(),
             grace: settings.shutdown_grace,
             republish_after: settings.republish_after,
-            sweep_every: (settings.job_lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            sweep_every: (settings.job_lease / 4)
+                .clamp(Duration::from_millis(100), Duration::from_secs(5)),
         }
     }
 
@@ -66,7 +69,12 @@ impl WorkerPool {
             self.republish_after,
             background.clone(),
         ));
-        let sweeper = tokio::spawn(run_sweeper(store.clone(), signals, self.sweep_every, background.clone()));
+        let sweeper = tokio::spawn(run_sweeper(
+            store.clone(),
+            signals,
+            self.sweep_every,
+            background.clone(),
+        ));
         info!(worker_id = self.runner.worker_id, concurrency = self.concurrency, queue = ?self.queue, "worker pool started");
         let result = self.run_apalis(shutdown.clone()).await;
         background.cancel();
@@ -75,12 +83,16 @@ impl WorkerPool {
         if !unfinished.is_empty() {
             match store.release_attempts(&unfinished).await {
                 Ok(n) => info!(released = n, "handed unfinished attempts back to the queue"),
-                Err(error) => warn!(%error, "could not release unfinished attempts; their leases will lapse"),
+                Err(error) => {
+                    warn!(%error, "could not release unfinished attempts; their leases will lapse")
+                }
             }
         }
         match result {
             Err(error) => Err(error),
-            Ok(()) if !shutdown.is_cancelled() => Err("the apalis worker pool stopped on its own".into()),
+            Ok(()) if !shutdown.is_cancelled() => {
+                Err("the apalis worker pool stopped on its own".into())
+            }
             Ok(()) => Ok(()),
         }
     }

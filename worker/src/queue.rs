@@ -84,13 +84,15 @@ impl Queue {
                     .max_connections(4)
                     .connect_with(options)
                     .await?;
-                Ok(Queue::Sqlite(SqliteStorage::new(&pool).with_config(
-                    apalis_sqlite::Config::default()
-                        .queue(&queue_name)
-                        .batch_size(1)
-                        .heartbeat_interval(HEARTBEAT)
-                        .missed_heartbeats(MISSED_HEARTBEATS),
-                )))
+                Ok(Queue::Sqlite(
+                    SqliteStorage::new(&pool).with_config(
+                        apalis_sqlite::Config::default()
+                            .queue(&queue_name)
+                            .batch_size(1)
+                            .heartbeat_interval(HEARTBEAT)
+                            .missed_heartbeats(MISSED_HEARTBEATS),
+                    ),
+                ))
             }
             Dialect::Postgres => {
                 let pool = sqlx::postgres::PgPoolOptions::new()
@@ -98,13 +100,15 @@ impl Queue {
                     .connect(store.url())
                     .await?;
                 PostgresStorage::setup(&pool).await?;
-                Ok(Queue::Postgres(PostgresStorage::new(&pool).with_config(
-                    apalis_postgres::Config::default()
-                        .queue(&queue_name)
-                        .batch_size(1)
-                        .heartbeat_interval(HEARTBEAT)
-                        .missed_heartbeats(MISSED_HEARTBEATS),
-                )))
+                Ok(Queue::Postgres(
+                    PostgresStorage::new(&pool).with_config(
+                        apalis_postgres::Config::default()
+                            .queue(&queue_name)
+                            .batch_size(1)
+                            .heartbeat_interval(HEARTBEAT)
+                            .missed_heartbeats(MISSED_HEARTBEATS),
+                    ),
+                ))
             }
         }
     }

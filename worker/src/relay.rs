@@ -20,10 +20,19 @@ const BATCH: i64 = 200;
 /// process, retries whose backoff has passed).
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
-pub async fn run_relay(store: Store, queue: Queue, signals: Signals, republish_after: Duration, shutdown: Shutdown) {
+pub async fn run_relay(
+    store: Store,
+    queue: Queue,
+    signals: Signals,
+    republish_after: Duration,
+    shutdown: Shutdown,
+) {
     loop {
         let mut published_full_batch = false;
-        match store.take_due_outbox(BATCH, now_ms() + duration_ms(republish_after)).await {
+        match store
+            .take_due_outbox(BATCH, now_ms() + duration_ms(republish_after))
+            .await
+        {
             Ok(job_ids) if !job_ids.is_empty() => {
                 published_full_batch = job_ids.len() as i64 == BATCH;
                 if let Err(error) = queue.publish(&job_ids).await {

@@ -1,12 +1,7 @@
 //! Runs one delivered message: claim the attempt, run the kind with a
 //! heartbeat and a timeout, and write the outcome fenced by the attempt.
 
-use std::{
-    collections::HashMap,
-    panic::AssertUnwindSafe,
-    sync::Mutex,
-    time::Duration,
-};
+use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Mutex, time::Duration};
 
 use futures::FutureExt;
 use rand::Rng;
@@ -65,7 +60,11 @@ impl Runner {
             return;
         };
         let lease_until = now_ms() + duration_ms(self.lease);
-        let claim = match self.store.claim_attempt(job_id, &self.worker_id, lease_until).await {
+        let claim = match self
+            .store
+            .claim_attempt(job_id, &self.worker_id, lease_until)
+            .await
+        {
             Ok(Some(claim)) => claim,
             // Not claimable: a duplicate or stale delivery, or a job that was
             // cancelled or finished. The claim's WHERE status = 'QUEUED' is
@@ -81,7 +80,8 @@ impl Runner {
                 return;
             }
         };
-        self.lock_running().insert(claim.job_id.clone(), claim.attempt);
+        self.lock_running()
+            .insert(claim.job_id.clone(), claim.attempt);
         let outcome = self.run_claimed(&claim).await;
         if let Some(outcome) = outcome {
             self.finish(&claim, &outcome).await;
@@ -95,7 +95,10 @@ impl Runner {
 
     /// The attempts running now, as `(job_id, attempt)`.
     pub fn running_attempts(&self) -> Vec<(String, i64)> {
-        self.lock_running().iter().map(|(k, v)| (k.clone(), *v)).collect()
+        self.lock_running()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     }
 
     /// Runs the kind; `None` when the attempt was superseded and must write nothing.
@@ -104,7 +107,10 @@ impl Runner {
             return Some(AttemptOutcome::Failed {
                 error: error_object(
                     "unknown_kind",
-                    format!("no report kind {:?} is registered in this worker", claim.kind),
+                    format!(
+                        "no report kind {:?} is registered in this worker",
+                        claim.kind
+                    ),
                 ),
             });
         };
@@ -122,7 +128,10 @@ impl Runner {
             flags.clone(),
         );
         let timeout = kind.timeout();
-        let work = tokio::time::timeout(timeout, AssertUnwindSafe(kind.run(&ctx, params)).catch_unwind());
+        let work = tokio::time::timeout(
+            timeout,
+            AssertUnwindSafe(kind.run(&ctx, params)).catch_unwind(),
+        );
         let result = tokio::select! {
             result = work => match result {
                 Ok(Ok(result)) => result,
@@ -142,14 +151,24 @@ impl Runner {
                 result: value.to_string(),
             }),
             Err(JobFailure::Superseded) => {
-                info!(job_id = claim.job_id, attempt = claim.attempt, "attempt superseded; dropped");
+                info!(
+                    job_id = claim.job_id,
+                    attempt = claim.attempt,
+                    "attempt superseded; dropped"
+                );
                 None
             }
             Err(JobFailure::Cancelled) => Some(AttemptOutcome::Cancelled),
-            Err(JobFailure::Permanent { error_type, message }) => Some(AttemptOutcome::Failed {
+            Err(JobFailure::Permanent {
+                error_type,
+                message,
+            }) => Some(AttemptOutcome::Failed {
                 error: error_object(&error_type, message),
             }),
-            Err(JobFailure::Retryable { error_type, message }) => {
+            Err(JobFailure::Retryable {
+                error_type,
+                message,
+            }) => {
                 let error = error_object(&error_type, message);
                 Some(if claim.attempt < claim.max_attempts {
                     let delay = backoff_delay(claim.attempt, self.retry_base, self.retry_max);
@@ -171,7 +190,11 @@ impl Runner {
         loop {
             tokio::time::sleep(every).await;
             let lease_until = now_ms() + duration_ms(self.lease);
-            match self.store.heartbeat(&claim.job_id, claim.attempt, lease_until).await {
+            match self
+                .store
+                .heartbeat(&claim.job_id, claim.attempt, lease_until)
+                .await
+            {
                 Ok(LeaseCheck::Lost) => {
                     flags.observe(LeaseCheck::Lost);
                     return;
@@ -187,7 +210,11 @@ impl Runner {
     async fn finish(&self, claim: &Claim, outcome: &AttemptOutcome) {
         let mut delay = Duration::from_millis(100);
         for _ in 0..8 {
-            match self.store.finish_attempt(&claim.job_id, claim.attempt, outcome).await {
+            match self
+                .store
+                .finish_attempt(&claim.job_id, claim.attempt, outcome)
+                .await
+            {
                 Ok(true) => {
                     match outcome {
                         AttemptOutcome::RetryAt { .. } => self.signals.outbox_changed(),
@@ -196,7 +223,11 @@ impl Runner {
                     return;
                 }
                 Ok(false) => {
-                    info!(job_id = claim.job_id, attempt = claim.attempt, "stale attempt; its outcome was dropped");
+                    info!(
+                        job_id = claim.job_id,
+                        attempt = claim.attempt,
+                        "stale attempt; its outcome was dropped"
+                    );
                     return;
                 }
                 Err(error) => {
@@ -231,7 +262,10 @@ mod tests {
         for attempt in 1..=12 {
             let full = Duration::from_secs(1 << (attempt - 1)).min(max);
             let delay = backoff_delay(attempt, base, max);
-            assert!(delay >= full / 2 && delay <= full, "attempt {attempt}: {delay:?}");
+            assert!(
+                delay >= full / 2 && delay <= full,
+                "attempt {attempt}: {delay:?}"
+            );
         }
     }
 }

@@ -164,9 +164,13 @@ fn wants_csv(request: &HttpRequest) -> bool {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|accept| {
-            accept
-                .split(',')
-                .any(|part| part.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/csv"))
+            accept.split(',').any(|part| {
+                part.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("text/csv")
+            })
         })
 }
 

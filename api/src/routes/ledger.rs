@@ -71,7 +71,10 @@ fn validate(inputs: &[LedgerEntryInput]) -> ApiResult<Vec<LedgerEntry>> {
     if inputs.len() > MAX_ENTRIES {
         return Err(ApiError::validation(
             "entries",
-            format!("must hold at most {MAX_ENTRIES} entries, not {}", inputs.len()),
+            format!(
+                "must hold at most {MAX_ENTRIES} entries, not {}",
+                inputs.len()
+            ),
         ));
     }
     let mut errors = Vec::new();
@@ -97,7 +100,10 @@ fn validate(inputs: &[LedgerEntryInput]) -> ApiResult<Vec<LedgerEntry>> {
         Ok(entries)
     } else {
         Err(ApiError::Validation {
-            detail: format!("{} problem(s) in the entries; nothing was imported", errors.len()),
+            detail: format!(
+                "{} problem(s) in the entries; nothing was imported",
+                errors.len()
+            ),
             errors,
         })
     }

@@ -46,7 +46,9 @@ pub async fn submit(
         .ok_or_else(|| ApiError::NotFound(format!("there is no report kind {kind_name:?}")))?;
     let params: Value = json_body(&request, &body)?;
     kind.validate(&params).map_err(|e| match e {
-        ParamsError::Malformed(detail) => ApiError::BadRequest(format!("the parameters do not fit {kind_name}: {detail}")),
+        ParamsError::Malformed(detail) => {
+            ApiError::BadRequest(format!("the parameters do not fit {kind_name}: {detail}"))
+        }
         ParamsError::Invalid(errors) => ApiError::Validation {
             detail: format!("the parameters of {kind_name} are not valid"),
             errors,

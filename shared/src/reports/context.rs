@@ -45,7 +45,13 @@ impl ProgressSink {
 }
 
 impl JobContext {
-    pub fn new(store: Store, tenant_id: String, job_id: String, attempt: i64, flags: ProgressSink) -> Self {
+    pub fn new(
+        store: Store,
+        tenant_id: String,
+        job_id: String,
+        attempt: i64,
+        flags: ProgressSink,
+    ) -> Self {
         Self {
             store,
             tenant_id,

@@ -39,9 +39,8 @@ impl ReportKind for GstSummary {
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
-            let params: Params = decode_params(&params).map_err(|e| {
-                super::JobFailure::permanent("invalid_params", format!("{e:?}"))
-            })?;
+            let params: Params = decode_params(&params)
+                .map_err(|e| super::JobFailure::permanent("invalid_params", format!("{e:?}")))?;
             ctx.progress(0.0).await?;
             let (from, to) = month_bounds(&params.month);
             let rows = ctx.store.gst_rows(&ctx.tenant_id, &from, &to).await?;

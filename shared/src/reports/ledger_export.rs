@@ -15,8 +15,17 @@ const PAGE: i64 = 5_000;
 
 /// The CSV columns, in API.md's order.
 pub const COLUMNS: [&str; 11] = [
-    "id", "date", "direction", "amount", "gst_rate", "interstate", "party", "description", "igst",
-    "cgst", "sgst",
+    "id",
+    "date",
+    "direction",
+    "amount",
+    "gst_rate",
+    "interstate",
+    "party",
+    "description",
+    "igst",
+    "cgst",
+    "sgst",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -40,7 +49,10 @@ impl ReportKind for LedgerExport {
         let mut errors = Vec::new();
         for (field, value) in [("from", &params.from), ("to", &params.to)] {
             if !valid_date(value) {
-                errors.push(FieldError::new(field, "must be a calendar date written YYYY-MM-DD"));
+                errors.push(FieldError::new(
+                    field,
+                    "must be a calendar date written YYYY-MM-DD",
+                ));
             }
         }
         if errors.is_empty() && params.from > params.to {

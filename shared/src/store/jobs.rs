@@ -74,7 +74,9 @@ pub struct Claim {
 /// What a heartbeat learns about its attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseCheck {
-    Held { cancel_requested: bool },
+    Held {
+        cancel_requested: bool,
+    },
     /// Another attempt took over, or the job was finished: stop quietly.
     Lost,
 }
@@ -88,11 +90,13 @@ pub enum CancelOutcome {
     NotFound,
 }
 
-
-
 impl Store {
     /// The job row and its outbox row, in the caller's transaction.
-    pub async fn insert_job(&self, tx: &mut Transaction<'static, Any>, job: &NewJob) -> Result<Job> {
+    pub async fn insert_job(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job: &NewJob,
+    ) -> Result<Job> {
         let now = now_ms();
         let row = sqlx::query(built(&format!(
             "INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
@@ -133,10 +137,12 @@ impl Store {
 
     /// Any tenant's job: for the worker and for tests.
     pub async fn get_job_unscoped(&self, job_id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query(built(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1")))
-            .bind(job_id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(built(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"
+        )))
+        .bind(job_id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(job_from_row).transpose()
     }
 
@@ -303,7 +309,12 @@ impl Store {
     }
 
     /// Extends the attempt's lease and reads whether a cancel was asked.
-    pub async fn heartbeat(&self, job_id: &str, attempt: i64, lease_until: i64) -> Result<LeaseCheck> {
+    pub async fn heartbeat(
+        &self,
+        job_id: &str,
+        attempt: i64,
+        lease_until: i64,
+    ) -> Result<LeaseCheck> {
         let row = sqlx::query(
             "UPDATE jobs SET lease_expires_at = $3
              WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
@@ -323,7 +334,12 @@ impl Store {
     }
 
     /// Records progress, fenced like every write of an attempt.
-    pub async fn set_progress(&self, job_id: &str, attempt: i64, progress: f64) -> Result<LeaseCheck> {
+    pub async fn set_progress(
+        &self,
+        job_id: &str,
+        attempt: i64,
+        progress: f64,
+    ) -> Result<LeaseCheck> {
         let row = sqlx::query(
             "UPDATE jobs SET progress = $3
              WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
@@ -516,7 +532,11 @@ impl Store {
     }
 }
 
-async fn upsert_outbox(tx: &mut Transaction<'static, Any>, job_id: &str, publish_at: i64) -> Result<()> {
+async fn upsert_outbox(
+    tx: &mut Transaction<'static, Any>,
+    job_id: &str,
+    publish_at: i64,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
          ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at",

@@ -51,4 +51,3 @@ impl Store {
         Ok(row.try_get("n")?)
     }
 }
-

@@ -17,9 +17,14 @@ const INSERT_CHUNK: usize = 500;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImportOutcome {
-    Imported { inserted: usize, skipped: usize },
+    Imported {
+        inserted: usize,
+        skipped: usize,
+    },
     /// Known ids with different content; nothing was stored.
-    Conflict { ids: Vec<String> },
+    Conflict {
+        ids: Vec<String>,
+    },
 }
 
 /// One group of the GST aggregate: sums in paise, each tax computed per
@@ -57,7 +62,11 @@ impl Store {
     /// skipped; a known id with other content fails the batch. Inserting with
     /// `ON CONFLICT DO NOTHING` first and comparing afterwards, inside the
     /// transaction, settles concurrent imports of the same ids.
-    pub async fn import_entries(&self, tenant_id: &str, entries: &[LedgerEntry]) -> Result<ImportOutcome> {
+    pub async fn import_entries(
+        &self,
+        tenant_id: &str,
+        entries: &[LedgerEntry],
+    ) -> Result<ImportOutcome> {
         let mut tx = self.begin_write().await?;
         let now = now_ms();
         let mut inserted_ids = std::collections::HashSet::new();
@@ -73,7 +82,15 @@ impl Store {
                 }
                 sql += &format!(
                     "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                    p + 2, p + 3, p + 4, p + 5, p + 6, p + 7, p + 8, p + 9, p + 10
+                    p + 2,
+                    p + 3,
+                    p + 4,
+                    p + 5,
+                    p + 6,
+                    p + 7,
+                    p + 8,
+                    p + 9,
+                    p + 10
                 );
             }
             sql.push_str(" ON CONFLICT (tenant_id, entry_id) DO NOTHING RETURNING entry_id");
@@ -100,7 +117,8 @@ impl Store {
             .collect();
         let mut stored = HashMap::new();
         for chunk in known.chunks(INSERT_CHUNK) {
-            let placeholders: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+            let placeholders: Vec<String> =
+                (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
             let sql = format!(
                 "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE tenant_id = $1 AND entry_id IN ({})",
                 placeholders.join(", ")

@@ -21,7 +21,6 @@ pub use ledger::{GstRow, ImportOutcome};
 
 use crate::Result;
 
-
 /// Our migrations keep their history in a table of their own, so apalis's
 /// migrations (which use sqlx's default table) never see ours.
 const MIGRATIONS_TABLE: &str = "receipt_migrations";
@@ -113,11 +112,7 @@ impl Store {
                     .await?
             }
         };
-        Ok(Store {
-            pool,
-            dialect,
-            url,
-        })
+        Ok(Store { pool, dialect, url })
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -160,7 +155,11 @@ impl Store {
     }
 
     /// Announces a final status to other processes, when the transaction commits.
-    async fn notify_finished(&self, tx: &mut Transaction<'static, Any>, job_id: &str) -> Result<()> {
+    async fn notify_finished(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job_id: &str,
+    ) -> Result<()> {
         if self.dialect == Dialect::Postgres {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(FINISHED_CHANNEL)

@@ -1,0 +1,443 @@
+//! The test harness: every test gets its own database (a fresh SQLite file
+//! or a fresh Postgres database) and its own Redis key prefix, spawns the
+//! real `api` (and `worker`) binaries on port 0, and talks HTTP to them.
+//! Everything a test starts is stopped, and everything it made is dropped,
+//! when its `TestEnv` and `Process`es go out of scope, even on a panic.
+#![allow(dead_code)] // each suite uses its own part of the harness
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use reqwest::{Method, StatusCode, header::HeaderMap};
+use serde_json::{Value, json};
+
+pub const PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+pub const KEY_A: &str = "test-key-tenant-a";
+pub const KEY_B: &str = "test-key-tenant-b";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded default: SQLite file, queue in the database.
+    Sqlite,
+    /// The production shape: Postgres and Redis.
+    PgRedis,
+}
+
+/// A private database (and Redis prefix) for one test.
+pub struct TestEnv {
+    pub backend: Backend,
+    pub database_url: String,
+    pub queue_name: String,
+    pg_database: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+fn unique_name() -> String {
+    format!("rt_{}", uuid::Uuid::now_v7().simple())
+}
+
+impl TestEnv {
+    pub async fn new(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let name = unique_name();
+        let (database_url, pg_database) = match backend {
+            Backend::Sqlite => (format!("sqlite://{}/jobs.db", dir.path().display()), None),
+            Backend::PgRedis => {
+                admin_sql(&format!("CREATE DATABASE {name}")).await;
+                (
+                    format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    Some(name.clone()),
+                )
+            }
+        };
+        TestEnv {
+            backend,
+            database_url,
+            queue_name: name,
+            pg_database,
+            _dir: dir,
+        }
+    }
+
+    /// The environment of a process of this test, before its own additions.
+    pub fn base_env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("BIND_ADDR", "127.0.0.1:0".into()),
+            ("DATABASE_URL", self.database_url.clone()),
+            ("QUEUE_NAME", self.queue_name.clone()),
+            ("API_KEYS", format!("tenant-a:{KEY_A},tenant-b:{KEY_B}")),
+            ("ENABLE_DIAGNOSTIC_KINDS", "true".into()),
+            ("RETRY_BASE_DELAY", "50ms".into()),
+            ("RETRY_MAX_DELAY", "200ms".into()),
+            ("JOB_LEASE", "3s".into()),
+            ("SHUTDOWN_GRACE", "2s".into()),
+            ("WORKER_CONCURRENCY", "4".into()),
+            ("RUST_LOG", "warn".into()),
+        ];
+        if self.backend == Backend::PgRedis {
+            env.push(("REDIS_URL", REDIS_URL.into()));
+        }
+        env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    }
+
+    /// The api with the worker pool in the same process.
+    pub async fn start_embedded(&self) -> Api {
+        self.start_api(&[("EMBEDDED_WORKER", "true")]).await
+    }
+
+    /// The api alone, with extra settings.
+    pub async fn start_api(&self, extra: &[(&str, &str)]) -> Api {
+        let process = Process::spawn(&bin_path("api"), &self.env_with(extra));
+        let line = process.wait_for_line("listening on http://");
+        let addr = line
+            .trim()
+            .trim_start_matches("listening on http://")
+            .to_owned();
+        Api {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            key: KEY_A.to_owned(),
+            process: Some(process),
+        }
+    }
+
+    pub fn start_worker(&self, extra: &[(&str, &str)]) -> Process {
+        Process::spawn(&bin_path("worker"), &self.env_with(extra))
+    }
+
+    fn env_with(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env = self.base_env();
+        for (k, v) in extra {
+            env.retain(|(key, _)| key != k);
+            env.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        env
+    }
+
+    /// The store, for assertions on what was written.
+    pub async fn store(&self) -> shared::store::Store {
+        let url = match self.backend {
+            Backend::Sqlite => self.database_url.clone(),
+            Backend::PgRedis => self.database_url.clone(),
+        };
+        shared::store::Store::connect(&url).await.expect("store")
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let pg_database = self.pg_database.take();
+        let prefix = self.queue_name.clone();
+        let backend = self.backend;
+        // Drop runs outside any runtime's async context: clean up on a
+        // thread of our own.
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                if let Some(db) = pg_database {
+                    admin_sql(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+                }
+                if backend == Backend::PgRedis {
+                    delete_redis_prefix(&prefix).await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+async fn admin_sql(sql: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(PG_ADMIN_URL)
+        .await
+        .expect("Postgres on 127.0.0.1:5432 (see README: Tests)");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut conn)
+        .await
+        .expect("admin sql");
+}
+
+async fn delete_redis_prefix(prefix: &str) {
+    let Ok(client) = redis::Client::open(REDIS_URL) else {
+        return;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+    }
+}
+
+/// A binary of this workspace, built beside the `api` test binary.
+pub fn bin_path(name: &str) -> PathBuf {
+    let api = PathBuf::from(env!("CARGO_BIN_EXE_api"));
+    let path = api.with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace's binaries first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A child process, killed when dropped. Its stdout lines are collected.
+pub struct Process {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Process {
+    fn spawn(path: &PathBuf, env: &[(String, String)]) -> Self {
+        let mut command = Command::new(path);
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Process { child, lines }
+    }
+
+    pub fn wait_for_line(&self, starts_with: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(starts_with) => return line,
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("no line starting with {starts_with:?} within 60 s")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "the process exited before printing {starts_with:?} (its stderr is above)"
+                    )
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: the process dies without any cleanup.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits (up to 30 s) for the exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client of one running api.
+pub struct Api {
+    pub base: String,
+    pub client: reqwest::Client,
+    /// The key requests are sent with (tenant-a unless changed).
+    pub key: String,
+    /// The api process; `None` for a second client of the same api.
+    pub process: Option<Process>,
+}
+
+/// An answer, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.text))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts the answer is a problem document with this status.
+    pub fn assert_problem(&self, status: u16) -> Value {
+        assert_eq!(self.status.as_u16(), status, "body: {}", self.text);
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "body: {}",
+            self.text
+        );
+        let body = self.json();
+        for member in ["type", "title", "status", "detail"] {
+            assert!(
+                body.get(member).is_some(),
+                "problem without {member}: {body}"
+            );
+        }
+        assert_eq!(body["status"], status);
+        body
+    }
+}
+
+impl Api {
+    pub fn as_tenant_b(&self) -> Api {
+        Api {
+            base: self.base.clone(),
+            client: self.client.clone(),
+            key: KEY_B.to_owned(),
+            process: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends a request with the key; `body` as JSON when given.
+    pub async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Reply {
+        let mut request = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(&self.key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        Self::read(request).await
+    }
+
+    pub async fn read(request: reqwest::RequestBuilder) -> Reply {
+        let response = request.send().await.expect("request");
+        Reply {
+            status: response.status(),
+            headers: response.headers().clone(),
+            text: response.text().await.expect("body"),
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Reply {
+        self.send(Method::POST, path, Some(body)).await
+    }
+
+    /// Submits a job and returns its object (asserting 202).
+    pub async fn submit(&self, kind: &str, params: Value) -> Value {
+        let reply = self.post(&format!("/v1/reports/{kind}"), &params).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text);
+        reply.json()
+    }
+
+    pub async fn job(&self, job_id: &str) -> Value {
+        let reply = self.get(&format!("/v1/jobs/{job_id}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        reply.json()
+    }
+
+    /// Long-polls until the job is final (at most 60 s).
+    pub async fn wait_final(&self, job_id: &str) -> Value {
+        for _ in 0..6 {
+            let reply = self.get(&format!("/v1/jobs/{job_id}?wait=10")).await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+            let job = reply.json();
+            if ["SUCCEEDED", "FAILED", "CANCELLED"].contains(&job["status"].as_str().unwrap_or(""))
+            {
+                return job;
+            }
+        }
+        panic!("job {job_id} did not finish within 60 s");
+    }
+
+    /// Polls until the job has this status (at most 30 s).
+    pub async fn wait_status(&self, job_id: &str, status: &str) -> Value {
+        for _ in 0..600 {
+            let job = self.job(job_id).await;
+            if job["status"] == status {
+                return job;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("job {job_id} never reached {status}");
+    }
+
+    pub async fn import(&self, entries: Value) -> Reply {
+        self.post("/v1/ledger/entries", &json!({ "entries": entries }))
+            .await
+    }
+}
+
+/// Declares one async test per backend from an `async fn(Backend)`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod pg_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::PgRedis).await;
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,6 @@
+//! One integration-test binary (one link, shared by every suite). Each
+//! suite is a module; `on_both_backends!` runs a scenario on the embedded
+//! SQLite default and on Postgres + Redis.
+
+mod common;
+mod lifecycle;
