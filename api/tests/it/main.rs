@@ -3,4 +3,7 @@
 //! SQLite default and on Postgres + Redis.
 
 mod common;
+mod errors;
 mod lifecycle;
+mod reports;
+mod worker_behaviour;
