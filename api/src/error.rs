@@ -100,12 +100,6 @@ pub fn problem(status: StatusCode, slug: &str, detail: impl Into<String>) -> Htt
         .detail(detail)
 }
 
-fn problem_response(status: StatusCode, problem: &HttpApiProblem) -> HttpResponse {
-    HttpResponse::build(status)
-        .content_type(PROBLEM_JSON)
-        .body(problem.json_bytes())
-}
-
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
@@ -121,6 +115,19 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
+        let (status, headers, body) = self.parts();
+        let mut response = HttpResponse::build(status);
+        for header in headers {
+            response.insert_header(header);
+        }
+        response.body(body)
+    }
+}
+
+impl ApiError {
+    /// The status, headers and problem body of this error: the one place
+    /// an error's answer is made (also stored against idempotency keys).
+    pub fn parts(&self) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
         let status = self.status_code();
         let detail = match self {
             ApiError::Internal(cause) => {
@@ -138,18 +145,17 @@ impl ResponseError for ApiError {
             } => problem.set_value(*key, value),
             _ => {}
         }
-        let mut response = problem_response(status, &problem);
-        let headers = response.headers_mut();
+        let mut headers = vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())];
         match self {
             ApiError::Unauthorized(_) => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                headers.push((header::WWW_AUTHENTICATE.to_string(), "Bearer".to_owned()));
             }
             ApiError::Unavailable(_) => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                headers.push((header::RETRY_AFTER.to_string(), "5".to_owned()));
             }
             _ => {}
         }
-        response
+        (status, headers, problem.json_bytes())
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod idempotency;
 pub mod openapi;
 pub mod routes;
 pub mod state;
@@ -109,6 +110,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
         signals: signals.clone(),
         keys: KeyCache::default(),
         metrics: prometheus(),
+        idempotency_ttl: settings.idempotency_ttl,
     });
     let server = HttpServer::new(move || {
         App::new()
@@ -145,6 +147,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
         ));
         None
     };
+    tokio::spawn(sweep_idempotency_keys(store.clone(), shutdown.clone()));
     info!(%addr, embedded_worker = pool.is_some(), "api started");
 
     let server = tokio::spawn(server);
@@ -169,6 +172,29 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let _ = server.await;
     store.close().await;
     pool_result
+}
+
+/// Deletes expired idempotency keys in batches, once a minute. An expired
+/// key is already treated as new before it is deleted; this keeps the table
+/// small.
+async fn sweep_idempotency_keys(store: Store, shutdown: CancellationToken) {
+    const BATCH: i64 = 1_000;
+    loop {
+        loop {
+            match store.delete_expired_idempotency_keys(BATCH).await {
+                Ok(deleted) if deleted as i64 == BATCH => continue,
+                Ok(_) => break,
+                Err(error) => {
+                    warn!(%error, "deleting expired idempotency keys failed");
+                    break;
+                }
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        }
+    }
 }
 
 async fn count_requests(

@@ -11,4 +11,6 @@ pub struct AppState {
     pub signals: Signals,
     pub keys: KeyCache,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// How long an idempotency key is remembered.
+    pub idempotency_ttl: std::time::Duration,
 }

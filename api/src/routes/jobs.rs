@@ -1,6 +1,10 @@
 use std::{collections::HashMap, time::Duration};
 
-use actix_web::{HttpRequest, HttpResponse, http::header, web};
+use actix_web::{
+    HttpRequest, HttpResponse,
+    http::{StatusCode, header},
+    web,
+};
 use serde::Serialize;
 use shared::{
     model::{Job, JobObject, JobStatus},
@@ -9,10 +13,11 @@ use shared::{
 use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
 
-use super::job_response;
+use super::{POLL_AFTER_SECS, job_response};
 use crate::{
     auth::Tenant,
     error::{ApiError, ApiResult},
+    idempotency::{Answer, IdempotencyKey, execute},
     state::AppState,
 };
 
@@ -187,25 +192,40 @@ fn wants_csv(request: &HttpRequest) -> bool {
 )]
 pub async fn cancel(
     tenant: Tenant,
+    key: IdempotencyKey,
     state: web::Data<AppState>,
     job_id: web::Path<String>,
+    request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
-    match state.store.cancel_job(&tenant.0, &job_id).await? {
-        CancelOutcome::Done(job) => {
-            if job.status == JobStatus::Cancelled {
-                state.signals.job_finished(&job.job_id);
+    // A cancel has no body: its fingerprint is its method and path.
+    let (response, _) = execute(
+        &state,
+        &tenant.0,
+        &key,
+        &request,
+        &[],
+        async |tx| match state.store.cancel_job(tx, &tenant.0, &job_id).await? {
+            CancelOutcome::Done(job) => {
+                let mut headers = Vec::new();
+                if !job.status.is_final() {
+                    headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
+                }
+                Answer::json(StatusCode::OK, &job.to_object(), headers)
             }
-            Ok(job_response(HttpResponse::Ok(), &job))
-        }
-        CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
-            detail: format!(
-                "job {job_id} already {}; it cannot be cancelled",
-                job.status.as_str()
-            ),
-            extra: None,
-        }),
-        CancelOutcome::NotFound => Err(not_found(&job_id)),
-    }
+            CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
+                detail: format!(
+                    "job {job_id} already {}; it cannot be cancelled",
+                    job.status.as_str()
+                ),
+                extra: None,
+            }),
+            CancelOutcome::NotFound => Err(not_found(&job_id)),
+        },
+    )
+    .await?;
+    // Wakes this process's long polls; other processes hear the NOTIFY.
+    state.signals.job_finished(&job_id);
+    Ok(response)
 }
 
 /// List jobs, newest first.

@@ -1,10 +1,10 @@
 use std::collections::HashMap;
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::{Deserialize, Serialize};
 use shared::{
     ledger::{FieldError, LedgerEntry, LedgerEntryInput},
-    store::ImportOutcome,
+    store::{ImportOutcome, WriteTx},
 };
 use utoipa::ToSchema;
 
@@ -12,6 +12,7 @@ use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
+    idempotency::{Answer, IdempotencyKey, execute},
     state::AppState,
 };
 
@@ -44,16 +45,32 @@ pub struct ImportResponse {
 )]
 pub async fn import(
     tenant: Tenant,
+    key: IdempotencyKey,
     state: web::Data<AppState>,
     request: HttpRequest,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
     let import: ImportRequest = json_body(&request, &body)?;
     let entries = validate(&import.entries)?;
-    match state.store.import_entries(&tenant.0, &entries).await? {
-        ImportOutcome::Imported { inserted, skipped } => {
-            Ok(HttpResponse::Ok().json(ImportResponse { inserted, skipped }))
-        }
+    let (response, _) = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
+        import_validated(&state, tx, &tenant.0, &entries).await
+    })
+    .await?;
+    Ok(response)
+}
+
+async fn import_validated(
+    state: &AppState,
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    entries: &[LedgerEntry],
+) -> ApiResult<Answer> {
+    match state.store.import_entries(tx, tenant_id, entries).await? {
+        ImportOutcome::Imported { inserted, skipped } => Answer::json(
+            StatusCode::OK,
+            &ImportResponse { inserted, skipped },
+            Vec::new(),
+        ),
         ImportOutcome::Conflict { ids } => Err(ApiError::Conflict {
             detail: format!(
                 "{} entr{} already stored with different content; nothing was imported",

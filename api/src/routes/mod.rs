@@ -7,7 +7,7 @@ use actix_web::{HttpResponse, http::header};
 use shared::model::Job;
 
 /// `Retry-After` while a job is not final, in seconds.
-const POLL_AFTER_SECS: &str = "1";
+pub const POLL_AFTER_SECS: &str = "1";
 
 /// A job object answer, with `Retry-After` while the job is not final.
 pub fn job_response(mut builder: actix_web::HttpResponseBuilder, job: &Job) -> HttpResponse {

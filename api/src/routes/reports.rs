@@ -1,4 +1,8 @@
-use actix_web::{HttpRequest, HttpResponse, http::header, web};
+use actix_web::{
+    HttpRequest, HttpResponse,
+    http::{StatusCode, header},
+    web,
+};
 use serde_json::Value;
 use shared::{
     model::{JobObject, new_job_id},
@@ -6,11 +10,12 @@ use shared::{
     store::NewJob,
 };
 
-use super::job_response;
+use super::POLL_AFTER_SECS;
 use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
+    idempotency::{Answer, IdempotencyKey, execute},
     state::AppState,
 };
 
@@ -34,6 +39,7 @@ use crate::{
 )]
 pub async fn submit(
     tenant: Tenant,
+    key: IdempotencyKey,
     state: web::Data<AppState>,
     kind: web::Path<String>,
     request: HttpRequest,
@@ -54,19 +60,34 @@ pub async fn submit(
             errors,
         },
     })?;
-    let job = state
-        .store
-        .submit_job(&NewJob {
-            job_id: new_job_id(),
-            tenant_id: tenant.0,
-            kind: kind_name,
-            params: params.to_string(),
-            max_attempts: kind.max_attempts(),
-        })
-        .await?;
-    state.signals.outbox_changed();
-    metrics::counter!("receipt_jobs_submitted_total", "kind" => job.kind.clone()).increment(1);
-    let mut builder = HttpResponse::Accepted();
-    builder.insert_header((header::LOCATION, format!("/v1/jobs/{}", job.job_id)));
-    Ok(job_response(builder, &job))
+    let new_job = NewJob {
+        job_id: new_job_id(),
+        tenant_id: tenant.0.clone(),
+        kind: kind_name.clone(),
+        params: params.to_string(),
+        max_attempts: kind.max_attempts(),
+    };
+    let (response, ran) = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
+        // The job row, its outbox row and (in `execute`) the key's stored
+        // answer commit together: a 202 is never sent for a job that is
+        // not durable, nor stored for one that is not.
+        let job = state.store.insert_job(tx, &new_job).await?;
+        Answer::json(
+            StatusCode::ACCEPTED,
+            &job.to_object(),
+            vec![
+                (
+                    header::LOCATION.to_string(),
+                    format!("/v1/jobs/{}", job.job_id),
+                ),
+                (header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()),
+            ],
+        )
+    })
+    .await?;
+    if ran {
+        state.signals.outbox_changed();
+        metrics::counter!("receipt_jobs_submitted_total", "kind" => kind_name).increment(1);
+    }
+    Ok(response)
 }

@@ -193,15 +193,19 @@ impl Store {
 
     /// API.md's cancel: a queued job is cancelled at once, a running one is
     /// asked to stop at its next checkpoint.
-    pub async fn cancel_job(&self, tenant_id: &str, job_id: &str) -> Result<CancelOutcome> {
-        let mut tx = self.begin_write().await?;
+    pub async fn cancel_job(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        tenant_id: &str,
+        job_id: &str,
+    ) -> Result<CancelOutcome> {
         let row = sqlx::query(built(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2{}",
             self.dialect.for_update()
         )))
         .bind(job_id)
         .bind(tenant_id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await?;
         let Some(job) = row.as_ref().map(job_from_row).transpose()? else {
             return Ok(CancelOutcome::NotFound);
@@ -214,10 +218,10 @@ impl Store {
                 )))
                 .bind(job_id)
                 .bind(now_ms())
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut **tx)
                 .await?;
-                delete_outbox(&mut tx, job_id).await?;
-                self.notify_finished(&mut tx, job_id).await?;
+                delete_outbox(tx, job_id).await?;
+                self.notify_finished(tx, job_id).await?;
                 CancelOutcome::Done(job_from_row(&row)?)
             }
             JobStatus::Running => {
@@ -225,14 +229,13 @@ impl Store {
                     "UPDATE jobs SET cancel_requested = 1 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
                 )))
                 .bind(job_id)
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut **tx)
                 .await?;
                 CancelOutcome::Done(job_from_row(&row)?)
             }
             JobStatus::Cancelled => CancelOutcome::Done(job),
             JobStatus::Succeeded | JobStatus::Failed => CancelOutcome::Conflict(job),
         };
-        tx.commit().await?;
         Ok(outcome)
     }
 

@@ -64,10 +64,13 @@ impl Store {
     /// transaction, settles concurrent imports of the same ids.
     pub async fn import_entries(
         &self,
+        outer: &mut super::WriteTx,
         tenant_id: &str,
         entries: &[LedgerEntry],
     ) -> Result<ImportOutcome> {
-        let mut tx = self.begin_write().await?;
+        // A savepoint: a conflicting batch is undone without ending the
+        // caller's transaction, which still records the 409 answer.
+        let mut tx = sqlx::Connection::begin(&mut **outer).await?;
         let now = now_ms();
         let mut inserted_ids = std::collections::HashSet::new();
         for chunk in entries.chunks(INSERT_CHUNK) {

@@ -3,6 +3,7 @@
 //! databases through sqlx's `Any` driver; where their dialects differ, a
 //! `Dialect` method says so.
 
+mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
@@ -15,6 +16,7 @@ use sqlx::{
     migrate::Migrator,
 };
 
+pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
 pub use keys::{hash_key, new_key};
 pub use ledger::{GstRow, ImportOutcome};
@@ -27,6 +29,10 @@ const MIGRATIONS_TABLE: &str = "receipt_migrations";
 
 /// The Postgres NOTIFY channel a final status is announced on.
 pub const FINISHED_CHANNEL: &str = "receipt_job_finished";
+
+/// A transaction that writes; store functions that take one compose into
+/// the caller's transaction.
+pub type WriteTx = Transaction<'static, Any>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -146,7 +152,7 @@ impl Store {
     /// A transaction that will write. SQLite takes the write lock at BEGIN,
     /// so two writers queue on `busy_timeout` instead of one failing when it
     /// upgrades a read lock.
-    async fn begin_write(&self) -> Result<Transaction<'static, Any>> {
+    pub async fn begin_write(&self) -> Result<WriteTx> {
         let tx = match self.dialect {
             Dialect::Postgres => self.pool.begin().await?,
             Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,

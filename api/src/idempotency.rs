@@ -1,0 +1,283 @@
+//! The `Idempotency-Key` layer every POST goes through, written once.
+//!
+//! A handler validates its input first (refusals store nothing), then hands
+//! its effect to [`execute`], which runs it in one transaction with the
+//! key's lookup and the stored response: a retried request replays the
+//! first answer byte for byte, a concurrent one waits for the first to
+//! commit and replays it, and a request with another body under the same
+//! key is refused with 422.
+
+use actix_web::{
+    FromRequest, HttpRequest, HttpResponse, ResponseError,
+    dev::Payload,
+    http::{StatusCode, header},
+};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use shared::store::{KeyLookup, StoredResponse, WriteTx};
+
+use crate::{
+    error::{ApiError, ApiResult},
+    state::AppState,
+};
+
+pub const HEADER: &str = "idempotency-key";
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// The request's `Idempotency-Key`, if it sent one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(pub Option<String>);
+
+/// A key as API.md allows it: 1 to 255 visible ASCII characters, bare or
+/// as a structured-field string (`"abc"`, with `\"` and `\\` escapes).
+pub fn parse_key(raw: &[u8]) -> Result<String, String> {
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| "the Idempotency-Key is not ASCII".to_owned())?
+        .trim_matches([' ', '\t']);
+    let key = if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') {
+        let mut key = String::with_capacity(text.len());
+        let mut chars = text[1..text.len() - 1].chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some(escaped @ ('"' | '\\')) => key.push(escaped),
+                    _ => return Err("the quoted Idempotency-Key has a bad escape".into()),
+                },
+                '"' => return Err("the quoted Idempotency-Key has an unescaped quote".into()),
+                other => key.push(other),
+            }
+        }
+        key
+    } else {
+        text.to_owned()
+    };
+    if key.is_empty() || key.len() > 255 {
+        return Err("the Idempotency-Key must be 1 to 255 characters".into());
+    }
+    if !key.bytes().all(|b| (b'!'..=b'~').contains(&b)) {
+        return Err("the Idempotency-Key may hold only visible ASCII characters (! to ~)".into());
+    }
+    Ok(key)
+}
+
+impl FromRequest for IdempotencyKey {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let mut values = request.headers().get_all(HEADER);
+        let result = match (values.next(), values.next()) {
+            (None, _) => Ok(IdempotencyKey(None)),
+            (Some(_), Some(_)) => Err(ApiError::BadRequest(
+                "send one Idempotency-Key header, not several".into(),
+            )),
+            (Some(value), None) => parse_key(value.as_bytes())
+                .map(|key| IdempotencyKey(Some(key)))
+                .map_err(ApiError::BadRequest),
+        };
+        std::future::ready(result)
+    }
+}
+
+/// What identifies "the same request": method, path, and the body as
+/// canonical JSON (key order and white space do not count).
+pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
+    let canonical_body = match serde_json::from_slice::<Value>(body) {
+        Ok(value) => canonical_json(&value),
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
+    let digest = Sha256::new()
+        .chain_update(request.method().as_str())
+        .chain_update(b"\n")
+        .chain_update(request.path())
+        .chain_update(b"\n")
+        .chain_update(canonical_body)
+        .finalize();
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// JSON with object keys sorted at every level and no white space.
+pub fn canonical_json(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let members: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), canonical_json(v)))
+                .collect();
+            format!("{{{}}}", members.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical_json).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// An answer an effect produced: sent now, and stored against the key.
+#[derive(Debug, Clone)]
+pub struct Answer(pub StoredResponse);
+
+impl Answer {
+    pub fn json(
+        status: StatusCode,
+        body: &impl serde::Serialize,
+        headers: Vec<(String, String)>,
+    ) -> ApiResult<Self> {
+        let body = serde_json::to_vec(body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut all = vec![(
+            header::CONTENT_TYPE.to_string(),
+            "application/json".to_owned(),
+        )];
+        all.extend(headers);
+        Ok(Answer(StoredResponse {
+            status: status.as_u16(),
+            headers: all,
+            body,
+        }))
+    }
+
+    pub fn status(&self) -> u16 {
+        self.0.status
+    }
+
+    /// The answer of a client error the effect ended with.
+    fn from_error(error: &ApiError) -> Self {
+        let (status, headers, body) = error.parts();
+        Answer(StoredResponse {
+            status: status.as_u16(),
+            headers,
+            body,
+        })
+    }
+
+    fn into_response(self, replayed: bool) -> HttpResponse {
+        let status =
+            StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut builder = HttpResponse::build(status);
+        for (name, value) in self.0.headers {
+            builder.insert_header((name, value));
+        }
+        if replayed {
+            builder.insert_header((REPLAYED_HEADER, "true"));
+        }
+        builder.body(self.0.body)
+    }
+}
+
+/// Runs `effect` once per key. Without a key it simply runs, in a
+/// transaction. A 5xx (an `Err` that is not a client error) rolls
+/// everything back and stores nothing, so a retry runs again.
+pub async fn execute<F>(
+    state: &AppState,
+    tenant_id: &str,
+    key: &IdempotencyKey,
+    request: &HttpRequest,
+    body: &[u8],
+    effect: F,
+) -> ApiResult<(HttpResponse, bool)>
+where
+    F: AsyncFnOnce(&mut WriteTx) -> ApiResult<Answer>,
+{
+    let store = &state.store;
+    let fingerprint = key.0.as_ref().map(|_| fingerprint(request, body));
+    let mut tx = store.begin_write().await?;
+    if let (Some(key), Some(fingerprint)) = (&key.0, &fingerprint) {
+        match store
+            .lookup_idempotency_key(&mut tx, tenant_id, key, fingerprint)
+            .await?
+        {
+            KeyLookup::New => {}
+            found => return replay_or_refuse(found, key),
+        }
+    }
+    let answer = match effect(&mut tx).await {
+        Ok(answer) => answer,
+        Err(error) if error.status_code().is_client_error() => Answer::from_error(&error),
+        Err(error) => return Err(error),
+    };
+    if let (Some(key), Some(fingerprint)) = (&key.0, &fingerprint) {
+        let ttl = shared::time::duration_ms(state.idempotency_ttl);
+        if !store
+            .save_idempotency_key(&mut tx, tenant_id, key, fingerprint, ttl, &answer.0)
+            .await?
+        {
+            // Another request with this key committed first: undo ours and
+            // answer as it did.
+            tx.rollback().await.map_err(shared::Error::from)?;
+            let mut tx = store.begin_write().await?;
+            let found = store
+                .lookup_idempotency_key(&mut tx, tenant_id, key, fingerprint)
+                .await?;
+            return replay_or_refuse(found, key);
+        }
+    }
+    tx.commit().await.map_err(shared::Error::from)?;
+    let ran = true;
+    Ok((answer.into_response(false), ran))
+}
+
+fn replay_or_refuse(found: KeyLookup, key: &str) -> ApiResult<(HttpResponse, bool)> {
+    match found {
+        KeyLookup::Replay(stored) => Ok((Answer(stored).into_response(true), false)),
+        KeyLookup::Mismatch => Err(ApiError::Validation {
+            detail: format!(
+                "the Idempotency-Key {key:?} was used with a different request (method, path or body)"
+            ),
+            errors: vec![shared::ledger::FieldError::new(
+                "Idempotency-Key",
+                "was already used with a different request",
+            )],
+        }),
+        // The row vanished between the two reads (it expired): the client
+        // may simply retry.
+        KeyLookup::New => Err(ApiError::Conflict {
+            detail: format!("the Idempotency-Key {key:?} is being processed; retry"),
+            extra: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_accepted_bare_or_quoted() {
+        assert_eq!(parse_key(b"abc-123").unwrap(), "abc-123");
+        assert_eq!(parse_key(b"\"abc-123\"").unwrap(), "abc-123");
+        assert_eq!(parse_key(br#""a\"b\\c""#).unwrap(), r#"a"b\c"#);
+        assert_eq!(parse_key(&[b'k'; 255]).unwrap().len(), 255);
+    }
+
+    #[test]
+    fn keys_outside_visible_ascii_or_length_are_refused() {
+        for bad in [
+            &b""[..],
+            b"\"\"",
+            b"a b",
+            b"caf\xc3\xa9",
+            b"tab\there",
+            b"\"a\\nb\"",
+            b"\"a\"b\"",
+        ] {
+            assert!(
+                parse_key(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(parse_key(&[b'k'; 256]).is_err());
+    }
+
+    #[test]
+    fn canonical_json_ignores_key_order_and_space() {
+        let a: Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#).unwrap();
+        assert_eq!(canonical_json(&a), canonical_json(&b));
+        let c: Value = serde_json::from_str(r#"{"a":"s","b":[{"x":1,"y":2},1]}"#).unwrap();
+        assert_ne!(canonical_json(&a), canonical_json(&c));
+    }
+}
