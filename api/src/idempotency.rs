@@ -34,7 +34,11 @@ pub fn parse_key(raw: &[u8]) -> Result<String, String> {
     let text = std::str::from_utf8(raw)
         .map_err(|_| "the Idempotency-Key is not ASCII".to_owned())?
         .trim_matches([' ', '\t']);
-    let key = if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') {
+    // A leading quote starts a structured-field string, which must close.
+    let key = if text.starts_with('"') {
+        if text.len() < 2 || !text.ends_with('"') {
+            return Err("the quoted Idempotency-Key has no closing quote".into());
+        }
         let mut key = String::with_capacity(text.len());
         let mut chars = text[1..text.len() - 1].chars();
         while let Some(c) = chars.next() {
@@ -257,6 +261,8 @@ mod tests {
         for bad in [
             &b""[..],
             b"\"\"",
+            b"\"open",
+            b"\"",
             b"a b",
             b"caf\xc3\xa9",
             b"tab\there",

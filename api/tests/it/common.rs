@@ -121,6 +121,19 @@ impl TestEnv {
         env
     }
 
+    /// Runs raw SQL on the test's database (to break it on purpose).
+    pub async fn execute_sql(&self, sql: &str) {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&self.database_url)
+            .await
+            .expect("the test database");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&pool)
+            .await
+            .expect("test sql");
+        pool.close().await;
+    }
+
     /// The store, for assertions on what was written.
     pub async fn store(&self) -> shared::store::Store {
         let url = match self.backend {

@@ -4,6 +4,7 @@
 
 mod common;
 mod errors;
+mod idempotency;
 mod lifecycle;
 mod reports;
 mod worker_behaviour;

@@ -1,0 +1,374 @@
+//! API.md's Idempotency section: a retried POST does its work once.
+
+use std::collections::HashSet;
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::common::{Api, Backend, Reply, TestEnv};
+
+async fn post_with_key(api: &Api, path: &str, key: &str, body: &str) -> Reply {
+    Api::read(
+        api.client
+            .request(Method::POST, api.url(path))
+            .bearer_auth(&api.key)
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(body.to_owned()),
+    )
+    .await
+}
+
+async fn job_count(api: &Api) -> usize {
+    api.get("/v1/jobs?limit=200").await.json()["data"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+async fn the_same_key_twice_makes_one_job_and_replays_the_answer_byte_for_byte(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+
+    let first = post_with_key(&api, "/v1/reports/sleep", "order-17", r#"{"ms": 5}"#).await;
+    let second = post_with_key(&api, "/v1/reports/sleep", "order-17", r#"{"ms": 5}"#).await;
+
+    assert_eq!(first.status, StatusCode::ACCEPTED);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    assert_eq!(second.status, StatusCode::ACCEPTED);
+    assert_eq!(second.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        second.text, first.text,
+        "the body is replayed byte for byte"
+    );
+    assert_eq!(second.header("location"), first.header("location"));
+    assert_eq!(second.header("content-type"), Some("application/json"));
+    assert_eq!(job_count(&api).await, 1);
+
+    // Quoted as a structured-field string, it is the same key.
+    let quoted = post_with_key(&api, "/v1/reports/sleep", "\"order-17\"", r#"{"ms": 5}"#).await;
+    assert_eq!(quoted.text, first.text);
+    assert_eq!(job_count(&api).await, 1);
+}
+
+async fn a_reordered_body_replays_and_a_changed_one_is_refused(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let first = post_with_key(
+        &api,
+        "/v1/reports/sleep",
+        "k1",
+        r#"{"ms": 5, "fail_times": 1}"#,
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::ACCEPTED);
+
+    let reordered = post_with_key(
+        &api,
+        "/v1/reports/sleep",
+        "k1",
+        "{ \"fail_times\" : 1,\n \"ms\" : 5 }",
+    )
+    .await;
+    assert_eq!(reordered.header("idempotent-replayed"), Some("true"));
+    assert_eq!(reordered.text, first.text);
+
+    let changed = post_with_key(
+        &api,
+        "/v1/reports/sleep",
+        "k1",
+        r#"{"ms": 6, "fail_times": 1}"#,
+    )
+    .await;
+    let problem = changed.assert_problem(422);
+    assert!(
+        problem["detail"].as_str().unwrap().contains("k1"),
+        "names the key: {problem}"
+    );
+
+    let other_path = post_with_key(
+        &api,
+        "/v1/reports/gst-summary",
+        "k1",
+        r#"{"month": "2026-10"}"#,
+    )
+    .await;
+    other_path.assert_problem(422);
+    assert_eq!(job_count(&api).await, 1);
+}
+
+async fn bad_keys_are_refused_with_400_and_change_nothing(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let too_long = "k".repeat(256);
+    for key in [
+        "",
+        "has space",
+        "\"\"",
+        "\"unterminated",
+        too_long.as_str(),
+        "tab\tin",
+    ] {
+        let reply = post_with_key(&api, "/v1/reports/sleep", key, r#"{"ms": 5}"#).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "key {key:?}: {}",
+            reply.text
+        );
+        reply.assert_problem(400);
+    }
+    let non_ascii = Api::read(
+        api.client
+            .post(api.url("/v1/reports/sleep"))
+            .bearer_auth(&api.key)
+            .header("content-type", "application/json")
+            .header(
+                "idempotency-key",
+                reqwest::header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+            )
+            .body(r#"{"ms": 5}"#),
+    )
+    .await;
+    non_ascii.assert_problem(400);
+    let longest = "k".repeat(255);
+    let reply = post_with_key(&api, "/v1/reports/sleep", &longest, r#"{"ms": 5}"#).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED);
+    assert_eq!(job_count(&api).await, 1);
+}
+
+async fn fifty_concurrent_requests_with_one_key_do_the_work_once(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let entries = json!({"entries": [
+        {"id": "c-1", "date": "2026-10-01", "direction": "sale", "amount": "100.00", "gst_rate": "18"},
+        {"id": "c-2", "date": "2026-10-02", "direction": "purchase", "amount": "50.00", "gst_rate": "5"}
+    ]})
+    .to_string();
+    for (path, key, body) in [
+        (
+            "/v1/reports/sleep",
+            "burst-submit",
+            r#"{"ms": 1}"#.to_owned(),
+        ),
+        ("/v1/ledger/entries", "burst-import", entries),
+    ] {
+        let replies =
+            futures::future::join_all((0..50).map(|_| post_with_key(&api, path, key, &body))).await;
+        let originals: Vec<&Reply> = replies
+            .iter()
+            .filter(|r| r.status.is_success() && r.header("idempotent-replayed").is_none())
+            .collect();
+        assert_eq!(originals.len(), 1, "exactly one request ran for {path}");
+        for reply in &replies {
+            assert!(
+                !reply.status.is_server_error(),
+                "{path}: {} {}",
+                reply.status,
+                reply.text
+            );
+            if reply.status == StatusCode::CONFLICT {
+                reply.assert_problem(409);
+            } else {
+                assert_eq!(
+                    reply.text, originals[0].text,
+                    "{path}: every other answer is the replay"
+                );
+            }
+        }
+    }
+    assert_eq!(job_count(&api).await, 1);
+    let import = api.import(json!([
+        {"id": "c-1", "date": "2026-10-01", "direction": "sale", "amount": "100.00", "gst_rate": "18"},
+        {"id": "c-2", "date": "2026-10-02", "direction": "purchase", "amount": "50.00", "gst_rate": "5"}
+    ]))
+    .await;
+    assert_eq!(
+        import.json(),
+        json!({"inserted": 0, "skipped": 2}),
+        "the burst stored each entry once"
+    );
+}
+
+async fn the_same_key_in_two_tenants_is_two_keys(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let other = api.as_tenant_b();
+    let a = post_with_key(&api, "/v1/reports/sleep", "shared", r#"{"ms": 5}"#).await;
+    let b = post_with_key(&other, "/v1/reports/sleep", "shared", r#"{"ms": 5}"#).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED);
+    assert_eq!(b.status, StatusCode::ACCEPTED);
+    assert_eq!(b.header("idempotent-replayed"), None);
+    assert_ne!(a.json()["job_id"], b.json()["job_id"]);
+    assert_eq!(job_count(&api).await, 1);
+    assert_eq!(job_count(&other).await, 1);
+}
+
+async fn a_refused_request_stores_nothing_so_the_corrected_one_runs(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let bad = post_with_key(
+        &api,
+        "/v1/reports/gst-summary",
+        "fix-me",
+        r#"{"month": "2026-13"}"#,
+    )
+    .await;
+    bad.assert_problem(422);
+    let malformed = post_with_key(&api, "/v1/reports/gst-summary", "fix-me", r#"{"month": "#).await;
+    malformed.assert_problem(400);
+    let good = post_with_key(
+        &api,
+        "/v1/reports/gst-summary",
+        "fix-me",
+        r#"{"month": "2026-10"}"#,
+    )
+    .await;
+    assert_eq!(good.status, StatusCode::ACCEPTED, "{}", good.text);
+    assert_eq!(good.header("idempotent-replayed"), None);
+    assert_eq!(job_count(&api).await, 1);
+}
+
+async fn a_request_that_ends_in_a_5xx_stores_nothing_and_its_retry_runs(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    // A trigger makes the job insert fail inside the request's transaction.
+    let (create, drop) = match backend {
+        Backend::Sqlite => (
+            "CREATE TRIGGER break_jobs BEFORE INSERT ON jobs BEGIN SELECT RAISE(ABORT, 'broken on purpose'); END;",
+            "DROP TRIGGER break_jobs;",
+        ),
+        Backend::PgRedis => (
+            "CREATE FUNCTION break_jobs() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'broken on purpose'; END $$;
+             CREATE TRIGGER break_jobs BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION break_jobs();",
+            "DROP TRIGGER break_jobs ON jobs; DROP FUNCTION break_jobs();",
+        ),
+    };
+    env.execute_sql(create).await;
+    let failed = post_with_key(&api, "/v1/reports/sleep", "retry-me", r#"{"ms": 5}"#).await;
+    failed.assert_problem(500);
+    assert!(
+        !failed.text.contains("broken on purpose"),
+        "a 500 sends nothing of its cause"
+    );
+    env.execute_sql(drop).await;
+
+    let retried = post_with_key(&api, "/v1/reports/sleep", "retry-me", r#"{"ms": 5}"#).await;
+    assert_eq!(retried.status, StatusCode::ACCEPTED, "{}", retried.text);
+    assert_eq!(retried.header("idempotent-replayed"), None, "the retry ran");
+    assert_eq!(job_count(&api).await, 1);
+}
+
+async fn an_expired_key_is_new_again(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "false"), ("IDEMPOTENCY_TTL", "1s")])
+        .await;
+    let first = post_with_key(&api, "/v1/reports/sleep", "short-lived", r#"{"ms": 5}"#).await;
+    let replay = post_with_key(&api, "/v1/reports/sleep", "short-lived", r#"{"ms": 5}"#).await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    let after = post_with_key(&api, "/v1/reports/sleep", "short-lived", r#"{"ms": 5}"#).await;
+    assert_eq!(after.status, StatusCode::ACCEPTED);
+    assert_eq!(after.header("idempotent-replayed"), None);
+    assert_ne!(after.json()["job_id"], first.json()["job_id"]);
+    assert_eq!(job_count(&api).await, 2);
+}
+
+async fn a_cancel_with_a_key_is_replayed(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let job = api.submit("sleep", json!({"ms": 5})).await;
+    let path = format!("/v1/jobs/{}/cancel", job["job_id"].as_str().unwrap());
+    let first = post_with_key(&api, &path, "stop-it", "").await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    assert_eq!(first.json()["status"], "CANCELLED");
+    let again = post_with_key(&api, &path, "stop-it", "").await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.text, first.text);
+}
+
+/// Many clients, a lossy network: a share of the replies is "lost" (the
+/// client does not read it, as after a timeout) and the client retries with
+/// the same key until it gets an answer. Every intent is done exactly once.
+async fn a_lossy_network_with_retries_does_each_intent_once(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    const CLIENTS: u64 = 8;
+    const INTENTS_PER_CLIENT: usize = 12;
+    let results = futures::future::join_all((0..CLIENTS).map(|client| {
+        let api = &api;
+        async move {
+            let mut rng = StdRng::seed_from_u64(0x5eed + client);
+            let mut entry_ids = Vec::new();
+            for intent in 0..INTENTS_PER_CLIENT {
+                let key = format!("client-{client}-intent-{intent}");
+                let (path, body) = if intent % 3 == 0 {
+                    let id = format!("e-{client}-{intent}");
+                    entry_ids.push(id.clone());
+                    let body = json!({"entries": [{"id": id, "date": "2026-10-09",
+                        "direction": "sale", "amount": format!("{}.00", intent + 1), "gst_rate": "12"}]});
+                    ("/v1/ledger/entries", body.to_string())
+                } else {
+                    ("/v1/reports/sleep", json!({"ms": intent}).to_string())
+                };
+                let mut answered = false;
+                let mut tries = 0;
+                while !answered {
+                    tries += 1;
+                    assert!(tries < 50, "intent {key} never got an answer");
+                    let lost = rng.random_bool(0.35);
+                    let request = api
+                        .client
+                        .post(api.url(path))
+                        .bearer_auth(&api.key)
+                        .header("content-type", "application/json")
+                        .header("idempotency-key", &key)
+                        .body(body.clone());
+                    let response = request.send().await.expect("request");
+                    let status = response.status();
+                    assert!(!status.is_server_error(), "{key}: {status}");
+                    if lost {
+                        drop(response);
+                        continue;
+                    }
+                    answered = status.is_success();
+                }
+            }
+            entry_ids
+        }
+    }))
+    .await;
+    let entry_ids: HashSet<String> = results.into_iter().flatten().collect();
+    let job_intents = CLIENTS as usize * INTENTS_PER_CLIENT - entry_ids.len();
+    assert_eq!(job_count(&api).await, job_intents);
+    let all_entries: Vec<Value> = entry_ids
+        .iter()
+        .map(|id| {
+            let n: usize = id.rsplit('-').next().unwrap().parse().unwrap();
+            json!({"id": id, "date": "2026-10-09", "direction": "sale",
+                   "amount": format!("{}.00", n + 1), "gst_rate": "12"})
+        })
+        .collect();
+    let check = api.import(Value::Array(all_entries)).await;
+    assert_eq!(
+        check.json(),
+        json!({"inserted": 0, "skipped": entry_ids.len()}),
+        "every entry was stored once, none lost"
+    );
+}
+
+crate::on_both_backends!(
+    the_same_key_twice_makes_one_job_and_replays_the_answer_byte_for_byte,
+    a_reordered_body_replays_and_a_changed_one_is_refused,
+    bad_keys_are_refused_with_400_and_change_nothing,
+    fifty_concurrent_requests_with_one_key_do_the_work_once,
+    the_same_key_in_two_tenants_is_two_keys,
+    a_refused_request_stores_nothing_so_the_corrected_one_runs,
+    a_request_that_ends_in_a_5xx_stores_nothing_and_its_retry_runs,
+    an_expired_key_is_new_again,
+    a_cancel_with_a_key_is_replayed,
+    a_lossy_network_with_retries_does_each_intent_once,
+);
