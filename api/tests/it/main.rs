@@ -4,6 +4,7 @@
 
 mod common;
 mod errors;
+mod exactly_once;
 mod idempotency;
 mod lifecycle;
 mod reports;
