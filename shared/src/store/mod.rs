@@ -186,14 +186,11 @@ fn sqlite_url_creating(url: &str) -> Result<String> {
         .split('?')
         .next()
         .unwrap_or_default();
-    if !path.is_empty() && path != ":memory:" {
-        if let Some(parent) = std::path::Path::new(path).parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    crate::Error::Config(format!("cannot create {}: {e}", parent.display()))
-                })?;
-            }
-        }
+    let parent = std::path::Path::new(path).parent();
+    if let Some(parent) = parent.filter(|p| path != ":memory:" && !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            crate::Error::Config(format!("cannot create {}: {e}", parent.display()))
+        })?;
     }
     Ok(if url.contains('?') {
         url.to_owned()
