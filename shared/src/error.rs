@@ -36,12 +36,14 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-/// Postgres codes for a server that is starting, stopping or overloaded, and
-/// SQLite's busy/locked, all of which pass.
+/// Postgres codes for a server that is starting, stopping, overloaded or
+/// not accepting connections to the database (55000), and SQLite's
+/// busy/locked, all of which pass.
 fn is_unavailable_code(code: Option<&str>) -> bool {
     matches!(
         code,
-        Some("57P01" | "57P02" | "57P03" | "53300" | "08006" | "08001" | "08004" | "5" | "6")
+        Some("57P01" | "57P02" | "57P03" | "53300" | "55000" | "08006" | "08001" | "08004")
+            | Some("5" | "6")
     )
 }
 

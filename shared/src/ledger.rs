@@ -213,6 +213,19 @@ impl LedgerEntryInput {
                 "must be one of \"0\", \"0.25\", \"3\", \"5\", \"12\", \"18\", \"28\"",
             ));
         }
+        // Postgres text cannot hold NUL; refuse it on every backend alike.
+        for (field, text) in [
+            ("id", &self.id),
+            ("party", &self.party),
+            ("description", &self.description),
+        ] {
+            if text.contains('\0') {
+                errors.push(FieldError::new(
+                    format!("{at}.{field}"),
+                    "must not contain the NUL character",
+                ));
+            }
+        }
         if self.party.chars().count() > 500 {
             errors.push(FieldError::new(
                 format!("{at}.party"),

@@ -38,6 +38,13 @@ fn not_found(job_id: &str) -> ApiError {
     ApiError::NotFound(format!("there is no job {job_id}"))
 }
 
+/// Whether `text` has the form of a job id (`job_` + 32 hex digits). Any
+/// other id names no job, and is not sent to the database (Postgres refuses
+/// text with a NUL, for one).
+fn is_job_id(text: &str) -> bool {
+    text.starts_with("job_") && text.len() == 36 && text[4..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Get a job; `?wait=N` holds the request until the job is final or N
 /// seconds pass.
 #[utoipa::path(
@@ -58,6 +65,9 @@ pub async fn get(
     job_id: web::Path<String>,
     query: web::Query<HashMap<String, String>>,
 ) -> ApiResult<HttpResponse> {
+    if !is_job_id(&job_id) {
+        return Err(not_found(&job_id));
+    }
     let wait = match query.get("wait") {
         None => 0,
         Some(text) => text
@@ -128,6 +138,9 @@ pub async fn result(
     job_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
+    if !is_job_id(&job_id) {
+        return Err(not_found(&job_id));
+    }
     let job = state
         .store
         .get_job(&tenant.0, &job_id)
@@ -147,15 +160,15 @@ pub async fn result(
         .job_result(&tenant.0, &job_id)
         .await?
         .ok_or_else(|| ApiError::Internal(format!("job {job_id} succeeded without a result")))?;
-    if wants_csv(&request) {
-        if let Some(kind) = state.registry.get(&job.kind) {
-            let value: serde_json::Value = serde_json::from_str(&body)
-                .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
-            if let Some(csv) = kind.to_csv(&value) {
-                return Ok(HttpResponse::Ok()
-                    .content_type("text/csv; charset=utf-8")
-                    .body(csv));
-            }
+    if wants_csv(&request)
+        && let Some(kind) = state.registry.get(&job.kind)
+    {
+        let value: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
+        if let Some(csv) = kind.to_csv(&value) {
+            return Ok(HttpResponse::Ok()
+                .content_type("text/csv; charset=utf-8")
+                .body(csv));
         }
     }
     Ok(HttpResponse::Ok()
@@ -197,6 +210,9 @@ pub async fn cancel(
     job_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
+    if !is_job_id(&job_id) {
+        return Err(not_found(&job_id));
+    }
     // A cancel has no body: its fingerprint is its method and path.
     let (response, _) = execute(
         &state,
@@ -273,16 +289,18 @@ pub async fn list(
         },
     };
     let before = query.get("cursor").filter(|c| !c.is_empty()).cloned();
-    if let Some(cursor) = &before {
-        let plausible = cursor.starts_with("job_")
-            && cursor.len() == 36
-            && cursor[4..].bytes().all(|b| b.is_ascii_hexdigit());
-        if !plausible {
-            errors.push(shared::ledger::FieldError::new(
-                "cursor",
-                "is not a cursor this API returned",
-            ));
-        }
+    if before.as_deref().is_some_and(|cursor| !is_job_id(cursor)) {
+        errors.push(shared::ledger::FieldError::new(
+            "cursor",
+            "is not a cursor this API returned",
+        ));
+    }
+    if query.get("kind").is_some_and(|kind| kind.contains('\0')) {
+        // No kind has a NUL in its name, and Postgres text cannot hold one.
+        errors.push(shared::ledger::FieldError::new(
+            "kind",
+            "is not the name of a report kind",
+        ));
     }
     if !errors.is_empty() {
         return Err(ApiError::Validation {

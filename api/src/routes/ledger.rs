@@ -50,7 +50,21 @@ pub async fn import(
     request: HttpRequest,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
-    let import: ImportRequest = json_body(&request, &body)?;
+    let import: serde_json::Value = json_body(&request, &body)?;
+    // serde's derive also reads a struct from an array of its fields in
+    // order; the body and each entry must be objects.
+    let objects = import.is_object()
+        && import["entries"]
+            .as_array()
+            .is_none_or(|entries| entries.iter().all(serde_json::Value::is_object));
+    if !objects {
+        return Err(ApiError::BadRequest(
+            "the body must be {\"entries\": [...]}, each entry an object".into(),
+        ));
+    }
+    let import = ImportRequest::deserialize(&import).map_err(|e| {
+        ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
+    })?;
     let entries = validate(&import.entries)?;
     let (response, _) = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
         import_validated(&state, tx, &tenant.0, &entries).await

@@ -95,6 +95,13 @@ pub trait ReportKind: Send + Sync + 'static {
 
 /// Decodes a closed parameter schema, mapping serde's complaint to a 400.
 pub fn decode_params<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
+    // serde's derive also reads a struct from an array of its fields in
+    // order (`["2026-10"]`); parameters are always an object.
+    if !params.is_object() {
+        return Err(ParamsError::Malformed(
+            "the parameters must be a JSON object".into(),
+        ));
+    }
     serde_json::from_value(params.clone()).map_err(|e| ParamsError::Malformed(e.to_string()))
 }
 
