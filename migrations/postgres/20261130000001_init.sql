@@ -12,7 +12,7 @@ CREATE TABLE api_keys (
 -- The source of truth for every job. `attempts` is also the fencing token:
 -- an attempt's writes apply only while it is still the current one.
 CREATE TABLE jobs (
-    job_id           TEXT PRIMARY KEY,        -- job_ + UUIDv7 hex: sorts by time
+    job_id           TEXT COLLATE "C" PRIMARY KEY, -- job_ + UUIDv7 hex: sorts by time
     tenant_id        TEXT NOT NULL,
     kind             TEXT NOT NULL,
     params           TEXT NOT NULL,           -- JSON as submitted
@@ -52,8 +52,9 @@ CREATE INDEX outbox_due ON outbox (publish_at);
 
 CREATE TABLE ledger_entries (
     tenant_id    TEXT NOT NULL,
-    entry_id     TEXT NOT NULL,               -- the client's id
-    entry_date   TEXT NOT NULL,               -- YYYY-MM-DD
+    -- Byte order ("C"), as on SQLite, so exports sort ids alike everywhere.
+    entry_id     TEXT COLLATE "C" NOT NULL,   -- the client's id
+    entry_date   TEXT COLLATE "C" NOT NULL,   -- YYYY-MM-DD
     direction    TEXT NOT NULL CHECK (direction IN ('sale','purchase')),
     amount_paise BIGINT NOT NULL CHECK (amount_paise >= 0),
     rate_centi   BIGINT NOT NULL,             -- GST rate in hundredths of a percent

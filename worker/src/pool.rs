@@ -5,7 +5,12 @@
 //! If the pool dies, [`WorkerPool::run`] returns an error so the process
 //! exits non-zero and its supervisor restarts it.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use apalis::prelude::*;
 use shared::{notify::Signals, settings::Settings, store::Store};
@@ -19,6 +24,45 @@ use crate::{
 /// How often an idle worker looks for new messages (apalis otherwise waits
 /// for its heartbeat, seconds).
 const POLL: Duration = Duration::from_millis(20);
+/// Wakes an idle worker every [`POLL`]. apalis's own `poll_with_interval`
+/// re-arms its timer without polling it, so when a fetch completes at once
+/// nothing wakes the worker again until its next heartbeat (seconds of
+/// pickup latency); this strategy registers the next tick before it reports
+/// this one.
+#[derive(Debug)]
+struct PollEvery {
+    every: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl PollEvery {
+    fn new(every: Duration) -> Self {
+        Self { every, timer: None }
+    }
+}
+
+impl Clone for PollEvery {
+    fn clone(&self) -> Self {
+        Self::new(self.every)
+    }
+}
+
+impl PollStrategy for PollEvery {
+    fn poll_drive(&mut self, cx: &mut Context<'_>, _: &PollSnapshot) -> Poll<Option<()>> {
+        let every = self.every;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        timer.as_mut().reset(tokio::time::Instant::now() + every);
+        // Polling the re-armed timer is what schedules the next wake-up.
+        let _ = timer.as_mut().poll(cx);
+        Poll::Ready(Some(()))
+    }
+}
+
 /// Restarts of a failing apalis worker before the process gives up.
 const MAX_RESTARTS: usize = 20;
 
@@ -131,9 +175,15 @@ impl WorkerPool {
             }};
         }
         match self.queue.clone() {
-            Queue::Redis { storage, .. } => run_monitor!(storage.poll_with_interval(POLL)),
-            Queue::Sqlite(storage) => run_monitor!(storage.poll_with_interval(POLL)),
-            Queue::Postgres(storage) => run_monitor!(storage.poll_with_interval(POLL)),
+            Queue::Redis { storage, .. } => {
+                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL)))
+            }
+            Queue::Sqlite(storage) => {
+                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL)))
+            }
+            Queue::Postgres(storage) => {
+                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL)))
+            }
         }
     }
 }
