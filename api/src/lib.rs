@@ -32,22 +32,23 @@ const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// Registers every route; shared by the server and the OpenAPI test.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     use routes::{jobs, ledger, reports, service};
-    cfg.route("/healthz", web::get().to(service::healthz))
-        .route("/readyz", web::get().to(service::readyz))
-        .route("/metrics", web::get().to(service::metrics))
-        .route("/openapi.json", web::get().to(service::openapi))
+    // One resource per path, so a wrong method answers 405 with `Allow`.
+    cfg.service(web::resource("/healthz").get(service::healthz))
+        .service(web::resource("/readyz").get(service::readyz))
+        .service(web::resource("/metrics").get(service::metrics))
+        .service(web::resource("/openapi.json").get(service::openapi))
         .service(
             web::scope("/v1")
                 .app_data(web::PayloadConfig::new(DEFAULT_BODY_LIMIT))
-                .route("/reports/{kind}", web::post().to(reports::submit))
-                .route("/jobs", web::get().to(jobs::list))
-                .route("/jobs/{job_id}", web::get().to(jobs::get))
-                .route("/jobs/{job_id}/result", web::get().to(jobs::result))
-                .route("/jobs/{job_id}/cancel", web::post().to(jobs::cancel))
+                .service(web::resource("/reports/{kind}").post(reports::submit))
+                .service(web::resource("/jobs").get(jobs::list))
+                .service(web::resource("/jobs/{job_id}").get(jobs::get))
+                .service(web::resource("/jobs/{job_id}/result").get(jobs::result))
+                .service(web::resource("/jobs/{job_id}/cancel").post(jobs::cancel))
                 .service(
                     web::resource("/ledger/entries")
                         .app_data(web::PayloadConfig::new(LEDGER_BODY_LIMIT))
-                        .route(web::post().to(ledger::import)),
+                        .post(ledger::import),
                 ),
         );
 }
