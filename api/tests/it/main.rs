@@ -8,4 +8,5 @@ mod exactly_once;
 mod idempotency;
 mod lifecycle;
 mod reports;
+mod scale;
 mod worker_behaviour;
