@@ -86,7 +86,13 @@ impl Runner {
         if let Some(outcome) = outcome {
             self.finish(&claim, &outcome).await;
         }
-        self.lock_running().remove(&claim.job_id);
+        // Only this attempt's entry: a later attempt of the same job (after
+        // this one's lease lapsed) may run in this process too, and must stay
+        // listed so a forced shutdown hands it back.
+        let mut running = self.lock_running();
+        if running.get(&claim.job_id) == Some(&claim.attempt) {
+            running.remove(&claim.job_id);
+        }
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {

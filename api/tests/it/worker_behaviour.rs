@@ -1,1 +1,663 @@
-//! (being written)
+//! How workers run jobs when things go wrong: cancels in every state,
+//! retries, a worker killed mid-job, stale attempts fenced off, graceful
+//! shutdown, and garbage on the queue.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use shared::{
+    model::{AttemptOutcome, JobErrorObject, JobStatus, new_job_id},
+    store::{LeaseCheck, NewJob, Store},
+    time::now_ms,
+};
+use sqlx::Row;
+
+use crate::common::{Api, Backend, TestEnv};
+
+fn id_of(job: &Value) -> String {
+    job["job_id"].as_str().expect("job_id").to_owned()
+}
+
+fn cancel_path(job_id: &str) -> String {
+    format!("/v1/jobs/{job_id}/cancel")
+}
+
+/// The `worker_id` column of a job: `{QUEUE_NAME}-{pid}-{ulid}` of the
+/// worker process running it, or `None` when no attempt is running.
+async fn worker_id_of(env: &TestEnv, job_id: &str) -> Option<String> {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&env.database_url)
+        .await
+        .expect("the test database");
+    let row = sqlx::query("SELECT worker_id FROM jobs WHERE job_id = $1")
+        .bind(job_id)
+        .fetch_one(&pool)
+        .await
+        .expect("the job row");
+    let worker_id = row.try_get("worker_id").expect("worker_id");
+    pool.close().await;
+    worker_id
+}
+
+/// Polls the job (at most 30 s) until `done` holds for it.
+async fn wait_until(api: &Api, job_id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..600 {
+        let job = api.job(job_id).await;
+        if done(&job) {
+            return job;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("job {job_id}: {what} did not happen within 30 s");
+}
+
+fn time_ms(rfc3339: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339.as_str().expect("a time"))
+        .expect("RFC 3339")
+        .timestamp_millis()
+}
+
+// ---------------------------------------------------------------- cancel
+
+async fn cancelling_a_queued_job_cancels_it_at_once_and_it_never_runs(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    // No worker anywhere: the job stays QUEUED (the relay may still publish
+    // its message, which the worker started below must then ignore).
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 50})).await);
+
+    let reply = api.post(&cancel_path(&job_id), &json!({})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let cancelled = reply.json();
+    assert_eq!(cancelled["status"], "CANCELLED");
+    assert_eq!(cancelled["attempts"], 0);
+    assert_eq!(cancelled["cancel_requested"], false);
+    assert!(cancelled["finished_at"].is_string());
+    assert_eq!(api.job(&job_id).await["status"], "CANCELLED");
+
+    let _worker = env.start_worker(&[]);
+    // A job submitted after the cancelled one running to the end shows the
+    // worker is up and has had the cancelled job's message before it.
+    let later = id_of(&api.submit("sleep", json!({"ms": 50})).await);
+    assert_eq!(api.wait_final(&later).await["status"], "SUCCEEDED");
+
+    let job = api.job(&job_id).await;
+    assert_eq!(job["status"], "CANCELLED");
+    assert_eq!(job["attempts"], 0, "the cancelled job was never claimed");
+    assert!(job["started_at"].is_null());
+    let store = env.store().await;
+    assert_eq!(store.count_results(&job_id).await.unwrap(), 0);
+    api.get(&format!("/v1/jobs/{job_id}/result"))
+        .await
+        .assert_problem(409);
+}
+
+async fn cancelling_a_running_job_stops_it_at_its_next_checkpoint(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 10000})).await);
+    api.wait_status(&job_id, "RUNNING").await;
+
+    let reply = api.post(&cancel_path(&job_id), &json!({})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let asked = reply.json();
+    assert_eq!(asked["status"], "RUNNING", "a running job stops later");
+    assert_eq!(asked["cancel_requested"], true);
+
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "CANCELLED");
+    assert_eq!(done["attempts"], 1);
+    assert_eq!(done["cancel_requested"], false, "it has stopped");
+    assert!(done["result_url"].is_null());
+    assert!(done["error"].is_null());
+    assert!(done["finished_at"].is_string());
+    api.get(&format!("/v1/jobs/{job_id}/result"))
+        .await
+        .assert_problem(409);
+    assert_eq!(env.store().await.count_results(&job_id).await.unwrap(), 0);
+
+    // Cancelling again is idempotent.
+    let again = api.post(&cancel_path(&job_id), &json!({})).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+    assert_eq!(again.json()["status"], "CANCELLED");
+    assert_eq!(again.json()["finished_at"], done["finished_at"]);
+}
+
+async fn cancelling_a_finished_job_is_a_conflict(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let succeeded = id_of(&api.submit("sleep", json!({"ms": 10})).await);
+    let failed = id_of(
+        &api.submit(
+            "sleep",
+            json!({"ms": 10, "fail_times": 1, "permanent": true}),
+        )
+        .await,
+    );
+    assert_eq!(api.wait_final(&succeeded).await["status"], "SUCCEEDED");
+    assert_eq!(api.wait_final(&failed).await["status"], "FAILED");
+
+    for (job_id, status) in [(&succeeded, "SUCCEEDED"), (&failed, "FAILED")] {
+        api.post(&cancel_path(job_id), &json!({}))
+            .await
+            .assert_problem(409);
+        assert_eq!(api.job(job_id).await["status"], status, "unchanged");
+    }
+    let result = api.get(&format!("/v1/jobs/{succeeded}/result")).await;
+    assert_eq!(result.status, StatusCode::OK, "the result is still served");
+}
+
+// --------------------------------------------------------------- retries
+
+async fn a_job_failing_twice_succeeds_on_its_third_attempt(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let job_id = id_of(
+        &api.submit("sleep", json!({"ms": 10, "fail_times": 2}))
+            .await,
+    );
+
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED");
+    assert_eq!(done["attempts"], 3);
+    assert!(done["error"].is_null());
+    assert!(done["next_attempt_at"].is_null());
+    let result = api.get(&format!("/v1/jobs/{job_id}/result")).await;
+    assert_eq!(result.status, StatusCode::OK);
+    assert_eq!(result.json()["attempt"], 3);
+    assert_eq!(env.store().await.count_results(&job_id).await.unwrap(), 1);
+}
+
+async fn a_job_that_keeps_failing_fails_after_five_attempts_with_its_last_error(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let job_id = id_of(
+        &api.submit("sleep", json!({"ms": 10, "fail_times": 99}))
+            .await,
+    );
+
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "FAILED");
+    assert_eq!(done["attempts"], 5, "API.md: 5 attempts by default");
+    assert_eq!(done["error"]["type"], "diagnostic_failure");
+    let message = done["error"]["message"].as_str().expect("error.message");
+    assert!(message.contains("attempt 5"), "the last error: {message}");
+    assert!(done["result_url"].is_null());
+    assert!(done["next_attempt_at"].is_null());
+    assert!(done["finished_at"].is_string());
+    api.get(&format!("/v1/jobs/{job_id}/result"))
+        .await
+        .assert_problem(409);
+
+    // Settled: no sixth attempt comes later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = api.job(&job_id).await;
+    assert_eq!(later["status"], "FAILED");
+    assert_eq!(later["attempts"], 5);
+}
+
+async fn a_permanent_failure_is_not_retried(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let job_id = id_of(
+        &api.submit(
+            "sleep",
+            json!({"ms": 10, "fail_times": 3, "permanent": true}),
+        )
+        .await,
+    );
+
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "FAILED");
+    assert_eq!(done["attempts"], 1);
+    assert_eq!(done["error"]["type"], "diagnostic_failure");
+    assert!(done["error"]["message"].is_string());
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(api.job(&job_id).await["attempts"], 1, "never retried");
+}
+
+async fn a_job_waiting_for_its_retry_is_queued_with_next_attempt_at(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    // A first backoff of 1 to 2 s (2 s with equal jitter): long enough to see.
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("RETRY_BASE_DELAY", "2s"),
+            ("RETRY_MAX_DELAY", "10s"),
+        ])
+        .await;
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 0, "fail_times": 1})).await);
+
+    let waiting = wait_until(&api, &job_id, "the first attempt's failure", |job| {
+        job["attempts"] == 1 && job["status"] != "RUNNING"
+    })
+    .await;
+    assert_eq!(waiting["status"], "QUEUED", "{waiting}");
+    assert!(waiting["error"].is_null(), "error is set only once FAILED");
+    assert!(waiting["finished_at"].is_null());
+    let next = &waiting["next_attempt_at"];
+    assert!(next.is_string(), "next_attempt_at while waiting: {waiting}");
+    let backoff = time_ms(next) - time_ms(&waiting["started_at"]);
+    assert!(
+        backoff >= 1000,
+        "the retry waits at least half the 2 s base: {backoff} ms"
+    );
+
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED");
+    assert_eq!(done["attempts"], 2);
+    assert!(done["next_attempt_at"].is_null());
+}
+
+// ----------------------------------------------------------------- crash
+
+async fn a_job_whose_worker_is_killed_is_finished_by_another_worker(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let mut workers = [
+        env.start_worker(&[("JOB_LEASE", "2s")]),
+        env.start_worker(&[("JOB_LEASE", "2s")]),
+    ];
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 4000})).await);
+    api.wait_status(&job_id, "RUNNING").await;
+
+    let worker_id = worker_id_of(&env, &job_id)
+        .await
+        .expect("a running job names its worker");
+    let victim = workers
+        .iter()
+        .position(|w| worker_id.contains(&format!("-{}-", w.pid())))
+        .unwrap_or_else(|| panic!("{worker_id} is neither worker's"));
+    workers[victim].kill_hard();
+
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert!(done["attempts"].as_i64().unwrap() >= 2, "{done}");
+    let store = env.store().await;
+    assert_eq!(store.count_results(&job_id).await.unwrap(), 1);
+    let result = api.get(&format!("/v1/jobs/{job_id}/result")).await.json();
+    assert_eq!(
+        result["attempt"], done["attempts"],
+        "the last attempt's result"
+    );
+    assert!(
+        workers[1 - victim].try_wait().is_none(),
+        "the survivor is still running"
+    );
+}
+
+// -------------------------------------------------------------- fencing
+
+fn new_sleep_job() -> NewJob {
+    NewJob {
+        job_id: new_job_id(),
+        tenant_id: "tenant-a".into(),
+        kind: "sleep".into(),
+        params: r#"{"ms": 1}"#.into(),
+        max_attempts: 5,
+    }
+}
+
+fn succeeded(body: Value) -> AttemptOutcome {
+    AttemptOutcome::Succeeded {
+        result: body.to_string(),
+    }
+}
+
+async fn migrated_store(env: &TestEnv) -> Store {
+    let store = env.store().await;
+    store.migrate().await.expect("migrate");
+    store
+}
+
+async fn a_stale_attempt_cannot_overwrite_the_current_one(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let store = migrated_store(&env).await;
+    let job = store.submit_job(&new_sleep_job()).await.unwrap();
+    let job_id = job.job_id.as_str();
+    let lease = || now_ms() + 60_000;
+
+    let first = store
+        .claim_attempt(job_id, "worker-1", lease())
+        .await
+        .unwrap()
+        .expect("the first claim wins");
+    assert_eq!(first.attempt, 1);
+    store.expire_lease_now(job_id).await.unwrap();
+    let (requeued, failed) = store.requeue_lapsed_leases(100).await.unwrap();
+    assert_eq!((requeued, failed.len()), (1, 0));
+    let second = store
+        .claim_attempt(job_id, "worker-2", lease())
+        .await
+        .unwrap()
+        .expect("the lapsed job is claimable again");
+    assert_eq!(second.attempt, 2);
+
+    // Attempt 1 has lost its lease: its every write is refused.
+    assert_eq!(
+        store.heartbeat(job_id, 1, lease()).await.unwrap(),
+        LeaseCheck::Lost
+    );
+    assert_eq!(
+        store.set_progress(job_id, 1, 0.5).await.unwrap(),
+        LeaseCheck::Lost
+    );
+    assert_eq!(
+        store.heartbeat(job_id, 2, lease()).await.unwrap(),
+        LeaseCheck::Held {
+            cancel_requested: false
+        }
+    );
+    let stale = store
+        .finish_attempt(job_id, 1, &succeeded(json!({"from": 1})))
+        .await
+        .unwrap();
+    assert!(!stale, "attempt 1's outcome is dropped");
+    let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Running);
+    assert_eq!(job.attempts, 2);
+    assert_eq!(store.count_results(job_id).await.unwrap(), 0);
+
+    assert!(
+        store
+            .finish_attempt(job_id, 2, &succeeded(json!({"from": 2})))
+            .await
+            .unwrap(),
+        "the current attempt's outcome applies"
+    );
+    // A second finish of the same attempt (a duplicate) changes nothing.
+    assert!(
+        !store
+            .finish_attempt(job_id, 2, &succeeded(json!({"from": "again"})))
+            .await
+            .unwrap()
+    );
+    let failure = AttemptOutcome::Failed {
+        error: JobErrorObject {
+            error_type: "late".into(),
+            message: "too late".into(),
+        },
+    };
+    assert!(!store.finish_attempt(job_id, 2, &failure).await.unwrap());
+    assert!(!store.finish_attempt(job_id, 1, &failure).await.unwrap());
+
+    let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Succeeded);
+    assert_eq!(job.attempts, 2);
+    assert!(job.error_type.is_none());
+    assert_eq!(store.count_results(job_id).await.unwrap(), 1);
+    let body = store.job_result("tenant-a", job_id).await.unwrap().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["from"], 2);
+    // Once finished, no attempt holds the job.
+    assert_eq!(
+        store.heartbeat(job_id, 2, lease()).await.unwrap(),
+        LeaseCheck::Lost
+    );
+    assert_eq!(
+        store.set_progress(job_id, 2, 0.1).await.unwrap(),
+        LeaseCheck::Lost
+    );
+}
+
+async fn a_duplicate_delivery_claims_the_job_once(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let store = migrated_store(&env).await;
+    let lease = now_ms() + 60_000;
+
+    let job = store.submit_job(&new_sleep_job()).await.unwrap();
+    let first = store.claim_attempt(&job.job_id, "worker-1", lease).await;
+    let second = store.claim_attempt(&job.job_id, "worker-2", lease).await;
+    assert_eq!(first.unwrap().expect("the first claim wins").attempt, 1);
+    assert!(second.unwrap().is_none(), "the duplicate gets nothing");
+
+    // Two deliveries at the same moment: still exactly one claim.
+    let job = store.submit_job(&new_sleep_job()).await.unwrap();
+    let (a, b) = tokio::join!(
+        store.claim_attempt(&job.job_id, "worker-1", lease),
+        store.claim_attempt(&job.job_id, "worker-2", lease),
+    );
+    let claims: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    assert_eq!(claims[0].attempt, 1);
+    let job = store.get_job_unscoped(&job.job_id).await.unwrap().unwrap();
+    assert_eq!(job.attempts, 1);
+    assert_eq!(job.status, JobStatus::Running);
+}
+
+async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    // One operation at a time: the pool reuses one connection throughout,
+    // so the success is written where the retry's statement was prepared.
+    let store = migrated_store(&env).await;
+    let job = store.submit_job(&new_sleep_job()).await.unwrap();
+    let job_id = job.job_id.as_str();
+    let lease = now_ms() + 60_000;
+
+    let first = store
+        .claim_attempt(job_id, "w", lease)
+        .await
+        .unwrap()
+        .unwrap();
+    let retry = AttemptOutcome::RetryAt {
+        at: now_ms(),
+        error: JobErrorObject {
+            error_type: "flaky".into(),
+            message: "try again".into(),
+        },
+    };
+    assert!(
+        store
+            .finish_attempt(job_id, first.attempt, &retry)
+            .await
+            .unwrap()
+    );
+    let second = store
+        .claim_attempt(job_id, "w", lease)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.attempt, 2);
+    let applied = store
+        .finish_attempt(job_id, second.attempt, &succeeded(json!({"ok": true})))
+        .await
+        .expect("the success is written");
+    assert!(applied);
+
+    let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Succeeded);
+    assert_eq!(job.progress, Some(1.0));
+    assert_eq!(store.count_results(job_id).await.unwrap(), 1);
+}
+
+/// Takes the running job's lease away from the test, as the sweeper would
+/// after a stall; retries because a heartbeat landing between the two
+/// steps extends the lease again.
+async fn force_lease_lapse(store: &Store, job_id: &str) {
+    for _ in 0..100 {
+        store.expire_lease_now(job_id).await.unwrap();
+        store.requeue_lapsed_leases(100).await.unwrap();
+        let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+        if job.attempts > 1 || job.status != JobStatus::Running {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("could not take the lease of {job_id} away");
+}
+
+async fn a_job_whose_lease_lapses_mid_attempt_succeeds_once(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let store = env.store().await;
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 4000})).await);
+    let running = api.wait_status(&job_id, "RUNNING").await;
+    assert_eq!(running["attempts"], 1);
+
+    // Attempt 1 is alive but has lost its lease: a second attempt runs
+    // while the first is still sleeping; its heartbeat sees it lost.
+    force_lease_lapse(&store, &job_id).await;
+
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["attempts"], 2);
+    assert_eq!(store.count_results(&job_id).await.unwrap(), 1);
+    let result = api.get(&format!("/v1/jobs/{job_id}/result")).await.json();
+    assert_eq!(
+        result["attempt"], 2,
+        "the stale attempt's result was dropped"
+    );
+}
+
+// ------------------------------------------------------------- shutdown
+
+async fn a_terminated_worker_finishes_its_running_job_and_exits_cleanly(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "10s")]);
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 1000})).await);
+    api.wait_status(&job_id, "RUNNING").await;
+
+    let status = worker.terminate().expect("the worker exits after SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    let job = api.job(&job_id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "finished before exiting: {job}");
+    assert_eq!(job["attempts"], 1);
+    assert_eq!(env.store().await.count_results(&job_id).await.unwrap(), 1);
+}
+
+async fn a_job_outlasting_the_shutdown_grace_is_handed_back_and_run_again(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "1s")]);
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 5000})).await);
+    api.wait_status(&job_id, "RUNNING").await;
+
+    let status = worker
+        .terminate()
+        .expect("the worker exits after its grace");
+    assert!(status.success(), "exit status {status}");
+    let job = api.job(&job_id).await;
+    assert_eq!(job["status"], "QUEUED", "handed back at once: {job}");
+    assert_eq!(job["attempts"], 1);
+
+    let _next = env.start_worker(&[]);
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["attempts"], 2);
+    assert_eq!(env.store().await.count_results(&job_id).await.unwrap(), 1);
+}
+
+async fn a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let store = env.store().await;
+    let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "1s")]);
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 20000})).await);
+    api.wait_status(&job_id, "RUNNING").await;
+
+    // The same worker runs attempt 2 while attempt 1 notices it was
+    // superseded and stops (at its next progress write, every 250 ms).
+    force_lease_lapse(&store, &job_id).await;
+    wait_until(&api, &job_id, "attempt 2 running", |job| {
+        job["attempts"] == 2 && job["status"] == "RUNNING"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    let status = worker
+        .terminate()
+        .expect("the worker exits after its grace");
+    assert!(status.success(), "exit status {status}");
+    let job = store.get_job_unscoped(&job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.status,
+        JobStatus::Queued,
+        "attempt 2 was handed back, not left to a lapsing lease"
+    );
+    assert_eq!(job.error_type.as_deref(), Some("shutdown"));
+}
+
+// ---------------------------------------------------------------- queue
+
+/// Pushes messages no job can come from onto this test's queue: JSON that is
+/// not `{job_id}`, and bytes that are not JSON at all.
+async fn push_garbage(env: &TestEnv) {
+    use apalis::prelude::{TaskBuilder, TaskSink};
+    use futures::SinkExt;
+
+    let queue = format!("{}:jobs", env.queue_name);
+    let json_garbage = vec![json!({"nope": 1}), json!("text"), json!({"job_id": 7})];
+    let not_json = || TaskBuilder::new(b"\xffnot json{".to_vec()).build();
+    match env.backend {
+        Backend::PgRedis => {
+            let conn = apalis_redis::connect(crate::common::REDIS_URL)
+                .await
+                .expect("redis");
+            let mut storage = apalis_redis::RedisStorage::<Value>::new(conn)
+                .with_config(apalis_redis::Config::default().queue(&queue));
+            storage.push_bulk(json_garbage).await.expect("push");
+            storage.send(not_json()).await.expect("push raw");
+        }
+        Backend::Sqlite => {
+            let path = env
+                .database_url
+                .strip_suffix(".db")
+                .expect("a .db database");
+            let pool = apalis_sqlite::SqlitePool::connect(&format!("{path}.queue.db"))
+                .await
+                .expect("the queue database");
+            let mut storage = apalis_sqlite::SqliteStorage::<Value>::new(&pool)
+                .with_config(apalis_sqlite::Config::default().queue(&queue));
+            storage.push_bulk(json_garbage).await.expect("push");
+            storage.send(not_json()).await.expect("push raw");
+            pool.close().await;
+        }
+    }
+}
+
+async fn a_malformed_queue_message_does_not_stall_the_queue(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let mut api = env.start_embedded().await;
+    // One job first, so the queue and its workers are certainly up.
+    let first = id_of(&api.submit("sleep", json!({"ms": 1})).await);
+    assert_eq!(api.wait_final(&first).await["status"], "SUCCEEDED");
+
+    // The JSON garbage reaches our handler, which drops it. The bytes that
+    // are not JSON fail in apalis's decoder before any handler and end the
+    // apalis worker; the pool restarts it under a new name (and apalis's
+    // orphan recovery hands the message back a minute later, so that
+    // repeats each minute: a known limit, shared/notes/apalis-1.0.md §4).
+    push_garbage(&env).await;
+    for _ in 0..3 {
+        let job_id = id_of(&api.submit("sleep", json!({"ms": 1})).await);
+        let done = api.wait_final(&job_id).await;
+        assert_eq!(done["status"], "SUCCEEDED", "{done}");
+        assert_eq!(done["attempts"], 1);
+    }
+    let api_process = api.process.as_mut().expect("the api process");
+    assert!(
+        api_process.try_wait().is_none(),
+        "the api and its embedded worker pool are still up"
+    );
+}
+
+crate::on_both_backends!(
+    cancelling_a_queued_job_cancels_it_at_once_and_it_never_runs,
+    cancelling_a_running_job_stops_it_at_its_next_checkpoint,
+    cancelling_a_finished_job_is_a_conflict,
+    a_job_failing_twice_succeeds_on_its_third_attempt,
+    a_job_that_keeps_failing_fails_after_five_attempts_with_its_last_error,
+    a_permanent_failure_is_not_retried,
+    a_job_waiting_for_its_retry_is_queued_with_next_attempt_at,
+    a_job_whose_worker_is_killed_is_finished_by_another_worker,
+    a_stale_attempt_cannot_overwrite_the_current_one,
+    a_duplicate_delivery_claims_the_job_once,
+    a_success_is_recorded_after_a_retry_on_the_same_connection,
+    a_job_whose_lease_lapses_mid_attempt_succeeds_once,
+    a_terminated_worker_finishes_its_running_job_and_exits_cleanly,
+    a_job_outlasting_the_shutdown_grace_is_handed_back_and_run_again,
+    a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker,
+    a_malformed_queue_message_does_not_stall_the_queue,
+);

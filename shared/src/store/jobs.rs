@@ -373,18 +373,20 @@ impl Store {
     ) -> Result<bool> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
-        let (status, progress, run_after, error) = match outcome {
-            AttemptOutcome::Succeeded { .. } => (JobStatus::Succeeded, Some(1.0), None, None),
-            AttemptOutcome::Failed { error } => (JobStatus::Failed, None, None, Some(error)),
-            AttemptOutcome::RetryAt { at, error } => {
-                (JobStatus::Queued, None, Some(*at), Some(error))
-            }
-            AttemptOutcome::Cancelled => (JobStatus::Cancelled, None, None, None),
+        let (status, run_after, error) = match outcome {
+            AttemptOutcome::Succeeded { .. } => (JobStatus::Succeeded, None, None),
+            AttemptOutcome::Failed { error } => (JobStatus::Failed, None, Some(error)),
+            AttemptOutcome::RetryAt { at, error } => (JobStatus::Queued, Some(*at), Some(error)),
+            AttemptOutcome::Cancelled => (JobStatus::Cancelled, None, None),
         };
         let finished_at = status.is_final().then_some(now);
+        // No float parameter: sqlx 0.9.0's Any driver binds a NULL f64 as a
+        // float4, and Postgres caches that type with the statement, so a
+        // later non-NULL f64 on the same connection is refused.
         let applied = sqlx::query(
             "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
-                 progress = COALESCE($6, progress), error_type = $7, error_message = $8,
+                 progress = CASE WHEN $3 = 'SUCCEEDED' THEN 1.0 ELSE progress END,
+                 error_type = $6, error_message = $7,
                  lease_expires_at = NULL, worker_id = NULL,
                  cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE 0 END
              WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'",
@@ -394,7 +396,6 @@ impl Store {
         .bind(status.as_str())
         .bind(finished_at)
         .bind(run_after)
-        .bind(progress)
         .bind(error.map(|e| e.error_type.as_str()))
         .bind(error.map(|e| e.message.as_str()))
         .execute(&mut *tx)
