@@ -222,10 +222,12 @@ impl Runner {
                 .await
             {
                 Ok(true) => {
-                    match outcome {
-                        AttemptOutcome::RetryAt { .. } => self.signals.outbox_changed(),
-                        _ => self.signals.job_finished(&claim.job_id),
+                    if let AttemptOutcome::RetryAt { .. } = outcome {
+                        self.signals.outbox_changed();
                     }
+                    // A retry may have become a cancel; a spare signal only
+                    // makes a long poll read the job once more.
+                    self.signals.job_finished(&claim.job_id);
                     return;
                 }
                 Ok(false) => {

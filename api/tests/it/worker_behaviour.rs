@@ -643,7 +643,56 @@ async fn a_malformed_queue_message_does_not_stall_the_queue(backend: Backend) {
     );
 }
 
+async fn a_cancel_during_an_attempt_that_then_fails_retryably_ends_cancelled(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let store = migrated_store(&env).await;
+    let job = store.submit_job(&new_sleep_job()).await.unwrap();
+    let claim = store
+        .claim_attempt(&job.job_id, "w", now_ms() + 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut tx = store.begin_write().await.unwrap();
+    store
+        .cancel_job(&mut tx, "tenant-a", &job.job_id)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    // The attempt fails retryably before it noticed the cancel.
+    let retry = AttemptOutcome::RetryAt {
+        at: now_ms(),
+        error: JobErrorObject {
+            error_type: "flaky".into(),
+            message: "try again".into(),
+        },
+    };
+    assert!(
+        store
+            .finish_attempt(&job.job_id, claim.attempt, &retry)
+            .await
+            .unwrap()
+    );
+
+    let job = store.get_job_unscoped(&job.job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.status,
+        JobStatus::Cancelled,
+        "the cancel wins over the retry"
+    );
+    assert!(job.finished_at.is_some());
+    assert!(
+        store
+            .claim_attempt(&job.job_id, "w", now_ms() + 60_000)
+            .await
+            .unwrap()
+            .is_none(),
+        "no further attempt"
+    );
+}
+
 crate::on_both_backends!(
+    a_cancel_during_an_attempt_that_then_fails_retryably_ends_cancelled,
     cancelling_a_queued_job_cancels_it_at_once_and_it_never_runs,
     cancelling_a_running_job_stops_it_at_its_next_checkpoint,
     cancelling_a_finished_job_is_a_conflict,

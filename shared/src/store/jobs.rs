@@ -373,6 +373,27 @@ impl Store {
     ) -> Result<bool> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
+        if let AttemptOutcome::RetryAt { .. } = outcome {
+            // A cancel asked while this attempt ran wins over its retry: the
+            // client asked the job to stop, and it has stopped.
+            let cancelled = sqlx::query(
+                "UPDATE jobs SET status = 'CANCELLED', finished_at = $3, lease_expires_at = NULL,
+                     worker_id = NULL, cancel_requested = 0
+                 WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING' AND cancel_requested = 1",
+            )
+            .bind(job_id)
+            .bind(attempt)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if cancelled {
+                self.notify_finished(&mut tx, job_id).await?;
+                tx.commit().await?;
+                return Ok(true);
+            }
+        }
         let (status, run_after, error) = match outcome {
             AttemptOutcome::Succeeded { .. } => (JobStatus::Succeeded, None, None),
             AttemptOutcome::Failed { error } => (JobStatus::Failed, None, Some(error)),
