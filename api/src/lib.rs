@@ -31,7 +31,7 @@ const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Registers every route; shared by the server and the OpenAPI test.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    use routes::{jobs, ledger, reports, service};
+    use routes::{jobs, ledger, reports, service, webhooks};
     // One resource per path, so a wrong method answers 405 with `Allow`.
     cfg.service(web::resource("/healthz").get(service::healthz))
         .service(web::resource("/readyz").get(service::readyz))
@@ -45,6 +45,19 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/jobs/{job_id}").get(jobs::get))
                 .service(web::resource("/jobs/{job_id}/result").get(jobs::result))
                 .service(web::resource("/jobs/{job_id}/cancel").post(jobs::cancel))
+                .service(
+                    web::resource("/webhooks")
+                        .post(webhooks::register)
+                        .get(webhooks::list),
+                )
+                .service(
+                    web::resource("/webhooks/{webhook_id}")
+                        .get(webhooks::get)
+                        .delete(webhooks::delete),
+                )
+                .service(
+                    web::resource("/webhooks/{webhook_id}/deliveries").get(webhooks::deliveries),
+                )
                 .service(
                     web::resource("/ledger/entries")
                         .app_data(web::PayloadConfig::new(LEDGER_BODY_LIMIT))
@@ -112,6 +125,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
         keys: KeyCache::default(),
         metrics: prometheus(),
         idempotency_ttl: settings.idempotency_ttl,
+        webhook_allow_private: settings.webhook_allow_private,
     });
     let server = HttpServer::new(move || {
         App::new()

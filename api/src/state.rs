@@ -13,4 +13,6 @@ pub struct AppState {
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// How long an idempotency key is remembered.
     pub idempotency_ttl: std::time::Duration,
+    /// Whether webhook URLs may point at private addresses.
+    pub webhook_allow_private: bool,
 }

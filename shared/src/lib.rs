@@ -9,5 +9,6 @@ pub mod reports;
 pub mod settings;
 pub mod store;
 pub mod time;
+pub mod webhooks;
 
 pub use error::{Error, Result};

@@ -1,5 +1,6 @@
-//! In-process signals: "this job reached a final status" (wakes long polls)
-//! and "the outbox has new rows" (wakes the relay). Across processes the
+//! In-process signals: "this job reached a final status" (wakes long polls
+//! and the webhook dispatcher) and "the outbox has new rows" (wakes the
+//! relay). Across processes the
 //! store adds Postgres NOTIFY; everything also re-checks on a timer.
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use tokio::sync::{Notify, broadcast};
 pub struct Signals {
     finished: broadcast::Sender<String>,
     outbox: Arc<Notify>,
+    events: Arc<Notify>,
 }
 
 impl Default for Signals {
@@ -18,13 +20,24 @@ impl Default for Signals {
         Self {
             finished,
             outbox: Arc::new(Notify::new()),
+            events: Arc::new(Notify::new()),
         }
     }
 }
 
 impl Signals {
+    /// A job reached a final status; its webhook events may be waiting.
     pub fn job_finished(&self, job_id: &str) {
         let _ = self.finished.send(job_id.to_owned());
+        self.events.notify_one();
+    }
+
+    pub fn events_changed(&self) {
+        self.events.notify_one();
+    }
+
+    pub async fn events_wait(&self) {
+        self.events.notified().await;
     }
 
     pub fn subscribe_finished(&self) -> broadcast::Receiver<String> {

@@ -45,6 +45,10 @@ pub struct Settings {
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value = "false", value_parser = BoolishValueParser::new())]
     pub webhook_allow_private: bool,
 
+    /// Receipt addition: how long a webhook receiver has to answer.
+    #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub webhook_timeout: Duration,
+
     /// Register the diagnostic `sleep` kind.
     #[arg(long, env = "ENABLE_DIAGNOSTIC_KINDS", default_value = "false", value_parser = BoolishValueParser::new())]
     pub enable_diagnostic_kinds: bool,

@@ -3,12 +3,14 @@
 //! database is the truth (DESIGN.md): every state change is made, and
 //! fenced, in the store.
 
+mod dispatcher;
 mod pool;
 mod queue;
 mod relay;
 mod runner;
 mod sweeper;
 
+pub use dispatcher::Dispatcher;
 pub use pool::{WorkerPool, cancel_on_signal, run_worker_process};
 pub use queue::Queue;
 pub use relay::run_relay;

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    BoxError, Queue, queue::Message, relay::run_relay, runner::Runner, sweeper::run_sweeper,
+    BoxError, Dispatcher, Queue, queue::Message, relay::run_relay, runner::Runner,
+    sweeper::run_sweeper,
 };
 
 /// How often an idle worker looks for new messages (apalis otherwise waits
@@ -71,7 +72,7 @@ async fn handle_message(message: Message, runner: Data<Arc<Runner>>) -> Result<(
     Ok(())
 }
 
-/// A worker pool with its relay and sweeper.
+/// A worker pool with its relay, lease sweeper and webhook dispatcher.
 pub struct WorkerPool {
     pub runner: Arc<Runner>,
     queue: Queue,
@@ -79,6 +80,7 @@ pub struct WorkerPool {
     grace: Duration,
     republish_after: Duration,
     sweep_every: Duration,
+    dispatcher: Dispatcher,
 }
 
 impl WorkerPool {
@@ -90,6 +92,7 @@ impl WorkerPool {
             ulid::Ulid::generate()
         );
         Self {
+            dispatcher: Dispatcher::new(store.clone(), settings),
             runner: Arc::new(Runner::new(store, signals, settings, worker_id)),
             queue,
             concurrency: settings.worker_concurrency(),
@@ -100,7 +103,7 @@ impl WorkerPool {
         }
     }
 
-    /// Runs the relay, the sweeper and the apalis workers until `shutdown`
+    /// Runs the relay, the sweeper, the dispatcher and the apalis workers until `shutdown`
     /// is cancelled (then drains for the grace period) or the pool dies.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), BoxError> {
         let store = self.runner.store.clone();
@@ -115,14 +118,15 @@ impl WorkerPool {
         ));
         let sweeper = tokio::spawn(run_sweeper(
             store.clone(),
-            signals,
+            signals.clone(),
             self.sweep_every,
             background.clone(),
         ));
+        let dispatcher = tokio::spawn(self.dispatcher.clone().run(signals, background.clone()));
         info!(worker_id = self.runner.worker_id, concurrency = self.concurrency, queue = ?self.queue, "worker pool started");
         let result = self.run_apalis(shutdown.clone()).await;
         background.cancel();
-        let _ = tokio::join!(relay, sweeper);
+        let _ = tokio::join!(relay, sweeper, dispatcher);
         let unfinished = self.runner.running_attempts();
         if !unfinished.is_empty() {
             match store.release_attempts(&unfinished).await {

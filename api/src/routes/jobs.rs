@@ -13,7 +13,10 @@ use shared::{
 use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
 
-use super::{POLL_AFTER_SECS, job_response};
+use super::{
+    POLL_AFTER_SECS, job_response,
+    paging::{cut, is_id, limit_and_cursor},
+};
 use crate::{
     auth::Tenant,
     error::{ApiError, ApiResult},
@@ -42,7 +45,7 @@ fn not_found(job_id: &str) -> ApiError {
 /// other id names no job, and is not sent to the database (Postgres refuses
 /// text with a NUL, for one).
 fn is_job_id(text: &str) -> bool {
-    text.starts_with("job_") && text.len() == 36 && text[4..].bytes().all(|b| b.is_ascii_hexdigit())
+    is_id(text, "job_")
 }
 
 /// Get a job; `?wait=N` holds the request until the job is final or N
@@ -275,26 +278,7 @@ pub async fn list(
             status
         }
     };
-    let limit = match query.get("limit") {
-        None => 50,
-        Some(text) => match text.parse::<i64>() {
-            Ok(n) if (1..=200).contains(&n) => n,
-            _ => {
-                errors.push(shared::ledger::FieldError::new(
-                    "limit",
-                    "must be a whole number from 1 to 200",
-                ));
-                50
-            }
-        },
-    };
-    let before = query.get("cursor").filter(|c| !c.is_empty()).cloned();
-    if before.as_deref().is_some_and(|cursor| !is_job_id(cursor)) {
-        errors.push(shared::ledger::FieldError::new(
-            "cursor",
-            "is not a cursor this API returned",
-        ));
-    }
+    let (limit, before) = limit_and_cursor(&query, "job_", &mut errors);
     if query.get("kind").is_some_and(|kind| kind.contains('\0')) {
         // No kind has a NUL in its name, and Postgres text cannot hold one.
         errors.push(shared::ledger::FieldError::new(
@@ -314,13 +298,8 @@ pub async fn list(
         before,
         limit,
     };
-    let mut jobs = state.store.list_jobs(&tenant.0, &filter).await?;
-    let next_cursor = if jobs.len() as i64 > limit {
-        jobs.truncate(limit as usize);
-        jobs.last().map(|j| j.job_id.clone())
-    } else {
-        None
-    };
+    let jobs = state.store.list_jobs(&tenant.0, &filter).await?;
+    let (jobs, next_cursor) = cut(jobs, limit, |j| j.job_id.clone());
     Ok(HttpResponse::Ok().json(JobPage {
         data: jobs.iter().map(Job::to_object).collect(),
         next_cursor,

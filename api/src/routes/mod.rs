@@ -1,7 +1,9 @@
 pub mod jobs;
 pub mod ledger;
+pub mod paging;
 pub mod reports;
 pub mod service;
+pub mod webhooks;
 
 use actix_web::{HttpResponse, http::header};
 use shared::model::Job;

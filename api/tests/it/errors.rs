@@ -1177,7 +1177,7 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 // ---------------------------------------------------------------- OpenAPI
 
 /// Every route the server serves (see `api::configure`).
-const SERVED: [(&str, &str); 10] = [
+const SERVED: [(&str, &str); 15] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -1188,6 +1188,11 @@ const SERVED: [(&str, &str); 10] = [
     ("GET", "/v1/jobs/{job_id}/result"),
     ("POST", "/v1/jobs/{job_id}/cancel"),
     ("POST", "/v1/ledger/entries"),
+    ("POST", "/v1/webhooks"),
+    ("GET", "/v1/webhooks"),
+    ("GET", "/v1/webhooks/{webhook_id}"),
+    ("DELETE", "/v1/webhooks/{webhook_id}"),
+    ("GET", "/v1/webhooks/{webhook_id}/deliveries"),
 ];
 
 const HTTP_METHODS: [&str; 8] = [
@@ -1203,9 +1208,23 @@ fn is_no_route(reply: &Reply) -> bool {
 async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) {
     // Arrange: a real job, so paths with a job id name one.
     let env = TestEnv::new(backend).await;
-    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "false"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ])
+        .await;
     let job = api.submit("gst-summary", json!({"month": "2026-10"})).await;
     let job_id = job["job_id"].as_str().unwrap().to_owned();
+    // Two real webhooks: one for DELETE, one for the routes that read it.
+    let mut webhook_ids = Vec::new();
+    for _ in 0..2 {
+        let reply = api
+            .post("/v1/webhooks", &json!({"url": "http://127.0.0.1:9/hook"}))
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        webhook_ids.push(reply.json()["id"].as_str().unwrap().to_owned());
+    }
 
     // Act: the document, fetched without a key.
     let reply = Api::read(api.client.get(api.url("/openapi.json"))).await;
@@ -1261,8 +1280,14 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
     let wrong_method = api.get("/v1/reports/gst-summary").await;
     assert!(is_no_route(&wrong_method), "{}", wrong_method.text);
     for (method, path) in &documented {
+        let webhook_id = if method == "DELETE" {
+            &webhook_ids[0]
+        } else {
+            &webhook_ids[1]
+        };
         let filled = path
             .replace("{job_id}", &job_id)
+            .replace("{webhook_id}", webhook_id)
             .replace("{kind}", "gst-summary");
         assert!(
             !filled.contains('{'),

@@ -6,7 +6,7 @@
 
 use sqlx::{Any, Row, Transaction, any::AnyRow};
 
-use super::{Store, built};
+use super::{Store, WriteTx, built};
 use crate::{
     Result,
     model::{AttemptOutcome, Job, JobStatus},
@@ -135,6 +135,36 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
+    /// The job, locked until the transaction ends (Postgres; SQLite's
+    /// writer lock already serializes).
+    pub(super) async fn lock_job(
+        &self,
+        tx: &mut WriteTx,
+        tenant_id: &str,
+        job_id: &str,
+    ) -> Result<Option<Job>> {
+        let row = sqlx::query(built(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2{}",
+            self.dialect.for_update()
+        )))
+        .bind(job_id)
+        .bind(tenant_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// The job as this transaction sees it.
+    pub(super) async fn job_in(&self, tx: &mut WriteTx, job_id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query(built(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"
+        )))
+        .bind(job_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
     /// Any tenant's job: for the worker and for tests.
     pub async fn get_job_unscoped(&self, job_id: &str) -> Result<Option<Job>> {
         let row = sqlx::query(built(&format!(
@@ -221,7 +251,7 @@ impl Store {
                 .fetch_one(&mut **tx)
                 .await?;
                 delete_outbox(tx, job_id).await?;
-                self.notify_finished(tx, job_id).await?;
+                self.announce_final(tx, job_id).await?;
                 CancelOutcome::Done(job_from_row(&row)?)
             }
             JobStatus::Running => {
@@ -389,7 +419,7 @@ impl Store {
             .rows_affected()
                 == 1;
             if cancelled {
-                self.notify_finished(&mut tx, job_id).await?;
+                self.announce_final(&mut tx, job_id).await?;
                 tx.commit().await?;
                 return Ok(true);
             }
@@ -444,7 +474,7 @@ impl Store {
             AttemptOutcome::Failed { .. } | AttemptOutcome::Cancelled => {}
         }
         if status.is_final() {
-            self.notify_finished(&mut tx, job_id).await?;
+            self.announce_final(&mut tx, job_id).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -498,7 +528,7 @@ impl Store {
                 .bind(&message)
                 .execute(&mut *tx)
                 .await?;
-                self.notify_finished(&mut tx, &job_id).await?;
+                self.announce_final(&mut tx, &job_id).await?;
                 failed.push(job_id);
             }
         }

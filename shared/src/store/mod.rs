@@ -7,6 +7,7 @@ mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
+mod webhooks;
 
 use std::{str::FromStr, time::Duration};
 
@@ -20,6 +21,7 @@ pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
 pub use keys::{hash_key, new_key};
 pub use ledger::{GstRow, ImportOutcome};
+pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
 
 use crate::Result;
 
@@ -160,12 +162,12 @@ impl Store {
         Ok(tx)
     }
 
-    /// Announces a final status to other processes, when the transaction commits.
-    async fn notify_finished(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        job_id: &str,
-    ) -> Result<()> {
+    /// What every final-status transaction does besides the status: one
+    /// webhook event per matching webhook (the events outbox: none lost,
+    /// none invented), and, on Postgres, a NOTIFY for other processes' long
+    /// polls, delivered when the transaction commits.
+    async fn announce_final(&self, tx: &mut Transaction<'static, Any>, job_id: &str) -> Result<()> {
+        self.create_events(tx, job_id).await?;
         if self.dialect == Dialect::Postgres {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(FINISHED_CHANNEL)

@@ -1,0 +1,336 @@
+use std::collections::{BTreeSet, HashMap};
+
+use actix_web::{
+    HttpRequest, HttpResponse,
+    http::{StatusCode, header},
+    web,
+};
+use serde::{Deserialize, Serialize};
+use shared::{
+    ledger::FieldError,
+    store::{Delivery, NewWebhook, Webhook},
+    time::to_rfc3339,
+    webhooks::{EVENT_TYPES, parse_url, resolve_checked},
+};
+use utoipa::ToSchema;
+
+use super::paging::{cut, is_id, limit_and_cursor};
+use crate::{
+    auth::Tenant,
+    body::json_body,
+    error::{ApiError, ApiResult},
+    idempotency::{Answer, IdempotencyKey, execute},
+    state::AppState,
+};
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterWebhook {
+    /// An `http` or `https` URL on a public address.
+    #[schema(example = "https://example.com/hooks/receipt")]
+    pub url: String,
+    /// Default: all of `job.succeeded`, `job.failed`, `job.cancelled`.
+    pub events: Option<Vec<String>>,
+    /// Only this job's events; if it is already final, its event is sent at once.
+    pub job_id: Option<String>,
+}
+
+/// A webhook; `secret` only in the answer to its registration.
+#[derive(Serialize, ToSchema)]
+pub struct WebhookObject {
+    #[schema(example = "wh_019ad5a1c2e37b40a0c2f1d3e4b5a697")]
+    pub id: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub job_id: Option<String>,
+    /// False after a receiver answered 410.
+    pub enabled: bool,
+    /// `whsec_` + base64: the HMAC key is the base64 part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    pub created_at: String,
+}
+
+impl WebhookObject {
+    fn of(webhook: &Webhook, with_secret: bool) -> Self {
+        Self {
+            id: webhook.webhook_id.clone(),
+            url: webhook.url.clone(),
+            events: webhook.events.clone(),
+            job_id: webhook.job_id.clone(),
+            enabled: webhook.enabled,
+            secret: with_secret.then(|| webhook.secret.clone()),
+            created_at: to_rfc3339(webhook.created_at),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct WebhookPage {
+    pub data: Vec<WebhookObject>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DeliveryObject {
+    pub event_id: String,
+    pub event_type: String,
+    /// 1 for the first attempt of this event.
+    pub attempt: i64,
+    pub response_status: Option<i64>,
+    pub error: Option<String>,
+    /// Receipt addition: how long the attempt took.
+    pub duration_ms: i64,
+    pub attempted_at: String,
+    /// When the next attempt is due; null when none will follow.
+    pub next_attempt_at: Option<String>,
+}
+
+impl From<&Delivery> for DeliveryObject {
+    fn from(d: &Delivery) -> Self {
+        Self {
+            event_id: d.event_id.clone(),
+            event_type: d.event_type.clone(),
+            attempt: d.attempt,
+            response_status: d.response_status,
+            error: d.error.clone(),
+            duration_ms: d.duration_ms,
+            attempted_at: to_rfc3339(d.attempted_at),
+            next_attempt_at: d.next_attempt_at.map(to_rfc3339),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DeliveryPage {
+    pub data: Vec<DeliveryObject>,
+    pub next_cursor: Option<String>,
+}
+
+fn not_found(webhook_id: &str) -> ApiError {
+    ApiError::NotFound(format!("there is no webhook {webhook_id}"))
+}
+
+/// Checks a registration before anything is stored (a refusal stores no
+/// idempotency key either).
+async fn validate(state: &AppState, request: &RegisterWebhook) -> ApiResult<Vec<String>> {
+    let mut errors = Vec::new();
+    match parse_url(&request.url) {
+        Ok(url) => {
+            if let Err(message) = resolve_checked(&url, state.webhook_allow_private).await {
+                errors.push(FieldError::new("url", message));
+            }
+        }
+        Err(message) => errors.push(FieldError::new("url", message)),
+    }
+    let events = match &request.events {
+        None => EVENT_TYPES.iter().map(|e| (*e).to_owned()).collect(),
+        Some(events) => {
+            if events.is_empty() {
+                errors.push(FieldError::new("events", "must name at least one event"));
+            }
+            for (i, event) in events.iter().enumerate() {
+                if !EVENT_TYPES.contains(&event.as_str()) {
+                    errors.push(FieldError::new(
+                        format!("events[{i}]"),
+                        "must be job.succeeded, job.failed or job.cancelled",
+                    ));
+                }
+            }
+            let unique: BTreeSet<&String> = events.iter().collect();
+            EVENT_TYPES
+                .iter()
+                .filter(|e| unique.iter().any(|u| u.as_str() == **e))
+                .map(|e| (*e).to_owned())
+                .collect()
+        }
+    };
+    if errors.is_empty() {
+        Ok(events)
+    } else {
+        Err(ApiError::Validation {
+            detail: "the webhook is not valid".into(),
+            errors,
+        })
+    }
+}
+
+/// Register a webhook.
+#[utoipa::path(
+    post, path = "/v1/webhooks", tag = "webhooks",
+    request_body = RegisterWebhook,
+    responses(
+        (status = 201, body = WebhookObject, description = "registered; `secret` is shown only here",
+         headers(("Location" = String))),
+        (status = 400), (status = 401),
+        (status = 404, description = "job_id names no job of this tenant"),
+        (status = 413), (status = 415),
+        (status = 422, description = "bad URL (not http(s), or not a public address), or unknown events"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn register(
+    tenant: Tenant,
+    key: IdempotencyKey,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    let registration: RegisterWebhook = json_body(&request, &body)?;
+    let events = validate(&state, &registration).await?;
+    let new = NewWebhook {
+        tenant_id: tenant.0.clone(),
+        url: registration.url.clone(),
+        events,
+        job_id: registration.job_id.clone(),
+    };
+    let (response, _) = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
+        if new.job_id.as_deref().is_some_and(|id| !is_id(id, "job_")) {
+            return Err(ApiError::NotFound(format!(
+                "there is no job {}",
+                new.job_id.as_deref().unwrap_or_default()
+            )));
+        }
+        let webhook = state
+            .store
+            .register_webhook(tx, &new)
+            .await?
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "there is no job {}",
+                    new.job_id.as_deref().unwrap_or_default()
+                ))
+            })?;
+        Answer::json(
+            StatusCode::CREATED,
+            &WebhookObject::of(&webhook, true),
+            vec![(
+                header::LOCATION.to_string(),
+                format!("/v1/webhooks/{}", webhook.webhook_id),
+            )],
+        )
+    })
+    .await?;
+    // A per-job webhook of a finished job has its event already.
+    state.signals.events_changed();
+    Ok(response)
+}
+
+/// List webhooks, newest first.
+#[utoipa::path(
+    get, path = "/v1/webhooks", tag = "webhooks",
+    params(
+        ("limit" = Option<i64>, Query, description = "1 to 200, default 50"),
+        ("cursor" = Option<String>, Query),
+    ),
+    responses((status = 200, body = WebhookPage), (status = 401), (status = 422)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    query: web::Query<HashMap<String, String>>,
+) -> ApiResult<HttpResponse> {
+    let mut errors = Vec::new();
+    let (limit, cursor) = limit_and_cursor(&query, "wh_", &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::Validation {
+            detail: "the query parameters are not valid".into(),
+            errors,
+        });
+    }
+    let webhooks = state
+        .store
+        .list_webhooks(&tenant.0, cursor.as_deref(), limit)
+        .await?;
+    let (webhooks, next_cursor) = cut(webhooks, limit, |w| w.webhook_id.clone());
+    Ok(HttpResponse::Ok().json(WebhookPage {
+        data: webhooks
+            .iter()
+            .map(|w| WebhookObject::of(w, false))
+            .collect(),
+        next_cursor,
+    }))
+}
+
+async fn find(state: &AppState, tenant: &Tenant, webhook_id: &str) -> ApiResult<Webhook> {
+    if !is_id(webhook_id, "wh_") {
+        return Err(not_found(webhook_id));
+    }
+    state
+        .store
+        .get_webhook(&tenant.0, webhook_id)
+        .await?
+        .ok_or_else(|| not_found(webhook_id))
+}
+
+/// Get a webhook (without its secret).
+#[utoipa::path(
+    get, path = "/v1/webhooks/{webhook_id}", tag = "webhooks",
+    params(("webhook_id" = String, Path)),
+    responses((status = 200, body = WebhookObject), (status = 401), (status = 404)),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    webhook_id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    let webhook = find(&state, &tenant, &webhook_id).await?;
+    Ok(HttpResponse::Ok().json(WebhookObject::of(&webhook, false)))
+}
+
+/// Delete a webhook: nothing further is sent to it.
+#[utoipa::path(
+    delete, path = "/v1/webhooks/{webhook_id}", tag = "webhooks",
+    params(("webhook_id" = String, Path)),
+    responses((status = 204), (status = 401), (status = 404)),
+    security(("bearer" = []))
+)]
+pub async fn delete(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    webhook_id: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    if !is_id(&webhook_id, "wh_") || !state.store.delete_webhook(&tenant.0, &webhook_id).await? {
+        return Err(not_found(&webhook_id));
+    }
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// A webhook's delivery attempts, newest first.
+#[utoipa::path(
+    get, path = "/v1/webhooks/{webhook_id}/deliveries", tag = "webhooks",
+    params(
+        ("webhook_id" = String, Path),
+        ("limit" = Option<i64>, Query, description = "1 to 200, default 50"),
+        ("cursor" = Option<String>, Query),
+    ),
+    responses((status = 200, body = DeliveryPage), (status = 401), (status = 404), (status = 422)),
+    security(("bearer" = []))
+)]
+pub async fn deliveries(
+    tenant: Tenant,
+    state: web::Data<AppState>,
+    webhook_id: web::Path<String>,
+    query: web::Query<HashMap<String, String>>,
+) -> ApiResult<HttpResponse> {
+    let webhook = find(&state, &tenant, &webhook_id).await?;
+    let mut errors = Vec::new();
+    let (limit, cursor) = limit_and_cursor(&query, "", &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::Validation {
+            detail: "the query parameters are not valid".into(),
+            errors,
+        });
+    }
+    let deliveries = state
+        .store
+        .list_deliveries(&webhook.webhook_id, cursor.as_deref(), limit)
+        .await?;
+    let (deliveries, next_cursor) = cut(deliveries, limit, |d| d.delivery_id.clone());
+    Ok(HttpResponse::Ok().json(DeliveryPage {
+        data: deliveries.iter().map(DeliveryObject::from).collect(),
+        next_cursor,
+    }))
+}

@@ -1,0 +1,186 @@
+//! Webhook essentials both sides need: event types, secrets, the Standard
+//! Webhooks signature, and the guard against webhook URLs that point into
+//! our own network (SSRF), checked at registration and again at delivery.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::model::JobStatus;
+
+pub const EVENT_TYPES: [&str; 3] = ["job.succeeded", "job.failed", "job.cancelled"];
+
+/// The event a final status announces.
+pub fn event_type_of(status: JobStatus) -> Option<&'static str> {
+    match status {
+        JobStatus::Succeeded => Some("job.succeeded"),
+        JobStatus::Failed => Some("job.failed"),
+        JobStatus::Cancelled => Some("job.cancelled"),
+        JobStatus::Queued | JobStatus::Running => None,
+    }
+}
+
+/// A new signing secret: `whsec_` + base64 of 32 random bytes.
+pub fn new_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!("whsec_{}", BASE64.encode(bytes))
+}
+
+/// The Standard Webhooks signature header value:
+/// `v1,` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")), where the
+/// key is the base64 part of the `whsec_` secret.
+pub fn sign(secret: &str, event_id: &str, timestamp: i64, body: &str) -> Result<String, String> {
+    let key = BASE64
+        .decode(secret.trim_start_matches("whsec_"))
+        .map_err(|e| format!("the webhook secret is not base64: {e}"))?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|e| e.to_string())?;
+    mac.update(format!("{event_id}.{timestamp}.{body}").as_bytes());
+    Ok(format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())))
+}
+
+/// Whether an address is one a webhook may be sent to: not loopback,
+/// private, link-local, shared (CGNAT), multicast, broadcast, unspecified,
+/// documentation or reserved; IPv4-mapped IPv6 addresses are judged as IPv4.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_public_v4(v4),
+            None => is_public_v6(v6),
+        },
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_multicast()
+        || ip.is_broadcast()
+        || ip.is_unspecified()
+        || ip.is_documentation()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)) // shared address space (CGNAT)
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 198 && (18..20).contains(&b)) // benchmarking
+        || a >= 240) // reserved
+}
+
+fn is_public_v6(ip: Ipv6Addr) -> bool {
+    let first = ip.segments()[0];
+    !(ip.is_loopback()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || (first & 0xfe00) == 0xfc00 // unique local
+        || (first & 0xffc0) == 0xfe80 // link-local
+        || (first & 0xffc0) == 0xfec0 // site-local (deprecated)
+        || (first == 0x2001 && ip.segments()[1] == 0x0db8) // documentation
+        || (first == 0x0064 && ip.segments()[1] == 0xff9b) // NAT64, may reach IPv4 inside
+        || ip.to_ipv4().is_some_and(|v4| !is_public_v4(v4))) // IPv4-compatible
+}
+
+/// A webhook URL, checked for shape: `http` or `https`, with a host.
+pub fn parse_url(text: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("must be an http or https URL".into());
+    }
+    if url.host().is_none() {
+        return Err("must name a host".into());
+    }
+    if text.len() > 2048 {
+        return Err("must be at most 2048 characters".into());
+    }
+    Ok(url)
+}
+
+/// Resolves the URL's host and returns the address to connect to: the
+/// first one, after checking that every address is public (unless private
+/// addresses are allowed). Connecting to exactly the address checked is
+/// what stops a DNS answer from changing between check and use.
+pub async fn resolve_checked(url: &url::Url, allow_private: bool) -> Result<SocketAddr, String> {
+    let port = url.port_or_known_default().ok_or("has no port")?;
+    let addrs: Vec<SocketAddr> = match url.host() {
+        Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(IpAddr::V4(ip), port)],
+        Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(IpAddr::V6(ip), port)],
+        Some(url::Host::Domain(domain)) => tokio::net::lookup_host((domain, port))
+            .await
+            .map_err(|e| format!("host {domain:?} does not resolve: {e}"))?
+            .collect(),
+        None => return Err("must name a host".into()),
+    };
+    let first = *addrs.first().ok_or("host resolves to no address")?;
+    if !allow_private {
+        if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+            return Err(format!(
+                "resolves to {}, which is not a public address (set WEBHOOK_ALLOW_PRIVATE=true to allow it)",
+                bad.ip()
+            ));
+        }
+    }
+    Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_and_special_addresses_are_not_public() {
+        for text in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.16.5.4",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fc00::1",
+            "fd12::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+        ] {
+            assert!(!is_public(text.parse().unwrap()), "{text}");
+        }
+        for text in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            assert!(is_public(text.parse().unwrap()), "{text}");
+        }
+    }
+
+    #[test]
+    fn signature_matches_the_standard_webhooks_example() {
+        // The example of the Standard Webhooks specification.
+        let signature = sign(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            r#"{"test": 2432232314}"#,
+        )
+        .unwrap();
+        assert_eq!(signature, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[test]
+    fn urls_must_be_http_with_a_host() {
+        assert!(parse_url("https://example.com/hook").is_ok());
+        for bad in ["ftp://example.com", "mailto:a@b.c", "not a url", "http://"] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The webhook dispatcher: delivers due events as signed POSTs (Standard
+//! Webhooks), many at once so one slow receiver holds up no other, retries
+//! along `WEBHOOK_RETRY_SCHEDULE`, and logs every attempt. Several
+//! dispatchers may run at once: an event is leased before it is sent.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use rand::Rng;
+use shared::{
+    notify::Signals,
+    settings::Settings,
+    store::{DeliveryRecord, DueEvent, Store},
+    time::{duration_ms, now_ms},
+    webhooks::{parse_url, resolve_checked, sign},
+};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// Deliveries one process makes at once.
+const CONCURRENT_DELIVERIES: usize = 64;
+const IDLE_POLL: Duration = Duration::from_millis(200);
+
+#[derive(Clone)]
+pub struct Dispatcher {
+    store: Store,
+    schedule: Arc<Vec<Duration>>,
+    allow_private: bool,
+    timeout: Duration,
+}
+
+impl Dispatcher {
+    pub fn new(store: Store, settings: &Settings) -> Self {
+        Self {
+            store,
+            schedule: Arc::new(settings.webhook_retry_schedule.0.clone()),
+            allow_private: settings.webhook_allow_private,
+            timeout: settings.webhook_timeout,
+        }
+    }
+
+    pub async fn run(self, signals: Signals, shutdown: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(CONCURRENT_DELIVERIES));
+        // A delivery in flight keeps its lease: longer than any attempt.
+        let lease = self.timeout + Duration::from_secs(5);
+        loop {
+            let free = slots.available_permits() as i64;
+            let mut claimed_all = false;
+            if free > 0 {
+                match self
+                    .store
+                    .claim_due_events(free, now_ms() + duration_ms(lease))
+                    .await
+                {
+                    Ok(events) => {
+                        claimed_all = events.len() as i64 == free;
+                        for event in events {
+                            let Ok(permit) = slots.clone().acquire_owned().await else {
+                                return;
+                            };
+                            let dispatcher = self.clone();
+                            tokio::spawn(async move {
+                                dispatcher.deliver(event).await;
+                                drop(permit);
+                            });
+                        }
+                    }
+                    Err(error) => warn!(%error, "claiming webhook events failed"),
+                }
+            }
+            if claimed_all {
+                // More may be due: go again once a slot frees.
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = slots.acquire() => continue,
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = signals.events_wait() => {}
+                () = tokio::time::sleep(IDLE_POLL) => {}
+            }
+        }
+    }
+
+    async fn deliver(&self, event: DueEvent) {
+        if !event.enabled {
+            if let Err(error) = self.store.drop_event(&event.event_id).await {
+                warn!(%error, "could not drop an event of a disabled webhook");
+            }
+            return;
+        }
+        let started = Instant::now();
+        let (status, error) = match self.send(&event).await {
+            Ok(status) => (Some(status), None),
+            Err(error) => (None, Some(error)),
+        };
+        let delivered = status.is_some_and(|s| (200..300).contains(&s));
+        let gone = status == Some(410);
+        let attempt = usize::try_from(event.attempts).unwrap_or(usize::MAX);
+        let next_attempt_at = match self.schedule.get(attempt) {
+            Some(delay) if !delivered && !gone => Some(now_ms() + duration_ms(jittered(*delay))),
+            _ => None,
+        };
+        let record = DeliveryRecord {
+            response_status: status,
+            error,
+            duration_ms: duration_ms(started.elapsed()),
+            next_attempt_at,
+            delivered,
+            gone,
+        };
+        // If this fails the lease lapses and the event is sent again: at
+        // least once, with the same webhook-id for the receiver to dedupe.
+        if let Err(error) = self.store.record_delivery(&event, &record).await {
+            warn!(%error, event_id = event.event_id, "could not record a delivery");
+        }
+    }
+
+    /// One signed POST; the status, or why there was none.
+    async fn send(&self, event: &DueEvent) -> Result<u16, String> {
+        let url = parse_url(&event.url)?;
+        // Checked again at delivery (DNS can change), and the connection
+        // goes to the very address that was checked.
+        let addr = resolve_checked(&url, self.allow_private).await?;
+        let mut client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.timeout)
+            .user_agent(concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")));
+        if let Some(url::Host::Domain(domain)) = url.host() {
+            client = client.resolve(domain, addr);
+        }
+        let client = client.build().map_err(|e| e.to_string())?;
+        let timestamp = now_ms() / 1000;
+        let signature = sign(&event.secret, &event.event_id, timestamp, &event.body)?;
+        let response = client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &event.event_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(event.body.clone())
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_timeout() {
+                    format!("no answer within {}s", self.timeout.as_secs_f64())
+                } else {
+                    format!("{e}")
+                }
+            })?;
+        Ok(response.status().as_u16())
+    }
+}
+
+/// ±10% around the scheduled delay, so retries of many events spread out.
+fn jittered(delay: Duration) -> Duration {
+    delay.mul_f64(rand::rng().random_range(0.9..1.1))
+}
