@@ -113,13 +113,11 @@ pub async fn resolve_checked(url: &url::Url, allow_private: bool) -> Result<Sock
         None => return Err("must name a host".into()),
     };
     let first = *addrs.first().ok_or("host resolves to no address")?;
-    if !allow_private {
-        if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-            return Err(format!(
-                "resolves to {}, which is not a public address (set WEBHOOK_ALLOW_PRIVATE=true to allow it)",
-                bad.ip()
-            ));
-        }
+    if let Some(bad) = addrs.iter().find(|a| !allow_private && !is_public(a.ip())) {
+        return Err(format!(
+            "resolves to {}, which is not a public address (set WEBHOOK_ALLOW_PRIVATE=true to allow it)",
+            bad.ip()
+        ));
     }
     Ok(first)
 }

@@ -211,7 +211,8 @@ pub fn bin_path(name: &str) -> PathBuf {
 
 /// A child process, killed when dropped. Its stdout lines are collected.
 pub struct Process {
-    child: Child,
+    /// In a mutex so a shared `&Api` can ask whether its process exited.
+    child: std::sync::Mutex<Child>,
     lines: mpsc::Receiver<String>,
 }
 
@@ -236,7 +237,10 @@ impl Process {
                 }
             }
         });
-        Process { child, lines }
+        Process {
+            child: std::sync::Mutex::new(child),
+            lines,
+        }
     }
 
     pub fn wait_for_line(&self, starts_with: &str) -> String {
@@ -259,23 +263,23 @@ impl Process {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.lock().unwrap().id()
     }
 
     /// SIGKILL: the process dies without any cleanup.
     pub fn kill_hard(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.child.get_mut().unwrap().kill();
+        let _ = self.child.get_mut().unwrap().wait();
     }
 
     /// SIGTERM, then waits (up to 30 s) for the exit status.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args(["-TERM", &self.pid().to_string()])
             .status();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while std::time::Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child.get_mut().unwrap().try_wait() {
                 return Some(status);
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -283,15 +287,20 @@ impl Process {
         None
     }
 
+    /// The exit status, if the process has exited.
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.child.lock().unwrap().try_wait().ok().flatten()
+    }
+
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        self.child.get_mut().unwrap().try_wait().ok().flatten()
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.child.get_mut().unwrap().kill();
+        let _ = self.child.get_mut().unwrap().wait();
     }
 }
 
@@ -367,16 +376,25 @@ impl Api {
         if let Some(body) = body {
             request = request.json(body);
         }
-        Self::read(request).await
+        match request.send().await {
+            Ok(response) => Self::reply(response).await,
+            Err(error) => {
+                let exited = self.process.as_ref().and_then(Process::exited);
+                panic!("request to {path} failed: {error}; the api process exit status: {exited:?}")
+            }
+        }
     }
 
-    pub async fn read(request: reqwest::RequestBuilder) -> Reply {
-        let response = request.send().await.expect("request");
+    async fn reply(response: reqwest::Response) -> Reply {
         Reply {
             status: response.status(),
             headers: response.headers().clone(),
             text: response.text().await.expect("body"),
         }
+    }
+
+    pub async fn read(request: reqwest::RequestBuilder) -> Reply {
+        Self::reply(request.send().await.expect("request")).await
     }
 
     pub async fn get(&self, path: &str) -> Reply {

@@ -73,18 +73,21 @@ async fn a_month_of_a_million_entries_sums_exactly(backend: Backend) {
          (i * 7919 * 104729) % 100000000001,
          CASE i % 7 WHEN 0 THEN 0 WHEN 1 THEN 25 WHEN 2 THEN 300 WHEN 3 THEN 500 WHEN 4 THEN 1200 WHEN 5 THEN 1800 ELSE 2800 END,
          CASE WHEN i % 3 = 0 THEN 1 ELSE 0 END, '', '', 0";
-    let sql = match backend {
-        Backend::PgRedis => format!(
-            "INSERT INTO ledger_entries ({columns}) SELECT {values} FROM generate_series(0::bigint, {}) AS s(i)",
-            ENTRIES - 1
-        ),
-        Backend::Sqlite => format!(
-            "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {})
-             INSERT INTO ledger_entries ({columns}) SELECT {values} FROM s",
-            ENTRIES - 1
-        ),
-    };
-    env.execute_sql(&sql).await;
+    // In chunks, so no statement holds SQLite's write lock for long.
+    const CHUNK: i64 = 100_000;
+    for start in (0..ENTRIES).step_by(CHUNK as usize) {
+        let end = start + CHUNK - 1;
+        let sql = match backend {
+            Backend::PgRedis => format!(
+                "INSERT INTO ledger_entries ({columns}) SELECT {values} FROM generate_series({start}::bigint, {end}) AS s(i)"
+            ),
+            Backend::Sqlite => format!(
+                "WITH RECURSIVE s(i) AS (SELECT {start} UNION ALL SELECT i + 1 FROM s WHERE i < {end})
+                 INSERT INTO ledger_entries ({columns}) SELECT {values} FROM s"
+            ),
+        };
+        env.execute_sql(&sql).await;
+    }
     // Neighbouring months stay out.
     api.import(json!([
         {"id": "sep", "date": "2026-09-30", "direction": "sale", "amount": "999.99", "gst_rate": "28"},

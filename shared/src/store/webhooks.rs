@@ -133,12 +133,11 @@ impl Store {
         .fetch_one(&mut **tx)
         .await?;
         let webhook = webhook_from_row(&row)?;
-        if let Some(job) = final_job {
-            if let Some(event_type) = event_type_of(job.status) {
-                if webhook.events.iter().any(|e| e == event_type) {
-                    insert_event(tx, &webhook.webhook_id, event_type, &job).await?;
-                }
-            }
+        if let Some(job) = final_job
+            && let Some(event_type) = event_type_of(job.status)
+            && webhook.events.iter().any(|e| e == event_type)
+        {
+            insert_event(tx, &webhook.webhook_id, event_type, &job).await?;
         }
         Ok(Some(webhook))
     }
