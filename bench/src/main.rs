@@ -1,0 +1,610 @@
+//! Receipt's benchmark: starts the service as users run it (the embedded
+//! default, or `api` + `worker` on Postgres and Redis), drives it over HTTP
+//! like real clients, and prints a table plus one JSON line per scenario.
+//! Everything runs on this machine; every process it starts is stopped and
+//! every database and Redis key it makes is removed.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+use sqlx::{AnyPool, Row};
+
+const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const REDIS: &str = "redis://127.0.0.1:6379";
+const KEY: &str = "bench-key";
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Receipt's benchmark (see README: Performance)")]
+struct Args {
+    /// Scenarios, comma-separated: e2e, submit, pickup, scale, report, bullmq.
+    #[arg(long, default_value = "e2e,submit,pickup,scale,report,bullmq")]
+    scenarios: String,
+    /// embedded, production, or both.
+    #[arg(long, default_value = "both")]
+    shape: String,
+    /// Jobs per end-to-end run.
+    #[arg(long, default_value_t = 20_000)]
+    jobs: usize,
+    /// Concurrent clients (and BullMQ producers and worker concurrency).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Open-loop arrival rate of the submit scenario, per second.
+    #[arg(long, default_value_t = 1_000)]
+    rate: u64,
+    /// Seconds of the submit scenario.
+    #[arg(long, default_value_t = 20)]
+    submit_secs: u64,
+    /// Jobs of the pickup scenario, submitted one at a time.
+    #[arg(long, default_value_t = 500)]
+    pickup_jobs: usize,
+    /// Finished jobs (scale) and ledger entries (report) written beforehand.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: i64,
+    /// Alternating rounds of Receipt and BullMQ in the side-by-side run.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Worker processes in the production shape.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Shape {
+    Embedded,
+    Production,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Embedded => "embedded",
+            Shape::Production => "production",
+        }
+    }
+}
+
+fn print_result(scenario: &str, shape: &str, line: Value, summary: &str) {
+    println!("{scenario:<9} {shape:<11} {summary}");
+    let mut line = line;
+    line["scenario"] = json!(scenario);
+    line["shape"] = json!(shape);
+    println!("{line}");
+}
+
+/// A service under test: its processes, database and queue prefix.
+struct Service {
+    shape: Shape,
+    base: String,
+    database_url: String,
+    pg_database: Option<String>,
+    queue_name: String,
+    api: Child,
+    workers: Vec<Child>,
+    _dir: PathBuf,
+}
+
+fn bin(name: &str) -> Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: run scripts/bench (it builds the release binaries)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+async fn admin(sql: &str) -> Result<()> {
+    sqlx::any::install_default_drivers();
+    let pool = AnyPool::connect(PG_ADMIN).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&pool)
+        .await?;
+    pool.close().await;
+    Ok(())
+}
+
+impl Service {
+    async fn start(shape: Shape, workers: usize, concurrency: usize) -> Result<Self> {
+        let name = format!("receipt_bench_{}", uuid::Uuid::now_v7().simple());
+        let dir = std::env::temp_dir().join(&name);
+        std::fs::create_dir_all(&dir)?;
+        let (database_url, pg_database) = match shape {
+            Shape::Embedded => (format!("sqlite://{}/jobs.db", dir.display()), None),
+            Shape::Production => {
+                admin(&format!("CREATE DATABASE {name}")).await?;
+                (
+                    format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    Some(name.clone()),
+                )
+            }
+        };
+        let mut env = vec![
+            ("BIND_ADDR", "127.0.0.1:0".to_owned()),
+            ("DATABASE_URL", database_url.clone()),
+            ("QUEUE_NAME", name.clone()),
+            ("API_KEYS", format!("bench:{KEY}")),
+            ("ENABLE_DIAGNOSTIC_KINDS", "true".to_owned()),
+            ("WORKER_CONCURRENCY", concurrency.to_string()),
+            ("RUST_LOG", "error".to_owned()),
+        ];
+        if shape == Shape::Production {
+            env.push(("REDIS_URL", REDIS.to_owned()));
+            env.push(("EMBEDDED_WORKER", "false".to_owned()));
+        }
+        let spawn = |name: &str, piped: bool| -> Result<Child> {
+            let mut command = Command::new(bin(name)?);
+            command
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .stdout(if piped { Stdio::piped() } else { Stdio::null() })
+                .stderr(Stdio::inherit());
+            Ok(command.spawn()?)
+        };
+        let mut api = spawn("api", true)?;
+        let stdout = api.stdout.take().context("api stdout")?;
+        let addr = tokio::task::spawn_blocking(move || -> Result<String> {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let line = line?;
+                if let Some(addr) = line.strip_prefix("listening on http://") {
+                    return Ok(addr.trim().to_owned());
+                }
+            }
+            bail!("the api exited before listening")
+        })
+        .await??;
+        let mut worker_processes = Vec::new();
+        if shape == Shape::Production {
+            for _ in 0..workers {
+                worker_processes.push(spawn("worker", false)?);
+            }
+        }
+        let service = Service {
+            shape,
+            base: format!("http://{addr}"),
+            database_url,
+            pg_database,
+            queue_name: name,
+            api,
+            workers: worker_processes,
+            _dir: dir,
+        };
+        // Let the workers register with the queue before timing anything.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(service)
+    }
+
+    async fn pool(&self) -> Result<AnyPool> {
+        sqlx::any::install_default_drivers();
+        Ok(AnyPool::connect(&self.database_url).await?)
+    }
+
+    /// Peak resident memory of each process, in MiB.
+    fn peak_rss(&self) -> Value {
+        let peak = |pid: u32| -> Option<f64> {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1024.0)
+        };
+        json!({
+            "api_mib": peak(self.api.id()),
+            "worker_mib": self.workers.iter().map(|w| peak(w.id())).collect::<Vec<_>>(),
+        })
+    }
+
+    async fn stop(mut self) -> Result<()> {
+        for child in self
+            .workers
+            .iter_mut()
+            .chain(std::iter::once(&mut self.api))
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(db) = self.pg_database.take() {
+            admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await?;
+            let client = redis::Client::open(REDIS)?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{}*", self.queue_name))
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self._dir);
+        Ok(())
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("http client")
+}
+
+async fn submit(client: &reqwest::Client, base: &str, body: &Value) -> Result<Value> {
+    let response = client
+        .post(format!("{base}/v1/reports/sleep"))
+        .bearer_auth(KEY)
+        .header("idempotency-key", uuid::Uuid::now_v7().to_string())
+        .json(body)
+        .send()
+        .await?;
+    if response.status() != reqwest::StatusCode::ACCEPTED {
+        bail!(
+            "submit answered {}: {}",
+            response.status(),
+            response.text().await?
+        );
+    }
+    Ok(response.json().await?)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Scenario 1: N jobs by C concurrent clients, from the first submit until
+/// the database counts all N SUCCEEDED.
+async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<f64> {
+    let pool = service.pool().await?;
+    let client = client();
+    let first = submit(&client, &service.base, &json!({"ms": 0})).await?;
+    let first_id = first["job_id"].as_str().context("job_id")?.to_owned();
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
+    let clients = (0..concurrency).map(|_| {
+        let client = client.clone();
+        let next = next.clone();
+        let base = service.base.clone();
+        async move {
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < jobs {
+                submit(&client, &base, &json!({"ms": 0})).await?;
+            }
+            anyhow::Ok(())
+        }
+    });
+    let watcher = async {
+        loop {
+            let row = sqlx::query(
+                "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'SUCCEEDED' AND job_id >= $1",
+            )
+            .bind(&first_id)
+            .fetch_one(&pool)
+            .await?;
+            if row.try_get::<i64, _>("n")? as usize >= jobs {
+                return anyhow::Ok(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (submitted, elapsed) = tokio::join!(futures::future::try_join_all(clients), watcher);
+    submitted?;
+    let elapsed = elapsed?;
+    pool.close().await;
+    Ok(jobs as f64 / elapsed.as_secs_f64())
+}
+
+/// Scenario 2: open loop at a fixed rate; latency is measured from each
+/// request's scheduled time, so a stall counts against every request it
+/// delays (the coordinated-omission correction).
+async fn submit_only(service: &Service, rate: u64, secs: u64) -> Result<Value> {
+    let client = client();
+    let total = rate * secs;
+    let start = tokio::time::Instant::now() + Duration::from_millis(100);
+    let tasks: Vec<_> = (0..total)
+        .map(|i| {
+            let client = client.clone();
+            let base = service.base.clone();
+            let scheduled = start + Duration::from_secs_f64(i as f64 / rate as f64);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(scheduled).await;
+                let ok = submit(&client, &base, &json!({"ms": 0})).await.is_ok();
+                (ok, scheduled.elapsed().as_secs_f64() * 1000.0)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(tasks.len());
+    let mut errors = 0;
+    for task in tasks {
+        let (ok, ms) = task.await?;
+        if !ok {
+            errors += 1;
+        }
+        latencies.push(ms);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    Ok(json!({
+        "requests": total, "errors": errors, "achieved_per_s": total as f64 / elapsed,
+        "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99),
+        "p999_ms": percentile(&latencies, 0.999),
+    }))
+}
+
+fn millis_between(job: &Value, from: &str, to: &str) -> Option<f64> {
+    let parse = |f: &str| job[f].as_str().and_then(rfc3339_ms);
+    Some(parse(to)? - parse(from)?)
+}
+
+fn rfc3339_ms(text: &str) -> Option<f64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_micros() as f64 / 1000.0)
+}
+
+/// Scenario 3: an idle system, jobs one at a time: `started_at - created_at`.
+async fn pickup(service: &Service, count: usize) -> Result<Value> {
+    let client = client();
+    let mut latencies = Vec::with_capacity(count);
+    for _ in 0..count {
+        let job = submit(&client, &service.base, &json!({"ms": 0})).await?;
+        let id = job["job_id"].as_str().context("job_id")?;
+        let done: Value = client
+            .get(format!("{}/v1/jobs/{id}?wait=10", service.base))
+            .bearer_auth(KEY)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let Some(ms) = millis_between(&done, "created_at", "started_at") {
+            latencies.push(ms);
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(
+        json!({"jobs": count, "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99)}),
+    )
+}
+
+/// Writes `rows` finished jobs straight into the table (ids sort before
+/// any real one), as a service that has run for a while would have.
+async fn prefill_jobs(service: &Service, rows: i64) -> Result<()> {
+    let pool = service.pool().await?;
+    let values = "'job_00000000' || substr('000000000000000000000000' || i, -24, 24), 'bench', 'sleep', '{\"ms\":0}',
+        'SUCCEEDED', 1, 5, 1.0, 0, 0, 0, 0, 0";
+    let columns = "job_id, tenant_id, kind, params, status, attempts, max_attempts, progress, created_at, started_at, finished_at, run_after, cancel_requested";
+    for start in (0..rows).step_by(100_000) {
+        let end = (start + 100_000).min(rows) - 1;
+        let sql = match service.shape {
+            Shape::Production => format!(
+                "INSERT INTO jobs ({columns}) SELECT {} FROM generate_series({start}::bigint, {end}) AS s(i)",
+                values.replace("substr('000000000000000000000000' || i, -24, 24)", "lpad(i::text, 24, '0')")
+            ),
+            Shape::Embedded => format!(
+                "WITH RECURSIVE s(i) AS (SELECT {start} UNION ALL SELECT i + 1 FROM s WHERE i < {end})
+                 INSERT INTO jobs ({columns}) SELECT {values} FROM s"
+            ),
+        };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&pool)
+            .await?;
+    }
+    if service.shape == Shape::Production {
+        sqlx::raw_sql("ANALYZE jobs").execute(&pool).await?;
+    }
+    pool.close().await;
+    Ok(())
+}
+
+/// Scenario 5: gst-summary over a month of `rows` entries, against the same
+/// aggregate as one plain SQL query (the floor).
+async fn report(service: &Service, rows: i64) -> Result<Value> {
+    let pool = service.pool().await?;
+    let columns = "tenant_id, entry_id, entry_date, direction, amount_paise, rate_centi, interstate, party, description, created_at";
+    let values = "'bench', 'm-' || i, '2026-10-' || CASE WHEN 1 + i % 31 < 10 THEN '0' ELSE '' END || (1 + i % 31),
+        CASE WHEN i % 2 = 0 THEN 'sale' ELSE 'purchase' END, (i * 7919) % 10000000,
+        CASE i % 7 WHEN 0 THEN 0 WHEN 1 THEN 25 WHEN 2 THEN 300 WHEN 3 THEN 500 WHEN 4 THEN 1200 WHEN 5 THEN 1800 ELSE 2800 END,
+        CASE WHEN i % 3 = 0 THEN 1 ELSE 0 END, '', '', 0";
+    for start in (0..rows).step_by(100_000) {
+        let end = (start + 100_000).min(rows) - 1;
+        let sql = match service.shape {
+            Shape::Production => format!(
+                "INSERT INTO ledger_entries ({columns}) SELECT {values} FROM generate_series({start}::bigint, {end}) AS s(i)"
+            ),
+            Shape::Embedded => format!(
+                "WITH RECURSIVE s(i) AS (SELECT {start} UNION ALL SELECT i + 1 FROM s WHERE i < {end})
+                 INSERT INTO ledger_entries ({columns}) SELECT {values} FROM s"
+            ),
+        };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&pool)
+            .await?;
+    }
+    if service.shape == Shape::Production {
+        sqlx::raw_sql("VACUUM ANALYZE ledger_entries")
+            .execute(&pool)
+            .await?;
+    }
+    let floor_sql = "SELECT direction, rate_centi, SUM(amount_paise),
+           SUM(CASE WHEN interstate = 1 THEN (amount_paise * rate_centi + 5000) / 10000 ELSE 0 END),
+           SUM(CASE WHEN interstate = 1 THEN 0 ELSE (amount_paise * rate_centi + 10000) / 20000 END)
+         FROM ledger_entries WHERE tenant_id = 'bench' AND entry_date >= '2026-10-01' AND entry_date <= '2026-10-31'
+         GROUP BY direction, rate_centi";
+    let mut floors = Vec::new();
+    let mut reports = Vec::new();
+    let client = client();
+    for _ in 0..3 {
+        let started = Instant::now();
+        sqlx::raw_sql(floor_sql).execute(&pool).await?;
+        floors.push(started.elapsed().as_secs_f64() * 1000.0);
+
+        let job: Value = client
+            .post(format!("{}/v1/reports/gst-summary", service.base))
+            .bearer_auth(KEY)
+            .json(&json!({"month": "2026-10"}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let id = job["job_id"].as_str().context("job_id")?;
+        let done: Value = client
+            .get(format!("{}/v1/jobs/{id}?wait=60", service.base))
+            .bearer_auth(KEY)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if done["status"] != "SUCCEEDED" {
+            bail!("gst-summary ended {}", done["status"]);
+        }
+        reports.push(millis_between(&done, "started_at", "finished_at").context("times")?);
+    }
+    pool.close().await;
+    floors.sort_by(f64::total_cmp);
+    reports.sort_by(f64::total_cmp);
+    let (floor, run) = (floors[1], reports[1]);
+    Ok(json!({"entries": rows, "report_ms": run, "sql_floor_ms": floor, "ratio": run / floor}))
+}
+
+/// The BullMQ side: one run of `scripts/bench-bullmq/bench.mjs`.
+fn bullmq(jobs: usize, concurrency: usize) -> Result<f64> {
+    let script = std::env::current_exe()?
+        .parent()
+        .and_then(|p| p.parent())
+        .and_then(|p| p.parent())
+        .context("workspace")?
+        .join("scripts/bench-bullmq/bench.mjs");
+    let output = Command::new("node")
+        .arg(&script)
+        .arg(format!("--jobs={jobs}"))
+        .arg(format!("--concurrency={concurrency}"))
+        .arg(format!(
+            "--prefix=bench-bullmq-{}",
+            uuid::Uuid::now_v7().simple()
+        ))
+        .stderr(Stdio::inherit())
+        .output()
+        .context("node (install Node.js; scripts/bench installs bullmq)")?;
+    if !output.status.success() {
+        bail!("bullmq bench failed");
+    }
+    let line: Value = serde_json::from_slice(&output.stdout)?;
+    line["jobs_per_s"].as_f64().context("jobs_per_s")
+}
+
+fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    (
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let wants = |s: &str| args.scenarios.split(',').any(|x| x.trim() == s);
+    let shapes: Vec<Shape> = match args.shape.as_str() {
+        "embedded" => vec![Shape::Embedded],
+        "production" => vec![Shape::Production],
+        _ => vec![Shape::Embedded, Shape::Production],
+    };
+    println!("# receipt-bench {:?}", args);
+    for &shape in &shapes {
+        if wants("e2e") {
+            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let rate = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let rss = service.peak_rss();
+            service.stop().await?;
+            print_result(
+                "e2e",
+                shape.name(),
+                json!({"jobs": args.jobs, "concurrency": args.concurrency, "jobs_per_s": rate, "peak_rss": rss}),
+                &format!("{rate:>8.0} jobs/s   peak RSS {rss}"),
+            );
+        }
+        if wants("submit") {
+            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let result = submit_only(&service, args.rate, args.submit_secs).await?;
+            service.stop().await?;
+            let summary = format!(
+                "{:>8.0} req/s   p50 {:.1} ms  p99 {:.1} ms  p99.9 {:.1} ms  errors {}",
+                result["achieved_per_s"].as_f64().unwrap_or_default(),
+                result["p50_ms"].as_f64().unwrap_or_default(),
+                result["p99_ms"].as_f64().unwrap_or_default(),
+                result["p999_ms"].as_f64().unwrap_or_default(),
+                result["errors"]
+            );
+            print_result("submit", shape.name(), result, &summary);
+        }
+        if wants("pickup") {
+            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let result = pickup(&service, args.pickup_jobs).await?;
+            service.stop().await?;
+            let summary = format!(
+                "pickup p50 {:.1} ms  p99 {:.1} ms",
+                result["p50_ms"].as_f64().unwrap_or_default(),
+                result["p99_ms"].as_f64().unwrap_or_default()
+            );
+            print_result("pickup", shape.name(), result, &summary);
+        }
+        if wants("scale") {
+            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let empty = end_to_end(&service, args.jobs, args.concurrency).await?;
+            prefill_jobs(&service, args.rows).await?;
+            let full = end_to_end(&service, args.jobs, args.concurrency).await?;
+            service.stop().await?;
+            print_result(
+                "scale",
+                shape.name(),
+                json!({"rows": args.rows, "empty_jobs_per_s": empty, "full_jobs_per_s": full, "share": full / empty}),
+                &format!(
+                    "{full:>8.0} jobs/s with {} finished jobs = {:.0}% of {empty:.0}",
+                    args.rows,
+                    100.0 * full / empty
+                ),
+            );
+        }
+        if wants("report") {
+            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let result = report(&service, args.rows).await?;
+            service.stop().await?;
+            let summary = format!(
+                "gst-summary {:.0} ms vs plain SQL {:.0} ms = {:.2}x",
+                result["report_ms"].as_f64().unwrap_or_default(),
+                result["sql_floor_ms"].as_f64().unwrap_or_default(),
+                result["ratio"].as_f64().unwrap_or_default()
+            );
+            print_result("report", shape.name(), result, &summary);
+        }
+    }
+    if wants("bullmq") {
+        let mut receipt = Vec::new();
+        let mut bull = Vec::new();
+        for _ in 0..args.rounds {
+            let service = Service::start(Shape::Production, args.workers, args.concurrency).await?;
+            receipt.push(end_to_end(&service, args.jobs, args.concurrency).await?);
+            service.stop().await?;
+            bull.push(bullmq(args.jobs, args.concurrency)?);
+        }
+        let (r, r_lo, r_hi) = median_and_range(receipt.clone());
+        let (b, b_lo, b_hi) = median_and_range(bull.clone());
+        print_result(
+            "bullmq",
+            "production",
+            json!({"receipt_jobs_per_s": receipt, "bullmq_jobs_per_s": bull, "receipt_median": r, "bullmq_median": b, "ratio": r / b}),
+            &format!(
+                "Receipt {r:.0} ({r_lo:.0}-{r_hi:.0}) vs BullMQ {b:.0} ({b_lo:.0}-{b_hi:.0}) jobs/s: ratio {:.2}",
+                r / b
+            ),
+        );
+    }
+    Ok(())
+}
