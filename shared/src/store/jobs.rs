@@ -39,6 +39,17 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
     })
 }
 
+/// What a fenced `... RETURNING cancel_requested` found: no row means the
+/// attempt is no longer the current one.
+fn lease_check(row: Option<AnyRow>) -> Result<LeaseCheck> {
+    Ok(match row {
+        Some(row) => LeaseCheck::Held {
+            cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+        },
+        None => LeaseCheck::Lost,
+    })
+}
+
 /// A new job, as the API inserts it.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -358,12 +369,7 @@ impl Store {
         .bind(lease_until)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(match row {
-            Some(row) => LeaseCheck::Held {
-                cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
-            },
-            None => LeaseCheck::Lost,
-        })
+        lease_check(row)
     }
 
     /// Records progress, fenced like every write of an attempt.
@@ -383,12 +389,7 @@ impl Store {
         .bind(progress.clamp(0.0, 1.0))
         .fetch_optional(&self.pool)
         .await?;
-        Ok(match row {
-            Some(row) => LeaseCheck::Held {
-                cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
-            },
-            None => LeaseCheck::Lost,
-        })
+        lease_check(row)
     }
 
     /// Ends an attempt: status, result or error, and a retry's outbox row,
