@@ -97,11 +97,14 @@ pub fn parse_url(text: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
-/// Resolves the URL's host and returns the address to connect to: the
-/// first one, after checking that every address is public (unless private
-/// addresses are allowed). Connecting to exactly the address checked is
-/// what stops a DNS answer from changing between check and use.
-pub async fn resolve_checked(url: &url::Url, allow_private: bool) -> Result<SocketAddr, String> {
+/// Resolves the URL's host and returns the addresses to connect to, after
+/// checking that every one is public (unless private addresses are
+/// allowed). Connecting only to the addresses checked is what stops a DNS
+/// answer from changing between check and use.
+pub async fn resolve_checked(
+    url: &url::Url,
+    allow_private: bool,
+) -> Result<Vec<SocketAddr>, String> {
     let port = url.port_or_known_default().ok_or("has no port")?;
     let addrs: Vec<SocketAddr> = match url.host() {
         Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(IpAddr::V4(ip), port)],
@@ -112,14 +115,16 @@ pub async fn resolve_checked(url: &url::Url, allow_private: bool) -> Result<Sock
             .collect(),
         None => return Err("must name a host".into()),
     };
-    let first = *addrs.first().ok_or("host resolves to no address")?;
+    if addrs.is_empty() {
+        return Err("host resolves to no address".into());
+    }
     if let Some(bad) = addrs.iter().find(|a| !allow_private && !is_public(a.ip())) {
         return Err(format!(
             "resolves to {}, which is not a public address (set WEBHOOK_ALLOW_PRIVATE=true to allow it)",
             bad.ip()
         ));
     }
-    Ok(first)
+    Ok(addrs)
 }
 
 #[cfg(test)]

@@ -125,13 +125,13 @@ impl Dispatcher {
         let url = parse_url(&event.url)?;
         // Checked again at delivery (DNS can change), and the connection
         // goes to the very address that was checked.
-        let addr = resolve_checked(&url, self.allow_private).await?;
+        let addrs = resolve_checked(&url, self.allow_private).await?;
         let mut client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(self.timeout)
             .user_agent(concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")));
         if let Some(url::Host::Domain(domain)) = url.host() {
-            client = client.resolve(domain, addr);
+            client = client.resolve_to_addrs(domain, &addrs);
         }
         let client = client.build().map_err(|e| e.to_string())?;
         let timestamp = now_ms() / 1000;

@@ -9,4 +9,5 @@ mod idempotency;
 mod lifecycle;
 mod reports;
 mod scale;
+mod webhooks;
 mod worker_behaviour;
