@@ -76,8 +76,9 @@ pub struct Settings {
     pub retry_max_delay: Duration,
 
     /// Receipt addition: a queued job not yet picked up is published to the
-    /// queue again after this long, in case the queue lost its message.
-    #[arg(long, env = "REPUBLISH_AFTER", default_value = "2m", value_parser = humantime::parse_duration)]
+    /// queue again after this long (then twice as long each time), in case
+    /// the queue lost its message.
+    #[arg(long, env = "REPUBLISH_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
     pub republish_after: Duration,
 }
 

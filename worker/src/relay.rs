@@ -30,7 +30,7 @@ pub async fn run_relay(
     loop {
         let mut published_full_batch = false;
         match store
-            .take_due_outbox(BATCH, now_ms() + duration_ms(republish_after))
+            .take_due_outbox(BATCH, duration_ms(republish_after))
             .await
         {
             Ok(job_ids) if !job_ids.is_empty() => {

@@ -281,11 +281,21 @@ impl Store {
     }
 
     /// Leases up to `limit` due outbox rows for publishing: their next
-    /// publish time moves to `republish_at`, so a message the queue loses is
-    /// sent again then, and concurrent relays do not take the same rows.
-    pub async fn take_due_outbox(&self, limit: i64, republish_at: i64) -> Result<Vec<String>> {
+    /// publish time moves `republish_after_ms` ahead (doubling on each
+    /// republish, up to 32 times), so a message the queue loses is sent
+    /// again then, and concurrent relays do not take the same rows.
+    pub async fn take_due_outbox(
+        &self,
+        limit: i64,
+        republish_after_ms: i64,
+    ) -> Result<Vec<String>> {
         let sql = format!(
-            "UPDATE outbox SET publish_at = $2 WHERE job_id IN (
+            "UPDATE outbox SET
+                 publish_at = $1 + CASE WHEN republish_ms = 0 THEN $2 ELSE republish_ms END,
+                 republish_ms = CASE WHEN republish_ms = 0 THEN $2
+                                     WHEN republish_ms * 2 > $2 * 32 THEN $2 * 32
+                                     ELSE republish_ms * 2 END
+             WHERE job_id IN (
                  SELECT job_id FROM outbox WHERE publish_at <= $1
                  ORDER BY publish_at LIMIT $3{}
              ) RETURNING job_id",
@@ -293,7 +303,7 @@ impl Store {
         );
         let rows = sqlx::query(built(&sql))
             .bind(now_ms())
-            .bind(republish_at)
+            .bind(republish_after_ms)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
@@ -595,7 +605,7 @@ async fn upsert_outbox(
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
-         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at",
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0",
     )
     .bind(job_id)
     .bind(publish_at)
