@@ -431,9 +431,10 @@ async fn report(service: &Service, rows: i64) -> Result<Value> {
             .execute(&pool)
             .await?;
     }
-    let floor_sql = "SELECT direction, rate_centi, SUM(amount_paise),
-           SUM(CASE WHEN interstate = 1 THEN (amount_paise * rate_centi + 5000) / 10000 ELSE 0 END),
-           SUM(CASE WHEN interstate = 1 THEN 0 ELSE (amount_paise * rate_centi + 10000) / 20000 END)
+    // The aggregate the service runs, as one plain statement.
+    let floor_sql = "SELECT direction, rate_centi, CAST(SUM(amount_paise) AS BIGINT),
+           CAST(SUM(CASE WHEN interstate = 1 THEN (amount_paise * rate_centi + 5000) / 10000 ELSE 0 END) AS BIGINT),
+           CAST(SUM(CASE WHEN interstate = 1 THEN 0 ELSE (amount_paise * rate_centi + 10000) / 20000 END) AS BIGINT)
          FROM ledger_entries WHERE tenant_id = 'bench' AND entry_date >= '2026-10-01' AND entry_date <= '2026-10-31'
          GROUP BY direction, rate_centi";
     let mut floors = Vec::new();
