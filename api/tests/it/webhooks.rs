@@ -775,7 +775,10 @@ async fn a_per_job_webhook_gets_its_own_jobs_event_even_when_registered_after_it
 
 async fn a_deleted_webhook_gets_nothing_further(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = embedded(&env, &[]).await;
+    // The retry waits 3 s, so the delete below surely comes before it, even
+    // on a busy machine (a delivery already under way when a webhook is
+    // deleted may still arrive).
+    let api = embedded(&env, &[("WEBHOOK_RETRY_SCHEDULE", "3s")]).await;
     // The first event succeeds; the second fails and would be retried.
     let doomed = Receiver::start(&[Answer::Status(200)], Answer::Status(500));
     let control = Receiver::ok();
@@ -809,8 +812,8 @@ async fn a_deleted_webhook_gets_nothing_further(backend: Backend) {
     let third = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&third).await;
     control.wait_for(3, WAIT).await;
-    // Past the second event's retry (1 s) too.
-    tokio::time::sleep(SETTLE).await;
+    // Past the second event's retry (3 s) too.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     assert_eq!(
         doomed.count(),
         2,

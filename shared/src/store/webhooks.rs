@@ -270,29 +270,32 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        let mut due = Vec::with_capacity(claimed.len());
+        if claimed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (1..=claimed.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "SELECT e.event_id, e.webhook_id, e.event_type, e.body, e.attempts, w.url, w.secret, w.enabled
+             FROM webhook_events e JOIN webhooks w ON w.webhook_id = e.webhook_id
+             WHERE e.event_id IN ({})",
+            placeholders.join(", ")
+        );
+        let mut query = sqlx::query(built(&sql));
         for row in &claimed {
-            let event_id: String = row.try_get("event_id")?;
-            let row = sqlx::query(
-                "SELECT e.event_id, e.webhook_id, e.event_type, e.body, e.attempts, w.url, w.secret, w.enabled
-                 FROM webhook_events e JOIN webhooks w ON w.webhook_id = e.webhook_id
-                 WHERE e.event_id = $1",
-            )
-            .bind(&event_id)
-            .fetch_optional(&self.pool)
-            .await?;
-            if let Some(row) = row {
-                due.push(DueEvent {
-                    event_id: row.try_get("event_id")?,
-                    webhook_id: row.try_get("webhook_id")?,
-                    event_type: row.try_get("event_type")?,
-                    body: row.try_get("body")?,
-                    attempts: row.try_get("attempts")?,
-                    url: row.try_get("url")?,
-                    secret: row.try_get("secret")?,
-                    enabled: row.try_get::<i64, _>("enabled")? != 0,
-                });
-            }
+            query = query.bind(row.try_get::<String, _>("event_id")?);
+        }
+        let mut due = Vec::with_capacity(claimed.len());
+        for row in query.fetch_all(&self.pool).await? {
+            due.push(DueEvent {
+                event_id: row.try_get("event_id")?,
+                webhook_id: row.try_get("webhook_id")?,
+                event_type: row.try_get("event_type")?,
+                body: row.try_get("body")?,
+                attempts: row.try_get("attempts")?,
+                url: row.try_get("url")?,
+                secret: row.try_get("secret")?,
+                enabled: row.try_get::<i64, _>("enabled")? != 0,
+            });
         }
         Ok(due)
     }
