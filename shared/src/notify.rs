@@ -12,6 +12,7 @@ pub struct Signals {
     finished: broadcast::Sender<String>,
     outbox: Arc<Notify>,
     events: Arc<Notify>,
+    published: Arc<Notify>,
 }
 
 impl Default for Signals {
@@ -21,6 +22,7 @@ impl Default for Signals {
             finished,
             outbox: Arc::new(Notify::new()),
             events: Arc::new(Notify::new()),
+            published: Arc::new(Notify::new()),
         }
     }
 }
@@ -30,6 +32,16 @@ impl Signals {
     pub fn job_finished(&self, job_id: &str) {
         let _ = self.finished.send(job_id.to_owned());
         self.events.notify_one();
+    }
+
+    /// This process's relay put messages in the queue: its workers may
+    /// fetch now instead of at their next poll.
+    pub fn published(&self) {
+        self.published.notify_one();
+    }
+
+    pub fn published_notify(&self) -> Arc<Notify> {
+        self.published.clone()
     }
 
     pub fn events_changed(&self) {

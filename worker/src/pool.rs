@@ -29,27 +29,55 @@ const POLL: Duration = Duration::from_millis(20);
 /// re-arms its timer without polling it, so when a fetch completes at once
 /// nothing wakes the worker again until its next heartbeat (seconds of
 /// pickup latency); this strategy registers the next tick before it reports
-/// this one.
-#[derive(Debug)]
+/// this one. It also wakes at once when this process's relay publishes
+/// (the embedded mode), instead of at the next tick.
 struct PollEvery {
     every: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    published: Arc<tokio::sync::Notify>,
+    woken: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for PollEvery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PollEvery")
+            .field("every", &self.every)
+            .finish()
+    }
 }
 
 impl PollEvery {
-    fn new(every: Duration) -> Self {
-        Self { every, timer: None }
+    fn new(every: Duration, published: Arc<tokio::sync::Notify>) -> Self {
+        Self {
+            every,
+            timer: None,
+            published,
+            woken: None,
+        }
     }
 }
 
 impl Clone for PollEvery {
     fn clone(&self) -> Self {
-        Self::new(self.every)
+        Self::new(self.every, self.published.clone())
     }
 }
 
 impl PollStrategy for PollEvery {
     fn poll_drive(&mut self, cx: &mut Context<'_>, _: &PollSnapshot) -> Poll<Option<()>> {
+        let published = self.published.clone();
+        let woken = self
+            .woken
+            .get_or_insert_with(|| Box::pin(async move { published.notified().await }));
+        if woken.as_mut().poll(cx).is_ready() {
+            let published = self.published.clone();
+            let mut next: Pin<Box<dyn Future<Output = ()> + Send + Sync>> =
+                Box::pin(async move { published.notified().await });
+            // Register for the next publish before reporting this one.
+            let _ = next.as_mut().poll(cx);
+            self.woken = Some(next);
+            return Poll::Ready(Some(()));
+        }
         let every = self.every;
         let timer = self
             .timer
@@ -149,6 +177,7 @@ impl WorkerPool {
         let base = self.runner.worker_id.clone();
         let runner = self.runner.clone();
         let concurrency = self.concurrency;
+        let published = self.runner.signals.published_notify();
         let signal = async move {
             shutdown.cancelled().await;
             Ok(())
@@ -180,13 +209,13 @@ impl WorkerPool {
         }
         match self.queue.clone() {
             Queue::Redis { storage, .. } => {
-                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL)))
+                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL, published.clone())))
             }
             Queue::Sqlite(storage) => {
-                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL)))
+                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL, published.clone())))
             }
             Queue::Postgres(storage) => {
-                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL)))
+                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL, published.clone())))
             }
         }
     }

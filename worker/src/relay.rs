@@ -39,6 +39,8 @@ pub async fn run_relay(
                     warn!(%error, count = job_ids.len(), "publishing to the queue failed; will retry");
                     let _ = store.retry_outbox_soon(&job_ids, now_ms() + 1_000).await;
                     published_full_batch = false;
+                } else {
+                    signals.published();
                 }
             }
             Ok(_) => {}
