@@ -36,6 +36,9 @@ struct PollEvery {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     published: Arc<tokio::sync::Notify>,
     woken: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    /// A publish seen while registering for the next one: reported on the
+    /// next call (a finished future must never be polled again).
+    wake_pending: bool,
 }
 
 impl std::fmt::Debug for PollEvery {
@@ -53,6 +56,7 @@ impl PollEvery {
             timer: None,
             published,
             woken: None,
+            wake_pending: false,
         }
     }
 }
@@ -65,6 +69,9 @@ impl Clone for PollEvery {
 
 impl PollStrategy for PollEvery {
     fn poll_drive(&mut self, cx: &mut Context<'_>, _: &PollSnapshot) -> Poll<Option<()>> {
+        if std::mem::take(&mut self.wake_pending) {
+            return Poll::Ready(Some(()));
+        }
         let published = self.published.clone();
         let woken = self
             .woken
@@ -73,9 +80,14 @@ impl PollStrategy for PollEvery {
             let published = self.published.clone();
             let mut next: Pin<Box<dyn Future<Output = ()> + Send + Sync>> =
                 Box::pin(async move { published.notified().await });
-            // Register for the next publish before reporting this one.
-            let _ = next.as_mut().poll(cx);
-            self.woken = Some(next);
+            // Register for the next publish before reporting this one; if
+            // that one is already here, report it next time.
+            if next.as_mut().poll(cx).is_ready() {
+                self.woken = None;
+                self.wake_pending = true;
+            } else {
+                self.woken = Some(next);
+            }
             return Poll::Ready(Some(()));
         }
         let every = self.every;
