@@ -220,9 +220,29 @@ impl Service {
             if !keys.is_empty() {
                 let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
             }
+            // apalis-redis also lists every queue in one shared key of its own.
+            let _: () = redis::cmd("ZREM")
+                .arg("core:apalis:queues:list")
+                .arg(format!("{}:jobs:workers", self.queue_name))
+                .query_async(&mut conn)
+                .await?;
         }
         let _ = std::fs::remove_dir_all(&self._dir);
         Ok(())
+    }
+}
+
+/// A scenario that fails part way still stops the processes it started.
+impl Drop for Service {
+    fn drop(&mut self) {
+        for child in self
+            .workers
+            .iter_mut()
+            .chain(std::iter::once(&mut self.api))
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
