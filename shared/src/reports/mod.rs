@@ -125,8 +125,4 @@ impl Registry {
     pub fn get(&self, name: &str) -> Option<&'static dyn ReportKind> {
         self.kinds.get(name).copied()
     }
-
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.kinds.keys().copied()
-    }
 }

@@ -314,13 +314,19 @@ impl Store {
 
     /// Makes outbox rows due again (their publish failed).
     pub async fn retry_outbox_soon(&self, job_ids: &[String], at: i64) -> Result<()> {
-        for job_id in job_ids {
-            sqlx::query("UPDATE outbox SET publish_at = $2 WHERE job_id = $1")
-                .bind(job_id)
-                .bind(at)
-                .execute(&self.pool)
-                .await?;
+        if job_ids.is_empty() {
+            return Ok(());
         }
+        let placeholders: Vec<String> = (2..job_ids.len() + 2).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "UPDATE outbox SET publish_at = $1 WHERE job_id IN ({})",
+            placeholders.join(", ")
+        );
+        let mut query = sqlx::query(built(&sql)).bind(at);
+        for job_id in job_ids {
+            query = query.bind(job_id);
+        }
+        query.execute(&self.pool).await?;
         Ok(())
     }
 
