@@ -110,7 +110,11 @@ async fn ensure_api_keys(
 pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
-    let queue = Queue::connect(&settings, &store).await?;
+    let queue = if settings.embedded_worker() {
+        Queue::connect_in_process(&settings, &store).await?
+    } else {
+        Queue::connect(&settings, &store).await?
+    };
     let signals = Signals::default();
     let listener = std::net::TcpListener::bind(&settings.bind_addr)
         .map_err(|e| format!("cannot listen on {}: {e}", settings.bind_addr))?;

@@ -148,6 +148,7 @@ impl WorkerPool {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), BoxError> {
         let store = self.runner.store.clone();
         let signals = self.runner.signals.clone();
+        self.queue.recover(&store).await?;
         let background = CancellationToken::new();
         let relay = tokio::spawn(run_relay(
             store.clone(),
@@ -195,8 +196,8 @@ impl WorkerPool {
             Ok(())
         };
         macro_rules! run_monitor {
-            ($backend:expr) => {{
-                let backend = $backend;
+            ($new_backend:expr) => {{
+                let new_backend = $new_backend;
                 Monitor::new()
                     .shutdown_timeout(self.grace)
                     .should_restart(|ctx, error| {
@@ -207,7 +208,7 @@ impl WorkerPool {
                         // A new name per restart: apalis refuses a name it
                         // saw within the heartbeat window (notes §0 item 9).
                         WorkerBuilder::new(format!("{base}-r{restarts}"))
-                            .backend(backend.clone())
+                            .backend(new_backend())
                             .data(runner.clone())
                             .concurrency(concurrency)
                             .catch_panic()
@@ -221,14 +222,19 @@ impl WorkerPool {
         }
         match self.queue.clone() {
             Queue::Redis { storage, .. } => {
-                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL, published.clone())))
+                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
+                run_monitor!(move || backend.clone())
             }
             Queue::Sqlite(storage) => {
-                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL, published.clone())))
+                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
+                run_monitor!(move || backend.clone())
             }
             Queue::Postgres(storage) => {
-                run_monitor!(storage.poll_with_strategy(PollEvery::new(POLL, published.clone())))
+                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
+                run_monitor!(move || backend.clone())
             }
+            // A channel wakes its reader when a message arrives: no polling.
+            Queue::Memory(queue) => run_monitor!(move || queue.storage()),
         }
     }
 }

@@ -1,12 +1,14 @@
 //! The queue: Redis when `REDIS_URL` is set, else the database (apalis's
-//! SQLite or Postgres storage). A message is only `{"job_id": "..."}`.
+//! SQLite or Postgres storage), or, for the embedded default, a channel
+//! inside the process. A message is only `{"job_id": "..."}`.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use apalis::prelude::TaskSink;
+use apalis::prelude::{MemorySink, MemoryStorage, MemoryStorageError, Task, TaskSink};
 use apalis_postgres::PostgresStorage;
 use apalis_redis::RedisStorage;
 use apalis_sqlite::SqliteStorage;
+use futures::{Sink, SinkExt, StreamExt, lock::Mutex as AsyncMutex};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Value, json};
 use shared::{
@@ -28,6 +30,48 @@ pub enum Queue {
     },
     Sqlite(SqliteStorage<Message>),
     Postgres(PostgresStorage<Message>),
+    Memory(MemoryQueue),
+}
+
+/// The embedded default's queue: the worker pool runs in the same process
+/// as the relay, so a channel carries the job ids, with no second database
+/// writing, locking and acknowledging every message. Nothing is lost with
+/// it on a crash, because the outbox is the record: [`Queue::recover`]
+/// makes every unclaimed job due again when the process starts.
+#[derive(Clone)]
+pub struct MemoryQueue {
+    sender: tokio::sync::mpsc::UnboundedSender<Message>,
+    receiver: Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Message>>>,
+}
+
+type BoxedMemorySink =
+    Box<dyn Sink<Task<Message>, Error = MemoryStorageError> + Send + Sync + Unpin>;
+
+impl MemoryQueue {
+    fn new() -> Self {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            sender,
+            receiver: Arc::new(tokio::sync::Mutex::new(receiver)),
+        }
+    }
+
+    /// An apalis backend reading this channel. A restarted apalis worker
+    /// gets a new one over the same channel, so no message is stranded in
+    /// a dead worker's backend.
+    pub fn storage(&self) -> MemoryStorage<Message> {
+        // The relay sends through `sender`; apalis's own sink is never used.
+        let unused_sink: BoxedMemorySink =
+            Box::new(futures::sink::drain().sink_map_err(|never| match never {}));
+        let messages = futures::stream::unfold(self.receiver.clone(), |receiver| async move {
+            let message = receiver.lock().await.recv().await?;
+            Some((Task::new(message), receiver))
+        });
+        MemoryStorage::new_with(
+            MemorySink::new(Arc::new(AsyncMutex::new(unused_sink))),
+            messages.boxed(),
+        )
+    }
 }
 
 impl std::fmt::Debug for Queue {
@@ -36,6 +80,7 @@ impl std::fmt::Debug for Queue {
             Queue::Redis { .. } => "Queue::Redis",
             Queue::Sqlite(_) => "Queue::Sqlite",
             Queue::Postgres(_) => "Queue::Postgres",
+            Queue::Memory(_) => "Queue::Memory",
         })
     }
 }
@@ -47,6 +92,16 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 const MISSED_HEARTBEATS: usize = 6;
 
 impl Queue {
+    /// The queue of a process that runs its own worker pool: for the
+    /// embedded default (SQLite, no Redis) a channel inside the process,
+    /// otherwise the shared queue of [`Queue::connect`].
+    pub async fn connect_in_process(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
+        if settings.redis_url.is_none() && store.dialect() == Dialect::Sqlite {
+            return Ok(Queue::Memory(MemoryQueue::new()));
+        }
+        Self::connect(settings, store).await
+    }
+
     /// Connects to the queue the settings name and prepares its tables.
     pub async fn connect(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
         let queue_name = format!("{}:jobs", settings.queue_name);
@@ -120,6 +175,27 @@ impl Queue {
             Queue::Redis { mut storage, .. } => storage.push_bulk(messages).await?,
             Queue::Sqlite(mut storage) => storage.push_bulk(messages).await?,
             Queue::Postgres(mut storage) => storage.push_bulk(messages).await?,
+            Queue::Memory(queue) => {
+                for message in messages {
+                    queue
+                        .sender
+                        .send(message)
+                        .map_err(|_| "the in-process queue is closed")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a start, makes jobs whose messages only this queue could have
+    /// held due for publishing again: an in-process queue starts empty, so
+    /// messages a previous process published into it died with it.
+    pub async fn recover(&self, store: &Store) -> Result<(), BoxError> {
+        if let Queue::Memory(_) = self {
+            let due = store.make_outbox_due_now().await?;
+            if due > 0 {
+                tracing::info!(due, "republishing unclaimed jobs of an earlier process");
+            }
         }
         Ok(())
     }
@@ -137,6 +213,10 @@ impl Queue {
             Queue::Postgres(storage) => {
                 sqlx::query("SELECT 1").execute(storage.pool()).await?;
             }
+            Queue::Memory(queue) if queue.sender.is_closed() => {
+                return Err("the in-process queue is closed".into());
+            }
+            Queue::Memory(_) => {}
         }
         Ok(())
     }

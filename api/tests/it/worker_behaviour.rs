@@ -619,7 +619,10 @@ async fn push_garbage(env: &TestEnv) {
 
 async fn a_malformed_queue_message_does_not_stall_the_queue(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let mut api = env.start_embedded().await;
+    // A shared queue (Redis, or the SQLite queue file) that anything could
+    // write to: the api publishes and a worker process consumes.
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let mut worker = env.start_worker(&[]);
     // One job first, so the queue and its workers are certainly up.
     let first = id_of(&api.submit("sleep", json!({"ms": 1})).await);
     assert_eq!(api.wait_final(&first).await["status"], "SUCCEEDED");
@@ -636,10 +639,9 @@ async fn a_malformed_queue_message_does_not_stall_the_queue(backend: Backend) {
         assert_eq!(done["status"], "SUCCEEDED", "{done}");
         assert_eq!(done["attempts"], 1);
     }
-    let api_process = api.process.as_mut().expect("the api process");
     assert!(
-        api_process.try_wait().is_none(),
-        "the api and its embedded worker pool are still up"
+        worker.try_wait().is_none(),
+        "the worker process and its pool are still up"
     );
 }
 
@@ -689,6 +691,54 @@ async fn a_cancel_during_an_attempt_that_then_fails_retryably_ends_cancelled(bac
             .is_none(),
         "no further attempt"
     );
+}
+
+/// The embedded default's queue is a channel inside the api process, so
+/// the messages in it die with the process; the outbox brings them back
+/// when it starts again, not REPUBLISH_AFTER (minutes) later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_published_into_a_killed_embedded_api_run_after_it_restarts() {
+    let env = TestEnv::new(Backend::Sqlite).await;
+    let settings = [
+        ("EMBEDDED_WORKER", "true"),
+        ("WORKER_CONCURRENCY", "1"),
+        ("JOB_LEASE", "2s"),
+        ("REPUBLISH_AFTER", "10m"),
+    ];
+    let mut api = env.start_api(&settings).await;
+    let busy = id_of(&api.submit("sleep", json!({"ms": 2000})).await);
+    api.wait_status(&busy, "RUNNING").await;
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(id_of(&api.submit("sleep", json!({"ms": 0})).await));
+    }
+    // Wait until the relay has published them into the channel, behind
+    // the one busy slot.
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&env.database_url)
+        .await
+        .expect("the test database");
+    for _ in 0..200 {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms > 0")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        if row.try_get::<i64, _>("n").expect("n") == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pool.close().await;
+    api.process.as_mut().expect("the api process").kill_hard();
+
+    let api = env.start_api(&settings).await;
+    for job_id in waiting {
+        let done = api.wait_final(&job_id).await;
+        assert_eq!(done["status"], "SUCCEEDED", "{done}");
+        assert_eq!(done["attempts"], 1);
+    }
+    // The busy job's lease lapses and it runs again.
+    assert_eq!(api.wait_final(&busy).await["status"], "SUCCEEDED");
 }
 
 crate::on_both_backends!(

@@ -312,6 +312,21 @@ impl Store {
             .collect()
     }
 
+    /// Makes every outbox row that was published due now, as if it never
+    /// had been; returns how many. For a queue that starts empty (the
+    /// in-process one). Rows not yet published keep their time (a retry's
+    /// backoff).
+    pub async fn make_outbox_due_now(&self) -> Result<u64> {
+        let due = sqlx::query(
+            "UPDATE outbox SET publish_at = $1, republish_ms = 0 WHERE republish_ms > 0",
+        )
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(due)
+    }
+
     /// Makes outbox rows due again (their publish failed).
     pub async fn retry_outbox_soon(&self, job_ids: &[String], at: i64) -> Result<()> {
         if job_ids.is_empty() {
