@@ -18,6 +18,9 @@ pub enum Error {
     Config(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The error of a group commit, shared by every write in it.
+    #[error("{0}")]
+    Batch(#[source] std::sync::Arc<Error>),
 }
 
 impl From<sqlx::Error> for Error {
@@ -49,6 +52,10 @@ fn is_unavailable_code(code: Option<&str>) -> bool {
 
 impl Error {
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Unavailable(_))
+        match self {
+            Error::Unavailable(_) => true,
+            Error::Batch(error) => error.is_unavailable(),
+            _ => false,
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! What the `api` and `worker` binaries share: settings, the job model and
 //! its state machine, the store (all SQL), the ledger and the report kinds.
 
+pub mod batch;
 pub mod error;
 pub mod ledger;
 pub mod model;

@@ -7,6 +7,7 @@ use futures::FutureExt;
 use rand::Rng;
 use serde_json::Value;
 use shared::{
+    batch::Batcher,
     model::{AttemptOutcome, JobErrorObject},
     notify::Signals,
     reports::{JobContext, JobFailure, ProgressSink, Registry},
@@ -27,7 +28,15 @@ pub struct Runner {
     retry_max: Duration,
     /// Attempts this process is running: released on a forced shutdown.
     running: Mutex<HashMap<String, i64>>,
+    /// Group commits of the two writes every job makes (DESIGN.md:
+    /// batching is how throughput grows).
+    claims: Batcher<String, Option<Claim>>,
+    successes: Batcher<(String, i64, String), bool>,
 }
+
+/// Writes per group commit: enough to amortize a commit over a busy
+/// pool's concurrency, few enough to keep one transaction short.
+const MAX_BATCH: usize = 64;
 
 /// API.md's backoff: starts at `base`, doubles per attempt up to `max`,
 /// with "equal jitter" (half fixed, half random) so retries spread out.
@@ -39,8 +48,31 @@ pub fn backoff_delay(attempt: i64, base: Duration, max: Duration) -> Duration {
 }
 
 impl Runner {
+    /// Must be called inside the tokio runtime (it spawns the batchers).
     pub fn new(store: Store, signals: Signals, settings: &Settings, worker_id: String) -> Self {
+        let lease = settings.job_lease;
+        let claims = {
+            let (store, worker_id) = (store.clone(), worker_id.clone());
+            Batcher::spawn(MAX_BATCH, move |job_ids: Vec<String>| {
+                let (store, worker_id) = (store.clone(), worker_id.clone());
+                async move {
+                    let lease_until = now_ms() + duration_ms(lease);
+                    store
+                        .claim_attempts(&job_ids, &worker_id, lease_until)
+                        .await
+                }
+            })
+        };
+        let successes = {
+            let store = store.clone();
+            Batcher::spawn(MAX_BATCH, move |attempts: Vec<(String, i64, String)>| {
+                let store = store.clone();
+                async move { store.finish_succeeded(&attempts).await }
+            })
+        };
         Self {
+            claims,
+            successes,
             store,
             registry: Registry::new(settings.enable_diagnostic_kinds),
             signals,
@@ -59,12 +91,7 @@ impl Runner {
             warn!(%message, "dropping a queue message without a job_id");
             return;
         };
-        let lease_until = now_ms() + duration_ms(self.lease);
-        let claim = match self
-            .store
-            .claim_attempt(job_id, &self.worker_id, lease_until)
-            .await
-        {
+        let claim = match self.claims.call(job_id.to_owned()).await {
             Ok(Some(claim)) => claim,
             // Not claimable: a duplicate or stale delivery, or a job that was
             // cancelled or finished. The claim's WHERE status = 'QUEUED' is
@@ -216,11 +243,19 @@ impl Runner {
     async fn finish(&self, claim: &Claim, outcome: &AttemptOutcome) {
         let mut delay = Duration::from_millis(100);
         for _ in 0..8 {
-            match self
-                .store
-                .finish_attempt(&claim.job_id, claim.attempt, outcome)
-                .await
-            {
+            let written = match outcome {
+                AttemptOutcome::Succeeded { result } => {
+                    self.successes
+                        .call((claim.job_id.clone(), claim.attempt, result.clone()))
+                        .await
+                }
+                _ => {
+                    self.store
+                        .finish_attempt(&claim.job_id, claim.attempt, outcome)
+                        .await
+                }
+            };
+            match written {
                 Ok(true) => {
                     if let AttemptOutcome::RetryAt { .. } = outcome {
                         self.signals.outbox_changed();

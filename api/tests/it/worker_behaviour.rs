@@ -426,6 +426,61 @@ async fn a_duplicate_delivery_claims_the_job_once(backend: Backend) {
     assert_eq!(job.status, JobStatus::Running);
 }
 
+/// Group commits keep every guard of the single writes: a job delivered
+/// twice into one batch is claimed once, and a stale attempt ending in the
+/// same batch as the current one is dropped.
+async fn a_group_commit_fences_each_of_its_writes(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let store = migrated_store(&env).await;
+    let lease = now_ms() + 60_000;
+    let a = store.submit_job(&new_sleep_job()).await.unwrap().job_id;
+    let b = store.submit_job(&new_sleep_job()).await.unwrap().job_id;
+
+    let claims = store
+        .claim_attempts(&[a.clone(), b.clone(), a.clone()], "worker-1", lease)
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 3);
+    assert_eq!(claims[0].as_ref().expect("a's first delivery").attempt, 1);
+    assert_eq!(claims[1].as_ref().expect("b").attempt, 1);
+    assert!(claims[2].is_none(), "a's second delivery gets nothing");
+
+    // a's first attempt loses its lease; a second attempt takes over.
+    store.expire_lease_now(&a).await.unwrap();
+    store.requeue_lapsed_leases(10).await.unwrap();
+    let second = store
+        .claim_attempt(&a, "worker-2", lease)
+        .await
+        .unwrap()
+        .expect("a's second attempt");
+    assert_eq!(second.attempt, 2);
+
+    let applied = store
+        .finish_succeeded(&[
+            (a.clone(), 1, r#"{"from":"stale"}"#.into()),
+            (b.clone(), 1, r#"{"from":"b"}"#.into()),
+            (a.clone(), 2, r#"{"from":"current"}"#.into()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(applied, [false, true, true]);
+    assert_eq!(
+        store.job_result("tenant-a", &a).await.unwrap().as_deref(),
+        Some(r#"{"from":"current"}"#)
+    );
+    assert_eq!(store.count_results(&a).await.unwrap(), 1);
+    for job_id in [&a, &b] {
+        let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+        assert_eq!(job.status, JobStatus::Succeeded);
+    }
+    // Both again: already finished, so neither applies.
+    let again = store
+        .finish_succeeded(&[(a.clone(), 2, "{}".into()), (b.clone(), 1, "{}".into())])
+        .await
+        .unwrap();
+    assert_eq!(again, [false, false]);
+}
+
 async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Backend) {
     let env = TestEnv::new(backend).await;
     // One operation at a time: the pool reuses one connection throughout,
@@ -753,6 +808,7 @@ crate::on_both_backends!(
     a_job_whose_worker_is_killed_is_finished_by_another_worker,
     a_stale_attempt_cannot_overwrite_the_current_one,
     a_duplicate_delivery_claims_the_job_once,
+    a_group_commit_fences_each_of_its_writes,
     a_success_is_recorded_after_a_retry_on_the_same_connection,
     a_job_whose_lease_lapses_mid_attempt_succeeds_once,
     a_terminated_worker_finishes_its_running_job_and_exits_cleanly,

@@ -6,7 +6,7 @@
 
 use sqlx::{Any, Row, Transaction, any::AnyRow};
 
-use super::{Store, WriteTx, built};
+use super::{Store, WriteTx, built, placeholders};
 use crate::{
     Result,
     model::{AttemptOutcome, Job, JobStatus},
@@ -354,33 +354,70 @@ impl Store {
         worker_id: &str,
         lease_until: i64,
     ) -> Result<Option<Claim>> {
+        let mut claims = self
+            .claim_attempts(&[job_id.to_owned()], worker_id, lease_until)
+            .await?;
+        Ok(claims.pop().flatten())
+    }
+
+    /// [`Store::claim_attempt`] for several deliveries in one transaction
+    /// (group commit); the answer is in the order of `job_ids`. A job named
+    /// twice is claimed once, by its first place in the list.
+    pub async fn claim_attempts(
+        &self,
+        job_ids: &[String],
+        worker_id: &str,
+        lease_until: i64,
+    ) -> Result<Vec<Option<Claim>>> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = now_ms();
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query(
+        // `status = 'QUEUED'` is the guard: of two deliveries of one job,
+        // in this batch or in two processes, one finds it RUNNING.
+        let sql = format!(
             "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1,
-                 started_at = COALESCE(started_at, $2), lease_expires_at = $3, worker_id = $4
-             WHERE job_id = $1 AND status = 'QUEUED' AND run_after <= $2
+                 started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
+             WHERE job_id IN ({}) AND status = 'QUEUED' AND run_after <= $1
              RETURNING job_id, tenant_id, kind, params, attempts, max_attempts",
-        )
-        .bind(job_id)
-        .bind(now)
-        .bind(lease_until)
-        .bind(worker_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        delete_outbox(&mut tx, job_id).await?;
+            placeholders(4, job_ids.len())
+        );
+        let mut query = sqlx::query(built(&sql))
+            .bind(now)
+            .bind(lease_until)
+            .bind(worker_id);
+        for job_id in job_ids {
+            query = query.bind(job_id);
+        }
+        let rows = query.fetch_all(&mut *tx).await?;
+        let mut claims = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let claim = Claim {
+                job_id: row.try_get("job_id")?,
+                tenant_id: row.try_get("tenant_id")?,
+                kind: row.try_get("kind")?,
+                params: row.try_get("params")?,
+                attempt: row.try_get("attempts")?,
+                max_attempts: row.try_get("max_attempts")?,
+            };
+            claims.insert(claim.job_id.clone(), claim);
+        }
+        if claims.is_empty() {
+            return Ok(vec![None; job_ids.len()]);
+        }
+        let claimed: Vec<&String> = claims.keys().collect();
+        let sql = format!(
+            "DELETE FROM outbox WHERE job_id IN ({})",
+            placeholders(1, claimed.len())
+        );
+        let mut query = sqlx::query(built(&sql));
+        for job_id in claimed {
+            query = query.bind(job_id);
+        }
+        query.execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok(Some(Claim {
-            job_id: row.try_get("job_id")?,
-            tenant_id: row.try_get("tenant_id")?,
-            kind: row.try_get("kind")?,
-            params: row.try_get("params")?,
-            attempt: row.try_get("attempts")?,
-            max_attempts: row.try_get("max_attempts")?,
-        }))
+        Ok(job_ids.iter().map(|id| claims.remove(id)).collect())
     }
 
     /// Extends the attempt's lease and reads whether a cancel was asked.
@@ -433,6 +470,12 @@ impl Store {
         attempt: i64,
         outcome: &AttemptOutcome,
     ) -> Result<bool> {
+        if let AttemptOutcome::Succeeded { result } = outcome {
+            let mut applied = self
+                .finish_succeeded(&[(job_id.to_owned(), attempt, result.clone())])
+                .await?;
+            return Ok(applied.pop() == Some(true));
+        }
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         if let AttemptOutcome::RetryAt { .. } = outcome {
@@ -488,28 +531,78 @@ impl Store {
         if !applied {
             return Ok(false);
         }
-        match outcome {
-            AttemptOutcome::Succeeded { result } => {
-                // The fence above lets only one attempt get here, so the
-                // result is written once; the conflict clause is a second
-                // guard for a row left by an interrupted earlier write.
-                sqlx::query(
-                    "INSERT INTO job_results (job_id, body) VALUES ($1, $2)
-                     ON CONFLICT (job_id) DO UPDATE SET body = excluded.body",
-                )
-                .bind(job_id)
-                .bind(result)
-                .execute(&mut *tx)
-                .await?;
-            }
-            AttemptOutcome::RetryAt { at, .. } => upsert_outbox(&mut tx, job_id, *at).await?,
-            AttemptOutcome::Failed { .. } | AttemptOutcome::Cancelled => {}
+        if let AttemptOutcome::RetryAt { at, .. } = outcome {
+            upsert_outbox(&mut tx, job_id, *at).await?;
         }
         if status.is_final() {
             self.announce_final(&mut tx, job_id).await?;
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Ends successful attempts, each `(job_id, attempt, result)`, in one
+    /// transaction (group commit): status, result and announcement, for
+    /// each only while its attempt is the current one and still running.
+    /// Answers in input order whether each applied (`false`: a stale or
+    /// duplicate attempt, whose result is dropped: the fence).
+    pub async fn finish_succeeded(&self, attempts: &[(String, i64, String)]) -> Result<Vec<bool>> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_write().await?;
+        let pairs: Vec<String> = (0..attempts.len())
+            .map(|i| format!("(${}, ${})", 2 + 2 * i, 3 + 2 * i))
+            .collect();
+        let sql = format!(
+            "UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
+                 error_type = NULL, error_message = NULL, lease_expires_at = NULL,
+                 worker_id = NULL, cancel_requested = 0
+             WHERE status = 'RUNNING' AND (job_id, attempts) IN (VALUES {})
+             RETURNING job_id, attempts",
+            pairs.join(", ")
+        );
+        let mut query = sqlx::query(built(&sql)).bind(now_ms());
+        for (job_id, attempt, _) in attempts {
+            query = query.bind(job_id).bind(*attempt);
+        }
+        // Keyed by attempt too: a stale attempt of a job may end in the
+        // same batch as the current one.
+        let applied: std::collections::HashSet<(String, i64)> = query
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get("job_id")?, row.try_get("attempts")?)))
+            .collect::<Result<_>>()?;
+        let results: Vec<&(String, i64, String)> = attempts
+            .iter()
+            .filter(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
+            .collect();
+        if !results.is_empty() {
+            // The fence above lets one attempt per job get here, so each
+            // result is written once; the conflict clause is a second guard
+            // for a row left by an interrupted earlier write.
+            let rows: Vec<String> = (0..results.len())
+                .map(|i| format!("(${}, ${})", 1 + 2 * i, 2 + 2 * i))
+                .collect();
+            let sql = format!(
+                "INSERT INTO job_results (job_id, body) VALUES {}
+                 ON CONFLICT (job_id) DO UPDATE SET body = excluded.body",
+                rows.join(", ")
+            );
+            let mut query = sqlx::query(built(&sql));
+            for (job_id, _, result) in &results {
+                query = query.bind(job_id).bind(result);
+            }
+            query.execute(&mut *tx).await?;
+            let finished: Vec<String> = results.iter().map(|(id, ..)| id.clone()).collect();
+            self.announce_final_all(&mut tx, &finished).await?;
+        }
+        tx.commit().await?;
+        Ok(attempts
+            .iter()
+            .map(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
+            .collect())
     }
 
     /// Running jobs whose lease lapsed (their worker died or hung): back to

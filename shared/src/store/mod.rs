@@ -167,11 +167,24 @@ impl Store {
     /// none invented), and, on Postgres, a NOTIFY for other processes' long
     /// polls, delivered when the transaction commits.
     async fn announce_final(&self, tx: &mut Transaction<'static, Any>, job_id: &str) -> Result<()> {
-        self.create_events(tx, job_id).await?;
+        self.announce_final_all(tx, &[job_id.to_owned()]).await
+    }
+
+    /// [`Store::announce_final`] for several jobs: one NOTIFY carries all
+    /// their ids, comma-separated.
+    async fn announce_final_all(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        job_ids: &[String],
+    ) -> Result<()> {
+        if job_ids.is_empty() {
+            return Ok(());
+        }
+        self.create_events(tx, job_ids).await?;
         if self.dialect == Dialect::Postgres {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(FINISHED_CHANNEL)
-                .bind(job_id)
+                .bind(job_ids.join(","))
                 .execute(&mut **tx)
                 .await?;
         }
@@ -201,6 +214,14 @@ fn sqlite_url_creating(url: &str) -> Result<String> {
     })
 }
 
+/// `$first, $first+1, ...`: `count` numbered placeholders for an IN list.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Marks SQL assembled at run time as safe: the store builds such strings
 /// only from constants and numbered placeholders, never from input.
 fn built(sql: &str) -> sqlx::AssertSqlSafe<String> {
@@ -216,7 +237,11 @@ pub async fn forward_finished_notifications(url: String, signals: crate::notify:
             Ok(mut listener) => match listener.listen(FINISHED_CHANNEL).await {
                 Ok(()) => loop {
                     match listener.recv().await {
-                        Ok(notification) => signals.job_finished(notification.payload()),
+                        Ok(notification) => {
+                            for job_id in notification.payload().split(',') {
+                                signals.job_finished(job_id);
+                            }
+                        }
                         Err(error) => {
                             tracing::warn!(%error, "lost the Postgres notification listener");
                             break;

@@ -2,7 +2,7 @@
 
 use sqlx::{Any, Row, Transaction, any::AnyRow};
 
-use super::{Store, WriteTx, built};
+use super::{Store, WriteTx, built, placeholders};
 use crate::{
     Result,
     model::Job,
@@ -227,29 +227,34 @@ impl Store {
     pub(super) async fn create_events(
         &self,
         tx: &mut Transaction<'static, Any>,
-        job_id: &str,
+        job_ids: &[String],
     ) -> Result<()> {
-        let rows = sqlx::query(
-            "SELECT w.webhook_id, w.events FROM webhooks w JOIN jobs j ON j.tenant_id = w.tenant_id
-             WHERE j.job_id = $1 AND w.enabled = 1 AND (w.job_id IS NULL OR w.job_id = $1)",
-        )
-        .bind(job_id)
-        .fetch_all(&mut **tx)
-        .await?;
-        if rows.is_empty() {
-            return Ok(());
+        let sql = format!(
+            "SELECT j.job_id, w.webhook_id, w.events FROM webhooks w
+             JOIN jobs j ON j.tenant_id = w.tenant_id
+             WHERE j.job_id IN ({}) AND w.enabled = 1 AND (w.job_id IS NULL OR w.job_id = j.job_id)
+             ORDER BY j.job_id, w.webhook_id",
+            placeholders(1, job_ids.len())
+        );
+        let mut query = sqlx::query(built(&sql));
+        for job_id in job_ids {
+            query = query.bind(job_id);
         }
-        let Some(job) = self.job_in(tx, job_id).await? else {
-            return Ok(());
-        };
-        let Some(event_type) = event_type_of(job.status) else {
-            return Ok(());
-        };
+        let rows = query.fetch_all(&mut **tx).await?;
+        let mut job: Option<Job> = None;
         for row in &rows {
+            let job_id: String = row.try_get("job_id")?;
+            if job.as_ref().is_none_or(|job| job.job_id != job_id) {
+                job = self.job_in(tx, &job_id).await?;
+            }
+            let Some(job) = &job else { continue };
+            let Some(event_type) = event_type_of(job.status) else {
+                continue;
+            };
             let events: String = row.try_get("events")?;
             if events.contains(&format!(",{event_type},")) {
                 let webhook_id: String = row.try_get("webhook_id")?;
-                insert_event(tx, &webhook_id, event_type, &job).await?;
+                insert_event(tx, &webhook_id, event_type, job).await?;
             }
         }
         Ok(())
