@@ -14,7 +14,7 @@ use actix_web::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use shared::store::{KeyLookup, StoredResponse, WriteTx};
+use shared::store::{KeyLookup, StoredResponse, Submission, SubmissionKey, Submitted, WriteTx};
 
 use crate::{
     error::{ApiError, ApiResult},
@@ -221,6 +221,46 @@ where
     tx.commit().await.map_err(shared::Error::from)?;
     let ran = true;
     Ok((answer.into_response(false), ran))
+}
+
+/// [`execute`] for a submit, through the group commit of submits
+/// (`AppState::submits`): the same guarantees, with one transaction for
+/// all the submits waiting at that moment. `answer` is the 202 the job
+/// gets; a batch that cannot settle a submit's key (a concurrent writer
+/// took one) or fails on one bad row sends it through `fallback`, the
+/// single-submit effect, in a transaction of its own.
+pub async fn execute_submit<F>(
+    state: &AppState,
+    key: &IdempotencyKey,
+    request: &HttpRequest,
+    body: &[u8],
+    mut submission: Submission,
+    answer: Answer,
+    fallback: F,
+) -> ApiResult<(HttpResponse, bool)>
+where
+    F: AsyncFnOnce(&mut WriteTx) -> ApiResult<Answer>,
+{
+    submission.key = key.0.as_ref().map(|key| SubmissionKey {
+        tenant_id: submission.job.tenant_id.clone(),
+        key: key.clone(),
+        fingerprint: fingerprint(request, body),
+        expires_at: submission
+            .created_at
+            .saturating_add(shared::time::duration_ms(state.idempotency_ttl)),
+        response: answer.0.clone(),
+    });
+    let tenant_id = submission.job.tenant_id.clone();
+    match state.submits.call(submission).await {
+        Ok(Submitted::Inserted) => Ok((answer.into_response(false), true)),
+        Ok(Submitted::Found(found)) => {
+            replay_or_refuse(found, key.0.as_deref().unwrap_or_default())
+        }
+        Err(error) if error.is_unavailable() => Err(error.into()),
+        Ok(Submitted::Alone) | Err(_) => {
+            execute(state, &tenant_id, key, request, body, fallback).await
+        }
+    }
 }
 
 fn replay_or_refuse(found: KeyLookup, key: &str) -> ApiResult<(HttpResponse, bool)> {

@@ -14,10 +14,11 @@ use std::sync::OnceLock;
 use actix_web::{App, HttpServer, middleware::ErrorHandlers, web};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use shared::{
+    batch::Batcher,
     notify::Signals,
     reports::Registry,
     settings::Settings,
-    store::{Dialect, Store, forward_finished_notifications, new_key},
+    store::{Dialect, Store, Submission, forward_finished_notifications, new_key},
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -106,6 +107,9 @@ async fn ensure_api_keys(
     Ok(())
 }
 
+/// Submits per group commit (see `idempotency::execute_submit`).
+const SUBMIT_BATCH: usize = 64;
+
 /// Runs the API (and, when embedded, the worker pool) until SIGTERM/SIGINT.
 pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let store = Store::connect(&settings.database_url).await?;
@@ -121,8 +125,16 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let addr = listener.local_addr()?;
     ensure_api_keys(&store, &settings, &addr.to_string()).await?;
 
+    let submits = {
+        let store = store.clone();
+        Batcher::spawn(SUBMIT_BATCH, move |submissions: Vec<Submission>| {
+            let store = store.clone();
+            async move { store.submit_batch(&submissions).await }
+        })
+    };
     let state = web::Data::new(AppState {
         store: store.clone(),
+        submits,
         queue: queue.clone(),
         registry: Registry::new(settings.enable_diagnostic_kinds),
         signals: signals.clone(),

@@ -1,4 +1,9 @@
-use shared::{notify::Signals, reports::Registry, store::Store};
+use shared::{
+    batch::Batcher,
+    notify::Signals,
+    reports::Registry,
+    store::{Store, Submission, Submitted},
+};
 use worker::Queue;
 
 use crate::auth::KeyCache;
@@ -6,6 +11,8 @@ use crate::auth::KeyCache;
 /// What every handler can reach.
 pub struct AppState {
     pub store: Store,
+    /// The group commit of submits.
+    pub submits: Batcher<Submission, Submitted>,
     pub queue: Queue,
     pub registry: Registry,
     pub signals: Signals,

@@ -5,9 +5,9 @@ use actix_web::{
 };
 use serde_json::Value;
 use shared::{
-    model::{JobObject, new_job_id},
+    model::{Job, JobObject, new_job_id},
     reports::ParamsError,
-    store::NewJob,
+    store::{NewJob, Submission, WriteTx},
 };
 
 use super::POLL_AFTER_SECS;
@@ -15,7 +15,7 @@ use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
+    idempotency::{Answer, IdempotencyKey, execute_submit},
     state::AppState,
 };
 
@@ -67,27 +67,40 @@ pub async fn submit(
         params: params.to_string(),
         max_attempts: kind.max_attempts(),
     };
-    let (response, ran) = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
+    let created_at = shared::time::now_ms();
+    let answer = accepted(&new_job.queued(created_at))?;
+    let submission = Submission {
+        job: new_job.clone(),
+        created_at,
+        key: None,
+    };
+    let fallback = async |tx: &mut WriteTx| {
         // The job row, its outbox row and (in `execute`) the key's stored
         // answer commit together: a 202 is never sent for a job that is
         // not durable, nor stored for one that is not.
         let job = state.store.insert_job(tx, &new_job).await?;
-        Answer::json(
-            StatusCode::ACCEPTED,
-            &job.to_object(),
-            vec![
-                (
-                    header::LOCATION.to_string(),
-                    format!("/v1/jobs/{}", job.job_id),
-                ),
-                (header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()),
-            ],
-        )
-    })
-    .await?;
+        accepted(&job)
+    };
+    let (response, ran) =
+        execute_submit(&state, &key, &request, &body, submission, answer, fallback).await?;
     if ran {
         state.signals.outbox_changed();
         metrics::counter!("receipt_jobs_submitted_total", "kind" => kind_name).increment(1);
     }
     Ok(response)
+}
+
+/// The 202 of a submit.
+fn accepted(job: &Job) -> ApiResult<Answer> {
+    Answer::json(
+        StatusCode::ACCEPTED,
+        &job.to_object(),
+        vec![
+            (
+                header::LOCATION.to_string(),
+                format!("/v1/jobs/{}", job.job_id),
+            ),
+            (header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()),
+        ],
+    )
 }

@@ -6,6 +6,12 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use shared::{
+    model::new_job_id,
+    store::{KeyLookup, NewJob, Store, StoredResponse, Submission, SubmissionKey, Submitted},
+    time::now_ms,
+};
+
 use crate::common::{Api, Backend, Reply, TestEnv};
 
 async fn post_with_key(api: &Api, path: &str, key: &str, body: &str) -> Reply {
@@ -360,6 +366,134 @@ async fn a_lossy_network_with_retries_does_each_intent_once(backend: Backend) {
     );
 }
 
+// ------------------------------------------------------- group commit
+
+fn submission(key: Option<(&str, &str)>, body: &str) -> Submission {
+    let created_at = now_ms();
+    let job = NewJob {
+        job_id: new_job_id(),
+        tenant_id: "tenant-a".into(),
+        kind: "sleep".into(),
+        params: r#"{"ms": 0}"#.into(),
+        max_attempts: 5,
+    };
+    let key = key.map(|(key, fingerprint)| SubmissionKey {
+        tenant_id: "tenant-a".into(),
+        key: key.into(),
+        fingerprint: fingerprint.into(),
+        expires_at: created_at + 60_000,
+        response: StoredResponse {
+            status: 202,
+            headers: vec![],
+            body: body.as_bytes().to_vec(),
+        },
+    });
+    Submission {
+        job,
+        created_at,
+        key,
+    }
+}
+
+async fn jobs_in(store: &Store, submissions: &[Submission]) -> usize {
+    let mut found = 0;
+    for s in submissions {
+        found += usize::from(
+            store
+                .get_job_unscoped(&s.job.job_id)
+                .await
+                .unwrap()
+                .is_some(),
+        );
+    }
+    found
+}
+
+/// One group commit settles each submit's key as the single path would:
+/// a stored key replays (or refuses), and of two submits with one key in
+/// the batch the first makes the job and the second replays its answer.
+async fn a_batch_of_submits_settles_each_key(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let store = env.store().await;
+    store.migrate().await.unwrap();
+    let earlier = [submission(Some(("k-stored", "fp-1")), "stored answer")];
+    assert_eq!(
+        store.submit_batch(&earlier).await.unwrap(),
+        [Submitted::Inserted]
+    );
+
+    let batch = [
+        submission(Some(("k-new", "fp-2")), "new answer"),
+        submission(Some(("k-new", "fp-2")), "would be a second job"),
+        submission(Some(("k-new", "fp-other")), "another request"),
+        submission(None, "no key"),
+        submission(Some(("k-stored", "fp-1")), "would be a second job"),
+        submission(Some(("k-stored", "fp-other")), "another request"),
+    ];
+    let replay = |body: &str| {
+        Submitted::Found(KeyLookup::Replay(StoredResponse {
+            status: 202,
+            headers: vec![],
+            body: body.as_bytes().to_vec(),
+        }))
+    };
+    assert_eq!(
+        store.submit_batch(&batch).await.unwrap(),
+        [
+            Submitted::Inserted,
+            replay("new answer"),
+            Submitted::Found(KeyLookup::Mismatch),
+            Submitted::Inserted,
+            replay("stored answer"),
+            Submitted::Found(KeyLookup::Mismatch),
+        ]
+    );
+    assert_eq!(jobs_in(&store, &batch[..1]).await, 1);
+    assert_eq!(jobs_in(&store, &batch[1..3]).await, 0, "no second job");
+    assert_eq!(jobs_in(&store, &batch[3..4]).await, 1);
+    assert_eq!(jobs_in(&store, &batch[4..]).await, 0, "no second job");
+}
+
+/// Postgres: a key committed by a concurrent writer after the batch read
+/// the keys sends the whole batch back to the single path, having written
+/// nothing. (SQLite's write lock makes the read and the write one step.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_key_a_concurrent_writer_took_writes_nothing() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let store = env.store().await;
+    store.migrate().await.unwrap();
+    let pool = sqlx::PgPool::connect(&env.database_url).await.unwrap();
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at, expires_at,
+             response_status, response_headers, response_body)
+         VALUES ('tenant-a', 'k-raced', 'fp', $1, $2, 202, '[]', 'x')",
+    )
+    .bind(now_ms())
+    .bind(now_ms() + 60_000)
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    let batch = [
+        submission(None, "no key"),
+        submission(Some(("k-raced", "fp")), "raced"),
+    ];
+    let written = {
+        let store = store.clone();
+        let batch = batch.clone();
+        tokio::spawn(async move { store.submit_batch(&batch).await })
+    };
+    // The batch now waits on the uncommitted key.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    other.commit().await.unwrap();
+    assert_eq!(
+        written.await.unwrap().unwrap(),
+        [Submitted::Alone, Submitted::Alone]
+    );
+    assert_eq!(jobs_in(&store, &batch).await, 0);
+    pool.close().await;
+}
+
 crate::on_both_backends!(
     the_same_key_twice_makes_one_job_and_replays_the_answer_byte_for_byte,
     a_reordered_body_replays_and_a_changed_one_is_refused,
@@ -371,4 +505,5 @@ crate::on_both_backends!(
     an_expired_key_is_new_again,
     a_cancel_with_a_key_is_replayed,
     a_lossy_network_with_retries_does_each_intent_once,
+    a_batch_of_submits_settles_each_key,
 );

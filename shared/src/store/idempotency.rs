@@ -4,7 +4,7 @@
 //! key waits on the primary key (Postgres: on the uncommitted row; SQLite:
 //! on the write lock) and then finds the finished row to replay.
 
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, Row, Transaction, any::AnyRow};
 
 use super::Store;
 use crate::{Result, time::now_ms};
@@ -28,6 +28,18 @@ pub enum KeyLookup {
     Replay(StoredResponse),
     /// Finished with a different request (method, path or body).
     Mismatch,
+}
+
+/// The response stored in an `idempotency_keys` row.
+pub(super) fn stored_response(row: &AnyRow) -> Result<StoredResponse> {
+    let headers: String = row.try_get("response_headers")?;
+    Ok(StoredResponse {
+        status: u16::try_from(row.try_get::<i64, _>("response_status")?)
+            .map_err(|e| crate::Error::Corrupt(format!("stored status: {e}")))?,
+        headers: serde_json::from_str(&headers)
+            .map_err(|e| crate::Error::Corrupt(format!("stored headers: {e}")))?,
+        body: row.try_get("response_body")?,
+    })
 }
 
 impl Store {
@@ -58,14 +70,7 @@ impl Store {
         if row.try_get::<String, _>("fingerprint")? != fingerprint {
             return Ok(KeyLookup::Mismatch);
         }
-        let headers: String = row.try_get("response_headers")?;
-        Ok(KeyLookup::Replay(StoredResponse {
-            status: u16::try_from(row.try_get::<i64, _>("response_status")?)
-                .map_err(|e| crate::Error::Corrupt(format!("stored status: {e}")))?,
-            headers: serde_json::from_str(&headers)
-                .map_err(|e| crate::Error::Corrupt(format!("stored headers: {e}")))?,
-            body: row.try_get("response_body")?,
-        }))
+        Ok(KeyLookup::Replay(stored_response(&row)?))
     }
 
     /// Records the key with its response, in the transaction that made the

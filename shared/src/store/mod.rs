@@ -7,6 +7,7 @@ mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
+mod submit;
 mod webhooks;
 
 use std::{str::FromStr, time::Duration};
@@ -21,6 +22,7 @@ pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
 pub use keys::{hash_key, new_key};
 pub use ledger::{GstRow, ImportOutcome};
+pub use submit::{Submission, SubmissionKey, Submitted};
 pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
 
 use crate::Result;

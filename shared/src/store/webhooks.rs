@@ -176,6 +176,17 @@ impl Store {
     /// Deletes a webhook and, with it, its pending events and its log.
     pub async fn delete_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<bool> {
         let mut tx = self.begin_write().await?;
+        // Events first, as a delivery being recorded locks its event before
+        // its webhook: the same order here, so the two queue instead of
+        // deadlocking (the cascade would take the webhook row first).
+        sqlx::query(
+            "DELETE FROM webhook_events WHERE webhook_id = $1
+               AND webhook_id IN (SELECT webhook_id FROM webhooks WHERE tenant_id = $2)",
+        )
+        .bind(webhook_id)
+        .bind(tenant_id)
+        .execute(&mut *tx)
+        .await?;
         let deleted = sqlx::query("DELETE FROM webhooks WHERE webhook_id = $1 AND tenant_id = $2")
             .bind(webhook_id)
             .bind(tenant_id)

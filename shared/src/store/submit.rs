@@ -1,0 +1,259 @@
+//! Submits written in groups: one transaction inserts every job, outbox
+//! row and idempotency key waiting at that moment (group commit). Every
+//! guard of the single path holds per submit: a live key replays its
+//! stored answer or refuses another request, two submits with one key in
+//! a batch make one job, and a key taken by a concurrent writer sends the
+//! whole batch back to the single path.
+
+use std::collections::HashMap;
+
+use sqlx::{Any, Row, Transaction};
+
+use super::{KeyLookup, NewJob, Store, StoredResponse, built};
+use crate::{Result, model::Job};
+
+/// One submit, with the answer it will get if it makes its job.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub job: NewJob,
+    pub created_at: i64,
+    pub key: Option<SubmissionKey>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SubmissionKey {
+    pub tenant_id: String,
+    pub key: String,
+    pub fingerprint: String,
+    pub expires_at: i64,
+    /// The 202 to store against the key (and to replay to a duplicate).
+    pub response: StoredResponse,
+}
+
+/// What became of one submit of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// Its job and key are committed: answer with its own response.
+    Inserted,
+    /// Its key was already used (earlier, or by a submit ahead of it in
+    /// the batch): replay that answer or refuse.
+    Found(KeyLookup),
+    /// A concurrent writer took one of the batch's keys between the read
+    /// and the write: nothing of the batch was written; run it alone.
+    Alone,
+}
+
+impl NewJob {
+    /// The job row this submit inserts, as the API shows it.
+    pub fn queued(&self, created_at: i64) -> Job {
+        Job {
+            job_id: self.job_id.clone(),
+            tenant_id: self.tenant_id.clone(),
+            kind: self.kind.clone(),
+            params: self.params.clone(),
+            status: crate::model::JobStatus::Queued,
+            attempts: 0,
+            max_attempts: self.max_attempts,
+            progress: None,
+            created_at,
+            started_at: None,
+            finished_at: None,
+            run_after: created_at,
+            error_type: None,
+            error_message: None,
+            cancel_requested: false,
+        }
+    }
+}
+
+/// `(${first}, ${first+1}, ...), (...)`: `rows` rows of `width` placeholders.
+fn value_rows(first: usize, rows: usize, width: usize) -> String {
+    (0..rows)
+        .map(|row| {
+            let cells: Vec<String> = (0..width)
+                .map(|cell| format!("${}", first + row * width + cell))
+                .collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Store {
+    /// Writes a batch of submits in one transaction; answers in order.
+    pub async fn submit_batch(&self, submissions: &[Submission]) -> Result<Vec<Submitted>> {
+        let mut tx = self.begin_write().await?;
+        let stored = self.live_keys_of(&mut tx, submissions).await?;
+        let mut outcomes = Vec::with_capacity(submissions.len());
+        // The submits that make a job, and the index of the one that owns
+        // each key in this batch.
+        let mut inserting: Vec<&Submission> = Vec::new();
+        let mut owners: HashMap<(&str, &str), &SubmissionKey> = HashMap::new();
+        for submission in submissions {
+            let Some(key) = &submission.key else {
+                inserting.push(submission);
+                outcomes.push(Submitted::Inserted);
+                continue;
+            };
+            let id = (key.tenant_id.as_str(), key.key.as_str());
+            let outcome = if let Some((fingerprint, response)) = stored.get(&id) {
+                Submitted::Found(replay_or_mismatch(fingerprint, &key.fingerprint, response))
+            } else if let Some(owner) = owners.get(&id) {
+                Submitted::Found(replay_or_mismatch(
+                    &owner.fingerprint,
+                    &key.fingerprint,
+                    &owner.response,
+                ))
+            } else {
+                owners.insert(id, key);
+                inserting.push(submission);
+                Submitted::Inserted
+            };
+            outcomes.push(outcome);
+        }
+        if inserting.is_empty() {
+            return Ok(outcomes);
+        }
+        insert_jobs(&mut tx, &inserting).await?;
+        let keys: Vec<&SubmissionKey> = inserting.iter().filter_map(|s| s.key.as_ref()).collect();
+        if !keys.is_empty() && insert_keys(&mut tx, &keys).await? < keys.len() as u64 {
+            tx.rollback().await?;
+            return Ok(vec![Submitted::Alone; submissions.len()]);
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    /// The live (unexpired) stored keys among the batch's, by (tenant, key):
+    /// their fingerprint and response.
+    async fn live_keys_of<'batch>(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        submissions: &'batch [Submission],
+    ) -> Result<HashMap<(&'batch str, &'batch str), (String, StoredResponse)>> {
+        let keys: Vec<&SubmissionKey> = submissions.iter().filter_map(|s| s.key.as_ref()).collect();
+        let mut live = HashMap::new();
+        if keys.is_empty() {
+            return Ok(live);
+        }
+        let sql = format!(
+            "SELECT tenant_id, idem_key, fingerprint, expires_at, response_status,
+                    response_headers, response_body
+             FROM idempotency_keys WHERE (tenant_id, idem_key) IN (VALUES {})",
+            value_rows(1, keys.len(), 2)
+        );
+        let mut query = sqlx::query(built(&sql));
+        for key in &keys {
+            query = query.bind(&key.tenant_id).bind(&key.key);
+        }
+        let now = crate::time::now_ms();
+        for row in query.fetch_all(&mut **tx).await? {
+            if row.try_get::<i64, _>("expires_at")? <= now {
+                continue;
+            }
+            let (tenant_id, idem_key): (String, String) =
+                (row.try_get("tenant_id")?, row.try_get("idem_key")?);
+            // Borrow the names from the batch, so the map outlives the rows.
+            let Some(key) = keys
+                .iter()
+                .find(|k| k.tenant_id == tenant_id && k.key == idem_key)
+            else {
+                continue;
+            };
+            let response = super::idempotency::stored_response(&row)?;
+            live.insert(
+                (key.tenant_id.as_str(), key.key.as_str()),
+                (row.try_get("fingerprint")?, response),
+            );
+        }
+        Ok(live)
+    }
+}
+
+fn replay_or_mismatch(stored: &str, asked: &str, response: &StoredResponse) -> KeyLookup {
+    if stored == asked {
+        KeyLookup::Replay(response.clone())
+    } else {
+        KeyLookup::Mismatch
+    }
+}
+
+async fn insert_jobs(
+    tx: &mut Transaction<'static, Any>,
+    submissions: &[&Submission],
+) -> Result<()> {
+    let sql = format!(
+        "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
+                           status, attempts, cancel_requested)
+         VALUES {}",
+        (0..submissions.len())
+            .map(|i| {
+                let n = 1 + i * 6;
+                format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, 'QUEUED', 0, 0)",
+                    n,
+                    n + 1,
+                    n + 2,
+                    n + 3,
+                    n + 4,
+                    n + 5,
+                    n + 5
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut query = sqlx::query(built(&sql));
+    for s in submissions {
+        query = query
+            .bind(&s.job.job_id)
+            .bind(&s.job.tenant_id)
+            .bind(&s.job.kind)
+            .bind(&s.job.params)
+            .bind(s.job.max_attempts)
+            .bind(s.created_at);
+    }
+    query.execute(&mut **tx).await?;
+    let sql = format!(
+        "INSERT INTO outbox (job_id, publish_at) VALUES {}",
+        value_rows(1, submissions.len(), 2)
+    );
+    let mut query = sqlx::query(built(&sql));
+    for s in submissions {
+        query = query.bind(&s.job.job_id).bind(s.created_at);
+    }
+    query.execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Inserts the keys with their answers; an expired row is taken over in
+/// place, a live one is left alone. Returns how many were written.
+async fn insert_keys(tx: &mut Transaction<'static, Any>, keys: &[&SubmissionKey]) -> Result<u64> {
+    let sql = format!(
+        "INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at, expires_at,
+             response_status, response_headers, response_body)
+         VALUES {}
+         ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
+             fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+             expires_at = excluded.expires_at, response_status = excluded.response_status,
+             response_headers = excluded.response_headers, response_body = excluded.response_body
+         WHERE idempotency_keys.expires_at <= excluded.created_at",
+        value_rows(1, keys.len(), 8)
+    );
+    let now = crate::time::now_ms();
+    let mut query = sqlx::query(built(&sql));
+    for key in keys {
+        let headers = serde_json::to_string(&key.response.headers)
+            .map_err(|e| crate::Error::Corrupt(format!("headers: {e}")))?;
+        query = query
+            .bind(&key.tenant_id)
+            .bind(&key.key)
+            .bind(&key.fingerprint)
+            .bind(now)
+            .bind(key.expires_at)
+            .bind(i64::from(key.response.status))
+            .bind(headers)
+            .bind(key.response.body.as_slice());
+    }
+    Ok(query.execute(&mut **tx).await?.rows_affected())
+}
