@@ -23,6 +23,9 @@ use tracing::warn;
 /// Deliveries one process makes at once.
 const CONCURRENT_DELIVERIES: usize = 64;
 const IDLE_POLL: Duration = Duration::from_millis(200);
+/// Every final status wakes the dispatcher, most with no webhook to call:
+/// under load it looks at most this often, not once per finished job.
+const MIN_GAP: Duration = Duration::from_millis(20);
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -78,10 +81,15 @@ impl Dispatcher {
                     _ = slots.acquire() => continue,
                 }
             }
+            let looked = tokio::time::Instant::now();
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = signals.events_wait() => {}
                 () = tokio::time::sleep(IDLE_POLL) => {}
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep_until(looked + MIN_GAP) => {}
             }
         }
     }

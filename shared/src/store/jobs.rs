@@ -289,27 +289,42 @@ impl Store {
         limit: i64,
         republish_after_ms: i64,
     ) -> Result<Vec<String>> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        // Two statements: as one (`UPDATE .. WHERE job_id IN (SELECT ..)`)
+        // Postgres plans a hash join over a scan of the whole outbox, dead
+        // rows and all, on every call.
+        let due = sqlx::query(built(&format!(
+            "SELECT job_id FROM outbox WHERE publish_at <= $1
+             ORDER BY publish_at LIMIT $2{}",
+            self.dialect.skip_locked()
+        )))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| Ok(r.try_get::<String, _>("job_id")?))
+        .collect::<Result<Vec<String>>>()?;
+        if due.is_empty() {
+            return Ok(due);
+        }
         let sql = format!(
             "UPDATE outbox SET
                  publish_at = $1 + CASE WHEN republish_ms = 0 THEN $2 ELSE republish_ms END,
                  republish_ms = CASE WHEN republish_ms = 0 THEN $2
                                      WHEN republish_ms * 2 > $2 * 32 THEN $2 * 32
                                      ELSE republish_ms * 2 END
-             WHERE job_id IN (
-                 SELECT job_id FROM outbox WHERE publish_at <= $1
-                 ORDER BY publish_at LIMIT $3{}
-             ) RETURNING job_id",
-            self.dialect.skip_locked()
+             WHERE job_id IN ({})",
+            placeholders(3, due.len())
         );
-        let rows = sqlx::query(built(&sql))
-            .bind(now_ms())
-            .bind(republish_after_ms)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| Ok(r.try_get::<String, _>("job_id")?))
-            .collect()
+        let mut query = sqlx::query(built(&sql)).bind(now).bind(republish_after_ms);
+        for job_id in &due {
+            query = query.bind(job_id);
+        }
+        query.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(due)
     }
 
     /// Makes every outbox row that was published due now, as if it never
@@ -551,16 +566,18 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut tx = self.begin_write().await?;
+        // Equalities joined by OR, not `(job_id, attempts) IN (VALUES ..)`,
+        // which Postgres may answer with a hash join over a scan of jobs.
         let pairs: Vec<String> = (0..attempts.len())
-            .map(|i| format!("(${}, ${})", 2 + 2 * i, 3 + 2 * i))
+            .map(|i| format!("(job_id = ${} AND attempts = ${})", 2 + 2 * i, 3 + 2 * i))
             .collect();
         let sql = format!(
             "UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
                  error_type = NULL, error_message = NULL, lease_expires_at = NULL,
                  worker_id = NULL, cancel_requested = 0
-             WHERE status = 'RUNNING' AND (job_id, attempts) IN (VALUES {})
+             WHERE status = 'RUNNING' AND ({})
              RETURNING job_id, attempts",
-            pairs.join(", ")
+            pairs.join(" OR ")
         );
         let mut query = sqlx::query(built(&sql)).bind(now_ms());
         for (job_id, attempt, _) in attempts {

@@ -139,8 +139,13 @@ impl Store {
         let sql = format!(
             "SELECT tenant_id, idem_key, fingerprint, expires_at, response_status,
                     response_headers, response_body
-             FROM idempotency_keys WHERE (tenant_id, idem_key) IN (VALUES {})",
-            value_rows(1, keys.len(), 2)
+             FROM idempotency_keys WHERE {}",
+            // Equalities joined by OR, so the primary key finds each row
+            // (a row-value IN list may become a hash join over a scan).
+            (0..keys.len())
+                .map(|i| format!("(tenant_id = ${} AND idem_key = ${})", 1 + 2 * i, 2 + 2 * i))
+                .collect::<Vec<_>>()
+                .join(" OR ")
         );
         let mut query = sqlx::query(built(&sql));
         for key in &keys {
