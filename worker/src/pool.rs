@@ -163,10 +163,19 @@ impl WorkerPool {
             self.sweep_every,
             background.clone(),
         ));
-        let dispatcher = tokio::spawn(self.dispatcher.clone().run(signals, background.clone()));
+        let dispatcher = tokio::spawn(
+            self.dispatcher
+                .clone()
+                .run(signals.clone(), background.clone()),
+        );
+        let wake_ups = {
+            let queue = self.queue.clone();
+            tokio::spawn(async move { queue.forward_published(signals).await })
+        };
         info!(worker_id = self.runner.worker_id, concurrency = self.concurrency, queue = ?self.queue, "worker pool started");
         let result = self.run_apalis(shutdown.clone()).await;
         background.cancel();
+        wake_ups.abort();
         let _ = tokio::join!(relay, sweeper, dispatcher);
         let unfinished = self.runner.running_attempts();
         if !unfinished.is_empty() {
@@ -222,7 +231,8 @@ impl WorkerPool {
         }
         match self.queue.clone() {
             Queue::Redis { storage, .. } => {
-                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
+                let backend =
+                    (*storage).poll_with_strategy(PollEvery::new(POLL, published.clone()));
                 run_monitor!(move || backend.clone())
             }
             Queue::Sqlite(storage) => {

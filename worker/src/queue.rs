@@ -25,8 +25,11 @@ pub type Message = Value;
 #[derive(Clone)]
 pub enum Queue {
     Redis {
-        storage: RedisStorage<Message, ConnectionManager>,
+        storage: Box<RedisStorage<Message, ConnectionManager>>,
         conn: ConnectionManager,
+        client: redis::Client,
+        /// Where a relay announces that it pushed (see [`Queue::forward_published`]).
+        published_channel: String,
     },
     Sqlite(SqliteStorage<Message>),
     Postgres(PostgresStorage<Message>),
@@ -120,7 +123,12 @@ impl Queue {
                     .heartbeat_interval(HEARTBEAT)
                     .missed_heartbeats(MISSED_HEARTBEATS),
             );
-            return Ok(Queue::Redis { storage, conn });
+            return Ok(Queue::Redis {
+                storage: Box::new(storage),
+                conn,
+                client,
+                published_channel: format!("{queue_name}:published"),
+            });
         }
         match store.dialect() {
             Dialect::Sqlite => {
@@ -172,7 +180,21 @@ impl Queue {
     pub async fn publish(&self, job_ids: &[String]) -> Result<(), BoxError> {
         let messages: Vec<Message> = job_ids.iter().map(|id| json!({ "job_id": id })).collect();
         match self.clone() {
-            Queue::Redis { mut storage, .. } => storage.push_bulk(messages).await?,
+            Queue::Redis {
+                mut storage,
+                mut conn,
+                published_channel,
+                ..
+            } => {
+                storage.push_bulk(messages).await?;
+                // Wakes idle workers in every process now, instead of at
+                // their next poll.
+                redis::cmd("PUBLISH")
+                    .arg(&published_channel)
+                    .arg(job_ids.len())
+                    .query_async::<i64>(&mut conn)
+                    .await?;
+            }
             Queue::Sqlite(mut storage) => storage.push_bulk(messages).await?,
             Queue::Postgres(mut storage) => storage.push_bulk(messages).await?,
             Queue::Memory(queue) => {
@@ -185,6 +207,37 @@ impl Queue {
             }
         }
         Ok(())
+    }
+
+    /// Wakes this process's idle workers (`signals.published()`) whenever
+    /// a relay in any process pushed to the Redis queue; returns at once
+    /// for the other queues (their relay runs in the workers' process).
+    /// Reconnects after a failure; the poll interval covers the gap.
+    pub async fn forward_published(&self, signals: shared::notify::Signals) {
+        let Queue::Redis {
+            client,
+            published_channel,
+            ..
+        } = self
+        else {
+            return;
+        };
+        loop {
+            match client.get_async_pubsub().await {
+                Ok(mut pubsub) => match pubsub.subscribe(published_channel).await {
+                    Ok(()) => {
+                        let mut messages = pubsub.on_message();
+                        while messages.next().await.is_some() {
+                            signals.published();
+                        }
+                        tracing::warn!("lost the Redis subscription for queue wake-ups");
+                    }
+                    Err(error) => tracing::warn!(%error, "SUBSCRIBE failed"),
+                },
+                Err(error) => tracing::warn!(%error, "cannot connect the Redis subscriber"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 
     /// After a start, makes jobs whose messages only this queue could have
