@@ -4,9 +4,9 @@
 //! key waits on the primary key (Postgres: on the uncommitted row; SQLite:
 //! on the write lock) and then finds the finished row to replay.
 
-use sqlx::{Any, Row, Transaction, any::AnyRow};
+use sqlx::{Row, any::AnyRow};
 
-use super::Store;
+use super::{Store, WriteTx};
 use crate::{Result, time::now_ms};
 
 /// A response as stored against a key, replayed byte for byte.
@@ -48,7 +48,7 @@ impl Store {
     /// the final insert's primary key does).
     pub async fn lookup_idempotency_key(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         tenant_id: &str,
         key: &str,
         fingerprint: &str,
@@ -78,7 +78,7 @@ impl Store {
     /// (then this transaction must be rolled back and that answer replayed).
     pub async fn save_idempotency_key(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         tenant_id: &str,
         key: &str,
         fingerprint: &str,
@@ -115,6 +115,7 @@ impl Store {
 
     /// Deletes up to `limit` expired keys; returns how many.
     pub async fn delete_expired_idempotency_keys(&self, limit: i64) -> Result<u64> {
+        let _turn = self.write_turn().await;
         let deleted = sqlx::query(
             "DELETE FROM idempotency_keys WHERE (tenant_id, idem_key) IN (
                  SELECT tenant_id, idem_key FROM idempotency_keys WHERE expires_at <= $1 LIMIT $2)",

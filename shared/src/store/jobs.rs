@@ -4,7 +4,7 @@
 //! claimed: every write an attempt makes is conditional on it, so a stale or
 //! duplicated attempt changes nothing.
 
-use sqlx::{Any, Row, Transaction, any::AnyRow};
+use sqlx::{Row, any::AnyRow};
 
 use super::{Store, WriteTx, built, placeholders};
 use crate::{
@@ -103,11 +103,7 @@ pub enum CancelOutcome {
 
 impl Store {
     /// The job row and its outbox row, in the caller's transaction.
-    pub async fn insert_job(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        job: &NewJob,
-    ) -> Result<Job> {
+    pub async fn insert_job(&self, tx: &mut WriteTx, job: &NewJob) -> Result<Job> {
         let now = now_ms();
         let row = sqlx::query(built(&format!(
             "INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
@@ -236,7 +232,7 @@ impl Store {
     /// asked to stop at its next checkpoint.
     pub async fn cancel_job(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         tenant_id: &str,
         job_id: &str,
     ) -> Result<CancelOutcome> {
@@ -332,6 +328,7 @@ impl Store {
     /// in-process one). Rows not yet published keep their time (a retry's
     /// backoff).
     pub async fn make_outbox_due_now(&self) -> Result<u64> {
+        let _turn = self.write_turn().await;
         let due = sqlx::query(
             "UPDATE outbox SET publish_at = $1, republish_ms = 0 WHERE republish_ms > 0",
         )
@@ -344,6 +341,7 @@ impl Store {
 
     /// Makes outbox rows due again (their publish failed).
     pub async fn retry_outbox_soon(&self, job_ids: &[String], at: i64) -> Result<()> {
+        let _turn = self.write_turn().await;
         if job_ids.is_empty() {
             return Ok(());
         }
@@ -442,6 +440,7 @@ impl Store {
         attempt: i64,
         lease_until: i64,
     ) -> Result<LeaseCheck> {
+        let _turn = self.write_turn().await;
         let row = sqlx::query(
             "UPDATE jobs SET lease_expires_at = $3
              WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
@@ -462,6 +461,7 @@ impl Store {
         attempt: i64,
         progress: f64,
     ) -> Result<LeaseCheck> {
+        let _turn = self.write_turn().await;
         let row = sqlx::query(
             "UPDATE jobs SET progress = $3
              WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
@@ -712,6 +712,7 @@ impl Store {
     /// Forces the lease of a running attempt to lapse now: for tests of the
     /// sweeper and of fencing.
     pub async fn expire_lease_now(&self, job_id: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query("UPDATE jobs SET lease_expires_at = $2 WHERE job_id = $1")
             .bind(job_id)
             .bind(now_ms() - 1)
@@ -729,11 +730,7 @@ impl Store {
     }
 }
 
-async fn upsert_outbox(
-    tx: &mut Transaction<'static, Any>,
-    job_id: &str,
-    publish_at: i64,
-) -> Result<()> {
+async fn upsert_outbox(tx: &mut WriteTx, job_id: &str, publish_at: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
          ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0",
@@ -745,7 +742,7 @@ async fn upsert_outbox(
     Ok(())
 }
 
-async fn delete_outbox(tx: &mut Transaction<'static, Any>, job_id: &str) -> Result<()> {
+async fn delete_outbox(tx: &mut WriteTx, job_id: &str) -> Result<()> {
     sqlx::query("DELETE FROM outbox WHERE job_id = $1")
         .bind(job_id)
         .execute(&mut **tx)

@@ -24,6 +24,7 @@ pub fn new_key() -> String {
 impl Store {
     /// Stores the key's hash for the tenant; a known key is left as it is.
     pub async fn add_api_key(&self, tenant_id: &str, key: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "INSERT INTO api_keys (key_hash, tenant_id, created_at) VALUES ($1, $2, $3)
              ON CONFLICT (key_hash) DO NOTHING",

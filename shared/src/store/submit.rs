@@ -7,9 +7,9 @@
 
 use std::collections::HashMap;
 
-use sqlx::{Any, Row, Transaction};
+use sqlx::Row;
 
-use super::{KeyLookup, NewJob, Store, StoredResponse, built};
+use super::{KeyLookup, NewJob, Store, StoredResponse, WriteTx, built};
 use crate::{Result, model::Job};
 
 /// One submit, with the answer it will get if it makes its job.
@@ -128,7 +128,7 @@ impl Store {
     /// their fingerprint and response.
     async fn live_keys_of<'batch>(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut WriteTx,
         submissions: &'batch [Submission],
     ) -> Result<HashMap<(&'batch str, &'batch str), (String, StoredResponse)>> {
         let keys: Vec<&SubmissionKey> = submissions.iter().filter_map(|s| s.key.as_ref()).collect();
@@ -183,10 +183,7 @@ fn replay_or_mismatch(stored: &str, asked: &str, response: &StoredResponse) -> K
     }
 }
 
-async fn insert_jobs(
-    tx: &mut Transaction<'static, Any>,
-    submissions: &[&Submission],
-) -> Result<()> {
+async fn insert_jobs(tx: &mut WriteTx, submissions: &[&Submission]) -> Result<()> {
     let sql = format!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
                            status, attempts, cancel_requested)
@@ -233,7 +230,7 @@ async fn insert_jobs(
 
 /// Inserts the keys with their answers; an expired row is taken over in
 /// place, a live one is left alone. Returns how many were written.
-async fn insert_keys(tx: &mut Transaction<'static, Any>, keys: &[&SubmissionKey]) -> Result<u64> {
+async fn insert_keys(tx: &mut WriteTx, keys: &[&SubmissionKey]) -> Result<u64> {
     let sql = format!(
         "INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at, expires_at,
              response_status, response_headers, response_body)

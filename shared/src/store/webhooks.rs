@@ -1,6 +1,6 @@
 //! Webhooks, their events (the delivery outbox) and the delivery log.
 
-use sqlx::{Any, Row, Transaction, any::AnyRow};
+use sqlx::{Row, any::AnyRow};
 
 use super::{Store, WriteTx, built, placeholders};
 use crate::{
@@ -235,11 +235,7 @@ impl Store {
 
     /// In a final-status transaction: one event per matching enabled
     /// webhook of the job's tenant (tenant-wide, or for this job).
-    pub(super) async fn create_events(
-        &self,
-        tx: &mut Transaction<'static, Any>,
-        job_ids: &[String],
-    ) -> Result<()> {
+    pub(super) async fn create_events(&self, tx: &mut WriteTx, job_ids: &[String]) -> Result<()> {
         let sql = format!(
             "SELECT j.job_id, w.webhook_id, w.events FROM webhooks w
              JOIN jobs j ON j.tenant_id = w.tenant_id
@@ -274,6 +270,7 @@ impl Store {
     /// Leases up to `limit` due events until `lease_until` (past any
     /// delivery's timeout), so concurrent dispatchers never send one twice.
     pub async fn claim_due_events(&self, limit: i64, lease_until: i64) -> Result<Vec<DueEvent>> {
+        let _turn = self.write_turn().await;
         let claimed = sqlx::query(built(&format!(
             "UPDATE webhook_events SET next_attempt_at = $2 WHERE event_id IN (
                  SELECT event_id FROM webhook_events WHERE state = 'pending' AND next_attempt_at <= $1
@@ -377,6 +374,7 @@ impl Store {
 
     /// Ends an event whose webhook was disabled before its turn came.
     pub async fn drop_event(&self, event_id: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
         sqlx::query(
             "UPDATE webhook_events SET state = 'failed' WHERE event_id = $1 AND state = 'pending'",
         )
