@@ -43,16 +43,22 @@ pub enum Queue {
 /// makes every unclaimed job due again when the process starts.
 #[derive(Clone)]
 pub struct MemoryQueue {
-    sender: tokio::sync::mpsc::UnboundedSender<Message>,
-    receiver: Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Message>>>,
+    sender: tokio::sync::mpsc::Sender<Message>,
+    receiver: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Message>>>,
 }
+
+/// Messages the in-process queue holds at most. The relay leases no more
+/// outbox rows than there is room for (see [`Queue::room`]), so a backlog
+/// waits in the database, not in memory; this many last the workers a few
+/// hundred milliseconds at full speed, longer than the relay's idle poll.
+const MEMORY_QUEUE_CAPACITY: usize = 1024;
 
 type BoxedMemorySink =
     Box<dyn Sink<Task<Message>, Error = MemoryStorageError> + Send + Sync + Unpin>;
 
 impl MemoryQueue {
     fn new() -> Self {
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (sender, receiver) = tokio::sync::mpsc::channel(MEMORY_QUEUE_CAPACITY);
         Self {
             sender,
             receiver: Arc::new(tokio::sync::Mutex::new(receiver)),
@@ -202,11 +208,21 @@ impl Queue {
                     queue
                         .sender
                         .send(message)
+                        .await
                         .map_err(|_| "the in-process queue is closed")?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// How many more messages the queue takes now: `None` when it does not
+    /// say (the shared queues, whose backlog lives in Redis or a database).
+    pub fn room(&self) -> Option<usize> {
+        match self {
+            Queue::Memory(queue) => Some(queue.sender.capacity()),
+            _ => None,
+        }
     }
 
     /// Wakes this process's idle workers (`signals.published()`) whenever

@@ -796,6 +796,50 @@ async fn jobs_published_into_a_killed_embedded_api_run_after_it_restarts() {
     assert_eq!(api.wait_final(&busy).await["status"], "SUCCEEDED");
 }
 
+/// The in-process queue holds at most 1,024 messages: a larger backlog
+/// waits in the outbox, unleased, instead of in the api's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_beyond_the_in_process_queue_waits_in_the_outbox() {
+    let env = TestEnv::new(Backend::Sqlite).await;
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "true"), ("WORKER_CONCURRENCY", "1")])
+        .await;
+    let busy = id_of(&api.submit("sleep", json!({"ms": 30000})).await);
+    api.wait_status(&busy, "RUNNING").await;
+    let submits = (0..1500).map(|_| api.submit("sleep", json!({"ms": 0})));
+    futures::future::join_all(submits).await;
+
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&env.database_url)
+        .await
+        .expect("the test database");
+    let count = async |sql: &str| -> i64 {
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        row.try_get("n").expect("n")
+    };
+    // Give the relay time to lease all it may.
+    for _ in 0..100 {
+        if count("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms > 0").await >= 1024 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let published = count("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms > 0").await;
+    let waiting = count("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms = 0").await;
+    // The queue's 1,024, plus the message the one worker took but cannot
+    // run yet (apalis takes one ahead while its slot is busy).
+    assert!(
+        (1024..=1026).contains(&published),
+        "published {published} into a queue of 1,024"
+    );
+    assert_eq!(published + waiting, 1500, "every job has its outbox row");
+    pool.close().await;
+}
+
 crate::on_both_backends!(
     a_cancel_during_an_attempt_that_then_fails_retryably_ends_cancelled,
     cancelling_a_queued_job_cancels_it_at_once_and_it_never_runs,

@@ -285,6 +285,9 @@ impl Store {
         limit: i64,
         republish_after_ms: i64,
     ) -> Result<Vec<String>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         // Two statements: as one (`UPDATE .. WHERE job_id IN (SELECT ..)`)
