@@ -80,6 +80,14 @@ pub struct Settings {
     /// the queue lost its message.
     #[arg(long, env = "REPUBLISH_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
     pub republish_after: Duration,
+
+    /// Receipt addition: messages a worker process fetches from a shared
+    /// queue (Redis, SQLite, Postgres) per call. Above 1 it is faster for
+    /// short jobs, but apalis 1.0 stops heartbeating while fetched messages
+    /// wait for a busy slot, so with jobs that run for minutes another
+    /// worker reclaims them and this worker's apalis restarts (see README).
+    #[arg(long, env = "QUEUE_PREFETCH", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub queue_prefetch: u16,
 }
 
 /// A list of delays, written like `5s,5m,30m`.

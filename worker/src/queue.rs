@@ -125,7 +125,7 @@ impl Queue {
             let storage = RedisStorage::new(conn.clone()).with_config(
                 apalis_redis::Config::default()
                     .queue(&queue_name)
-                    .batch_size(1)
+                    .batch_size(usize::from(settings.queue_prefetch))
                     .heartbeat_interval(HEARTBEAT)
                     .missed_heartbeats(MISSED_HEARTBEATS),
             );
@@ -157,7 +157,7 @@ impl Queue {
                     SqliteStorage::new(&pool).with_config(
                         apalis_sqlite::Config::default()
                             .queue(&queue_name)
-                            .batch_size(1)
+                            .batch_size(usize::from(settings.queue_prefetch))
                             .heartbeat_interval(HEARTBEAT)
                             .missed_heartbeats(MISSED_HEARTBEATS),
                     ),
@@ -173,7 +173,7 @@ impl Queue {
                     PostgresStorage::new(&pool).with_config(
                         apalis_postgres::Config::default()
                             .queue(&queue_name)
-                            .batch_size(1)
+                            .batch_size(usize::from(settings.queue_prefetch))
                             .heartbeat_interval(HEARTBEAT)
                             .missed_heartbeats(MISSED_HEARTBEATS),
                     ),

@@ -91,7 +91,34 @@ async fn a_relay_that_publishes_again_before_the_claim_changes_nothing(backend: 
     assert_ran_once(&env, &job_id).await;
 }
 
+/// QUEUE_PREFETCH above 1: two workers fetch messages eight at a time,
+/// every job delivered twice; each still runs once.
+async fn prefetching_workers_run_each_job_once(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let mut job_ids = Vec::new();
+    for _ in 0..60 {
+        let job = api.submit("sleep", json!({"ms": 5})).await;
+        job_ids.push(job["job_id"].as_str().unwrap().to_owned());
+    }
+    queue_of(&env).await.publish(&job_ids).await.unwrap();
+    let _workers = [
+        env.start_worker(&[("QUEUE_PREFETCH", "8")]),
+        env.start_worker(&[("QUEUE_PREFETCH", "8")]),
+    ];
+    for job_id in &job_ids {
+        assert_eq!(api.wait_final(job_id).await["status"], "SUCCEEDED");
+    }
+    let store = env.store().await;
+    for job_id in &job_ids {
+        let job = store.get_job_unscoped(job_id).await.unwrap().expect("job");
+        assert_eq!(job.attempts, 1, "one attempt, however many deliveries");
+        assert_eq!(store.count_results(job_id).await.unwrap(), 1);
+    }
+}
+
 crate::on_both_backends!(
+    prefetching_workers_run_each_job_once,
     duplicate_messages_concurrent_or_later_run_the_job_once,
     a_relay_that_publishes_again_before_the_claim_changes_nothing,
 );
