@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{Error, Result};
@@ -38,7 +39,12 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
             let mut waiting = Vec::with_capacity(max_batch);
             while receiver.recv_many(&mut waiting, max_batch).await > 0 {
                 let (items, replies): (Vec<I>, Vec<_>) = waiting.drain(..).unzip();
-                match write(items).await {
+                // A panic fails this batch's callers, not every later one.
+                let written = std::panic::AssertUnwindSafe(write(items))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| Err(Error::Corrupt("a group commit panicked".into())));
+                match written {
                     Ok(outputs) if outputs.len() == replies.len() => {
                         for (reply, output) in replies.into_iter().zip(outputs) {
                             let _ = reply.send(Ok(output));
@@ -103,6 +109,16 @@ mod tests {
         assert_eq!(sizes.iter().sum::<usize>(), 40);
         assert!(sizes.iter().all(|&n| n <= 8), "{sizes:?}");
         assert!(sizes.len() < 40, "some calls shared a batch: {sizes:?}");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_batch_fails_its_calls_and_the_next_batch_runs() {
+        let fragile = Batcher::spawn(4, |items: Vec<u32>| async move {
+            assert!(items != [13], "unlucky");
+            Ok(items)
+        });
+        assert!(fragile.call(13).await.is_err());
+        assert_eq!(fragile.call(7).await.unwrap(), 7);
     }
 
     #[tokio::test]
