@@ -18,7 +18,7 @@ use shared::{
     notify::Signals,
     reports::Registry,
     settings::Settings,
-    store::{Dialect, Store, Submission, forward_finished_notifications, new_key},
+    store::{Dialect, Store, Submission, Submitted, forward_finished_notifications, new_key},
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -126,10 +126,28 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     ensure_api_keys(&store, &settings, &addr.to_string()).await?;
 
     let submits = {
-        let store = store.clone();
+        let (store, queue) = (store.clone(), queue.clone());
+        let republish_after_ms = shared::time::duration_ms(settings.republish_after);
         Batcher::spawn(SUBMIT_BATCH, move |submissions: Vec<Submission>| {
-            let store = store.clone();
-            async move { store.submit_batch(&submissions).await }
+            let (store, queue) = (store.clone(), queue.clone());
+            async move {
+                // The embedded queue takes the new jobs straight after the
+                // commit, saving the relay a write transaction per batch;
+                // with no room they wait in the outbox for the relay.
+                let room = queue.reserve(submissions.len());
+                let published_for = room.as_ref().map(|_| republish_after_ms);
+                let outcomes = store.submit_batch(&submissions, published_for).await?;
+                if let Some(room) = room {
+                    let inserted = submissions
+                        .iter()
+                        .zip(&outcomes)
+                        .filter(|(_, outcome)| **outcome == Submitted::Inserted);
+                    for (permit, (submission, _)) in room.into_iter().zip(inserted) {
+                        permit.send(serde_json::json!({ "job_id": submission.job.job_id }));
+                    }
+                }
+                Ok(outcomes)
+            }
         })
     };
     let state = web::Data::new(AppState {

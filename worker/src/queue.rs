@@ -216,6 +216,19 @@ impl Queue {
         Ok(())
     }
 
+    /// Room for `count` messages in the in-process queue, held until used
+    /// or dropped: for publishing jobs right after the commit that makes
+    /// them, with no relay round. `None` for the other queues, or when
+    /// there is not that much room.
+    pub fn reserve(&self, count: usize) -> Option<Vec<tokio::sync::mpsc::OwnedPermit<Message>>> {
+        let Queue::Memory(queue) = self else {
+            return None;
+        };
+        (0..count)
+            .map(|_| queue.sender.clone().try_reserve_owned().ok())
+            .collect()
+    }
+
     /// How many more messages the queue takes now: `None` when it does not
     /// say (the shared queues, whose backlog lives in Redis or a database).
     pub fn room(&self) -> Option<usize> {

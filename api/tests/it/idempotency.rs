@@ -418,7 +418,7 @@ async fn a_batch_of_submits_settles_each_key(backend: Backend) {
     store.migrate().await.unwrap();
     let earlier = [submission(Some(("k-stored", "fp-1")), "stored answer")];
     assert_eq!(
-        store.submit_batch(&earlier).await.unwrap(),
+        store.submit_batch(&earlier, None).await.unwrap(),
         [Submitted::Inserted]
     );
 
@@ -438,7 +438,7 @@ async fn a_batch_of_submits_settles_each_key(backend: Backend) {
         }))
     };
     assert_eq!(
-        store.submit_batch(&batch).await.unwrap(),
+        store.submit_batch(&batch, None).await.unwrap(),
         [
             Submitted::Inserted,
             replay("new answer"),
@@ -481,7 +481,7 @@ async fn a_batch_whose_key_a_concurrent_writer_took_writes_nothing() {
     let written = {
         let store = store.clone();
         let batch = batch.clone();
-        tokio::spawn(async move { store.submit_batch(&batch).await })
+        tokio::spawn(async move { store.submit_batch(&batch, None).await })
     };
     // The batch now waits on the uncommitted key.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;

@@ -81,7 +81,15 @@ fn value_rows(first: usize, rows: usize, width: usize) -> String {
 
 impl Store {
     /// Writes a batch of submits in one transaction; answers in order.
-    pub async fn submit_batch(&self, submissions: &[Submission]) -> Result<Vec<Submitted>> {
+    /// With `published_for_ms`, the caller publishes the inserted jobs
+    /// itself right after the commit (the embedded queue), so their outbox
+    /// rows are written as if the relay had just leased them: published
+    /// again only if not claimed by then, like any other.
+    pub async fn submit_batch(
+        &self,
+        submissions: &[Submission],
+        published_for_ms: Option<i64>,
+    ) -> Result<Vec<Submitted>> {
         let mut tx = self.begin_write().await?;
         let stored = self.live_keys_of(&mut tx, submissions).await?;
         let mut outcomes = Vec::with_capacity(submissions.len());
@@ -114,7 +122,7 @@ impl Store {
         if inserting.is_empty() {
             return Ok(outcomes);
         }
-        insert_jobs(&mut tx, &inserting).await?;
+        insert_jobs(&mut tx, &inserting, published_for_ms).await?;
         let keys: Vec<&SubmissionKey> = inserting.iter().filter_map(|s| s.key.as_ref()).collect();
         if !keys.is_empty() && insert_keys(&mut tx, &keys).await? < keys.len() as u64 {
             tx.rollback().await?;
@@ -183,7 +191,11 @@ fn replay_or_mismatch(stored: &str, asked: &str, response: &StoredResponse) -> K
     }
 }
 
-async fn insert_jobs(tx: &mut WriteTx, submissions: &[&Submission]) -> Result<()> {
+async fn insert_jobs(
+    tx: &mut WriteTx,
+    submissions: &[&Submission],
+    published_for_ms: Option<i64>,
+) -> Result<()> {
     let sql = format!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
                            status, attempts, cancel_requested)
@@ -217,12 +229,16 @@ async fn insert_jobs(tx: &mut WriteTx, submissions: &[&Submission]) -> Result<()
     }
     query.execute(&mut **tx).await?;
     let sql = format!(
-        "INSERT INTO outbox (job_id, publish_at) VALUES {}",
-        value_rows(1, submissions.len(), 2)
+        "INSERT INTO outbox (job_id, publish_at, republish_ms) VALUES {}",
+        value_rows(1, submissions.len(), 3)
     );
+    let republish_ms = published_for_ms.unwrap_or(0);
     let mut query = sqlx::query(built(&sql));
     for s in submissions {
-        query = query.bind(&s.job.job_id).bind(s.created_at);
+        query = query
+            .bind(&s.job.job_id)
+            .bind(s.created_at + republish_ms)
+            .bind(republish_ms);
     }
     query.execute(&mut **tx).await?;
     Ok(())
