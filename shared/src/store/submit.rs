@@ -93,8 +93,8 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let stored = self.live_keys_of(&mut tx, submissions).await?;
         let mut outcomes = Vec::with_capacity(submissions.len());
-        // The submits that make a job, and the index of the one that owns
-        // each key in this batch.
+        // The submits that make a job, and for each key the submit of this
+        // batch that owns it.
         let mut inserting: Vec<&Submission> = Vec::new();
         let mut owners: HashMap<(&str, &str), &SubmissionKey> = HashMap::new();
         for submission in submissions {
