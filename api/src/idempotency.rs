@@ -258,7 +258,12 @@ where
         }
         Err(error) if error.is_unavailable() => Err(error.into()),
         Ok(Submitted::Alone) | Err(_) => {
-            execute(state, &tenant_id, key, request, body, fallback).await
+            let (response, ran) = execute(state, &tenant_id, key, request, body, fallback).await?;
+            if ran {
+                // The single path writes a due outbox row: the relay's.
+                state.signals.outbox_changed();
+            }
+            Ok((response, ran))
         }
     }
 }

@@ -110,6 +110,63 @@ async fn ensure_api_keys(
 /// Submits per group commit (see `idempotency::execute_submit`).
 const SUBMIT_BATCH: usize = 64;
 
+/// What a group commit of submits needs.
+#[derive(Clone)]
+struct SubmitGroup {
+    store: Store,
+    queue: Queue,
+    signals: Signals,
+    republish_after_ms: i64,
+}
+
+impl SubmitGroup {
+    /// Commits a batch of submits, then publishes its new jobs at once,
+    /// saving the relay a transaction per batch: into the embedded queue
+    /// (room reserved before the commit; with none, the relay takes them
+    /// later), or to Redis in a task of its own, so a slow Redis holds up
+    /// no answer (if that push fails, the rows are made due for the relay).
+    /// Their outbox rows are written as published, so they are published
+    /// again only if not claimed in time, like any other.
+    async fn write(&self, submissions: Vec<Submission>) -> shared::Result<Vec<Submitted>> {
+        let room = self.queue.reserve(submissions.len());
+        let direct = room.is_some() || self.queue.is_redis();
+        let outcomes = self
+            .store
+            .submit_batch(&submissions, direct.then_some(self.republish_after_ms))
+            .await?;
+        let new_jobs: Vec<String> = submissions
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| **outcome == Submitted::Inserted)
+            .map(|(submission, _)| submission.job.job_id.clone())
+            .collect();
+        if new_jobs.is_empty() {
+            return Ok(outcomes);
+        }
+        match room {
+            Some(room) => {
+                for (permit, job_id) in room.into_iter().zip(&new_jobs) {
+                    permit.send(serde_json::json!({ "job_id": job_id }));
+                }
+            }
+            None if direct => {
+                let group = self.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = group.queue.publish(&new_jobs).await {
+                        warn!(%error, count = new_jobs.len(), "publishing new jobs failed; the relay will");
+                        let soon = shared::time::now_ms() + 1_000;
+                        if let Err(error) = group.store.retry_outbox_soon(&new_jobs, soon).await {
+                            warn!(%error, "could not hand the jobs to the relay; republished later");
+                        }
+                    }
+                });
+            }
+            None => self.signals.outbox_changed(),
+        }
+        Ok(outcomes)
+    }
+}
+
 /// Runs the API (and, when embedded, the worker pool) until SIGTERM/SIGINT.
 pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let store = Store::connect(&settings.database_url).await?;
@@ -126,28 +183,15 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     ensure_api_keys(&store, &settings, &addr.to_string()).await?;
 
     let submits = {
-        let (store, queue) = (store.clone(), queue.clone());
-        let republish_after_ms = shared::time::duration_ms(settings.republish_after);
+        let group = SubmitGroup {
+            store: store.clone(),
+            queue: queue.clone(),
+            signals: signals.clone(),
+            republish_after_ms: shared::time::duration_ms(settings.republish_after),
+        };
         Batcher::spawn(SUBMIT_BATCH, move |submissions: Vec<Submission>| {
-            let (store, queue) = (store.clone(), queue.clone());
-            async move {
-                // The embedded queue takes the new jobs straight after the
-                // commit, saving the relay a write transaction per batch;
-                // with no room they wait in the outbox for the relay.
-                let room = queue.reserve(submissions.len());
-                let published_for = room.as_ref().map(|_| republish_after_ms);
-                let outcomes = store.submit_batch(&submissions, published_for).await?;
-                if let Some(room) = room {
-                    let inserted = submissions
-                        .iter()
-                        .zip(&outcomes)
-                        .filter(|(_, outcome)| **outcome == Submitted::Inserted);
-                    for (permit, (submission, _)) in room.into_iter().zip(inserted) {
-                        permit.send(serde_json::json!({ "job_id": submission.job.job_id }));
-                    }
-                }
-                Ok(outcomes)
-            }
+            let group = group.clone();
+            async move { group.write(submissions).await }
         })
     };
     let state = web::Data::new(AppState {

@@ -229,6 +229,10 @@ impl Queue {
             .collect()
     }
 
+    pub fn is_redis(&self) -> bool {
+        matches!(self, Queue::Redis { .. })
+    }
+
     /// How many more messages the queue takes now: `None` when it does not
     /// say (the shared queues, whose backlog lives in Redis or a database).
     pub fn room(&self) -> Option<usize> {

@@ -84,7 +84,6 @@ pub async fn submit(
     let (response, ran) =
         execute_submit(&state, &key, &request, &body, submission, answer, fallback).await?;
     if ran {
-        state.signals.outbox_changed();
         metrics::counter!("receipt_jobs_submitted_total", "kind" => kind_name).increment(1);
     }
     Ok(response)
