@@ -200,7 +200,7 @@ impl Service {
         })
     }
 
-    async fn stop(mut self) -> Result<()> {
+    fn kill_processes(&mut self) {
         for child in self
             .workers
             .iter_mut()
@@ -209,6 +209,10 @@ impl Service {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    async fn stop(mut self) -> Result<()> {
+        self.kill_processes();
         if let Some(db) = self.pg_database.take() {
             admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await?;
             let client = redis::Client::open(REDIS)?;
@@ -235,14 +239,7 @@ impl Service {
 /// A scenario that fails part way still stops the processes it started.
 impl Drop for Service {
     fn drop(&mut self) {
-        for child in self
-            .workers
-            .iter_mut()
-            .chain(std::iter::once(&mut self.api))
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill_processes();
     }
 }
 

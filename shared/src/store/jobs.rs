@@ -6,7 +6,7 @@
 
 use sqlx::{Row, any::AnyRow};
 
-use super::{Store, WriteTx, built, placeholders};
+use super::{Store, WriteTx, built, pairs_equal, placeholders, value_rows};
 use crate::{
     Result,
     model::{AttemptOutcome, Job, JobStatus},
@@ -359,10 +359,9 @@ impl Store {
         if job_ids.is_empty() {
             return Ok(());
         }
-        let placeholders: Vec<String> = (2..job_ids.len() + 2).map(|n| format!("${n}")).collect();
         let sql = format!(
             "UPDATE outbox SET publish_at = $1 WHERE job_id IN ({})",
-            placeholders.join(", ")
+            placeholders(2, job_ids.len())
         );
         let mut query = sqlx::query(built(&sql)).bind(at);
         for job_id in job_ids {
@@ -499,12 +498,17 @@ impl Store {
         attempt: i64,
         outcome: &AttemptOutcome,
     ) -> Result<bool> {
-        if let AttemptOutcome::Succeeded { result } = outcome {
-            let mut applied = self
-                .finish_succeeded(&[(job_id.to_owned(), attempt, result.clone())])
-                .await?;
-            return Ok(applied.pop() == Some(true));
-        }
+        let (status, run_after, error) = match outcome {
+            AttemptOutcome::Succeeded { result } => {
+                let mut applied = self
+                    .finish_succeeded(&[(job_id.to_owned(), attempt, result.clone())])
+                    .await?;
+                return Ok(applied.pop() == Some(true));
+            }
+            AttemptOutcome::Failed { error } => (JobStatus::Failed, None, Some(error)),
+            AttemptOutcome::RetryAt { at, error } => (JobStatus::Queued, Some(*at), Some(error)),
+            AttemptOutcome::Cancelled => (JobStatus::Cancelled, None, None),
+        };
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         if let AttemptOutcome::RetryAt { .. } = outcome {
@@ -528,19 +532,12 @@ impl Store {
                 return Ok(true);
             }
         }
-        let (status, run_after, error) = match outcome {
-            AttemptOutcome::Succeeded { .. } => (JobStatus::Succeeded, None, None),
-            AttemptOutcome::Failed { error } => (JobStatus::Failed, None, Some(error)),
-            AttemptOutcome::RetryAt { at, error } => (JobStatus::Queued, Some(*at), Some(error)),
-            AttemptOutcome::Cancelled => (JobStatus::Cancelled, None, None),
-        };
         let finished_at = status.is_final().then_some(now);
         // No float parameter: sqlx 0.9.0's Any driver binds a NULL f64 as a
         // float4, and Postgres caches that type with the statement, so a
         // later non-NULL f64 on the same connection is refused.
         let applied = sqlx::query(
             "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
-                 progress = CASE WHEN $3 = 'SUCCEEDED' THEN 1.0 ELSE progress END,
                  error_type = $6, error_message = $7,
                  lease_expires_at = NULL, worker_id = NULL,
                  cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE 0 END
@@ -580,18 +577,13 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut tx = self.begin_write().await?;
-        // Equalities joined by OR, not `(job_id, attempts) IN (VALUES ..)`,
-        // which Postgres may answer with a hash join over a scan of jobs.
-        let pairs: Vec<String> = (0..attempts.len())
-            .map(|i| format!("(job_id = ${} AND attempts = ${})", 2 + 2 * i, 3 + 2 * i))
-            .collect();
         let sql = format!(
             "UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
                  error_type = NULL, error_message = NULL, lease_expires_at = NULL,
                  worker_id = NULL, cancel_requested = 0
              WHERE status = 'RUNNING' AND ({})
              RETURNING job_id, attempts",
-            pairs.join(" OR ")
+            pairs_equal(2, attempts.len(), "job_id", "attempts")
         );
         let mut query = sqlx::query(built(&sql)).bind(now_ms());
         for (job_id, attempt, _) in attempts {
@@ -613,13 +605,10 @@ impl Store {
             // The fence above lets one attempt per job get here, so each
             // result is written once; the conflict clause is a second guard
             // for a row left by an interrupted earlier write.
-            let rows: Vec<String> = (0..results.len())
-                .map(|i| format!("(${}, ${})", 1 + 2 * i, 2 + 2 * i))
-                .collect();
             let sql = format!(
                 "INSERT INTO job_results (job_id, body) VALUES {}
                  ON CONFLICT (job_id) DO UPDATE SET body = excluded.body",
-                rows.join(", ")
+                value_rows(1, results.len(), 2)
             );
             let mut query = sqlx::query(built(&sql));
             for (job_id, _, result) in &results {

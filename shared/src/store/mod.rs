@@ -300,6 +300,30 @@ fn placeholders(first: usize, count: usize) -> String {
         .join(", ")
 }
 
+/// `(${first}, ${first+1}, ...), (...)`: `rows` rows of `width` placeholders.
+fn value_rows(first: usize, rows: usize, width: usize) -> String {
+    (0..rows)
+        .map(|row| format!("({})", placeholders(first + row * width, width)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `(a = $first AND b = $first+1) OR ...`, `count` times: a lookup by a
+/// two-column key. Equalities joined by OR, not `(a, b) IN (VALUES ..)`,
+/// which Postgres may answer with a hash join over a scan of the table.
+fn pairs_equal(first: usize, count: usize, a: &str, b: &str) -> String {
+    (0..count)
+        .map(|i| {
+            format!(
+                "({a} = ${} AND {b} = ${})",
+                first + 2 * i,
+                first + 2 * i + 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
 /// Marks SQL assembled at run time as safe: the store builds such strings
 /// only from constants and numbered placeholders, never from input.
 fn built(sql: &str) -> sqlx::AssertSqlSafe<String> {

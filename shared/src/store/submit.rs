@@ -9,8 +9,11 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use super::{KeyLookup, NewJob, Store, StoredResponse, WriteTx, built};
-use crate::{Result, model::Job};
+use super::{KeyLookup, NewJob, Store, StoredResponse, WriteTx, built, pairs_equal, value_rows};
+use crate::{
+    Result,
+    model::{Job, JobStatus},
+};
 
 /// One submit, with the answer it will get if it makes its job.
 #[derive(Debug, Clone)]
@@ -51,7 +54,7 @@ impl NewJob {
             tenant_id: self.tenant_id.clone(),
             kind: self.kind.clone(),
             params: self.params.clone(),
-            status: crate::model::JobStatus::Queued,
+            status: JobStatus::Queued,
             attempts: 0,
             max_attempts: self.max_attempts,
             progress: None,
@@ -64,19 +67,6 @@ impl NewJob {
             cancel_requested: false,
         }
     }
-}
-
-/// `(${first}, ${first+1}, ...), (...)`: `rows` rows of `width` placeholders.
-fn value_rows(first: usize, rows: usize, width: usize) -> String {
-    (0..rows)
-        .map(|row| {
-            let cells: Vec<String> = (0..width)
-                .map(|cell| format!("${}", first + row * width + cell))
-                .collect();
-            format!("({})", cells.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 impl Store {
@@ -148,12 +138,7 @@ impl Store {
             "SELECT tenant_id, idem_key, fingerprint, expires_at, response_status,
                     response_headers, response_body
              FROM idempotency_keys WHERE {}",
-            // Equalities joined by OR, so the primary key finds each row
-            // (a row-value IN list may become a hash join over a scan).
-            (0..keys.len())
-                .map(|i| format!("(tenant_id = ${} AND idem_key = ${})", 1 + 2 * i, 2 + 2 * i))
-                .collect::<Vec<_>>()
-                .join(" OR ")
+            pairs_equal(1, keys.len(), "tenant_id", "idem_key")
         );
         let mut query = sqlx::query(built(&sql));
         for key in &keys {
@@ -198,24 +183,9 @@ async fn insert_jobs(
 ) -> Result<()> {
     let sql = format!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                           status, attempts, cancel_requested)
+                           status)
          VALUES {}",
-        (0..submissions.len())
-            .map(|i| {
-                let n = 1 + i * 6;
-                format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, 'QUEUED', 0, 0)",
-                    n,
-                    n + 1,
-                    n + 2,
-                    n + 3,
-                    n + 4,
-                    n + 5,
-                    n + 5
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        value_rows(1, submissions.len(), 8)
     );
     let mut query = sqlx::query(built(&sql));
     for s in submissions {
@@ -225,7 +195,9 @@ async fn insert_jobs(
             .bind(&s.job.kind)
             .bind(&s.job.params)
             .bind(s.job.max_attempts)
-            .bind(s.created_at);
+            .bind(s.created_at)
+            .bind(s.created_at)
+            .bind(JobStatus::Queued.as_str());
     }
     query.execute(&mut **tx).await?;
     let sql = format!(

@@ -286,12 +286,11 @@ impl Store {
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
-        let placeholders: Vec<String> = (1..=claimed.len()).map(|n| format!("${n}")).collect();
         let sql = format!(
             "SELECT e.event_id, e.webhook_id, e.event_type, e.body, e.attempts, w.url, w.secret, w.enabled
              FROM webhook_events e JOIN webhooks w ON w.webhook_id = e.webhook_id
              WHERE e.event_id IN ({})",
-            placeholders.join(", ")
+            placeholders(1, claimed.len())
         );
         let mut query = sqlx::query(built(&sql));
         for row in &claimed {
