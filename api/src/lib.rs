@@ -144,11 +144,7 @@ impl SubmitGroup {
             return Ok(outcomes);
         }
         match room {
-            Some(room) => {
-                for (permit, job_id) in room.into_iter().zip(&new_jobs) {
-                    permit.send(serde_json::json!({ "job_id": job_id }));
-                }
-            }
+            Some(room) => room.send(&new_jobs),
             None if direct => {
                 let group = self.clone();
                 tokio::spawn(async move {

@@ -12,7 +12,7 @@ mod sweeper;
 
 pub use dispatcher::Dispatcher;
 pub use pool::{WorkerPool, cancel_on_signal, run_worker_process};
-pub use queue::Queue;
+pub use queue::{Queue, Room};
 pub use relay::run_relay;
 pub use runner::{Runner, backoff_delay};
 pub use sweeper::run_sweeper;

@@ -29,8 +29,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// re-arms its timer without polling it, so when a fetch completes at once
 /// nothing wakes the worker again until its next heartbeat (seconds of
 /// pickup latency); this strategy registers the next tick before it reports
-/// this one. It also wakes at once when this process's relay publishes
-/// (the embedded mode), instead of at the next tick.
+/// this one. It also wakes at once on a publish (this process's relay, or
+/// any process's push to Redis: `Queue::forward_published`), instead of at
+/// the next tick.
 struct PollEvery {
     every: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,

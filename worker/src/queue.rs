@@ -47,11 +47,32 @@ pub struct MemoryQueue {
     receiver: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Message>>>,
 }
 
-/// Messages the in-process queue holds at most. The relay leases no more
-/// outbox rows than there is room for (see [`Queue::room`]), so a backlog
+/// Messages the in-process queue holds at most. No outbox row is marked
+/// published without room reserved for it (see [`Queue::reserve_up_to`]), so a backlog
 /// waits in the database, not in memory; this many last the workers a few
 /// hundred milliseconds at full speed, longer than the relay's idle poll.
 const MEMORY_QUEUE_CAPACITY: usize = 1024;
+
+/// Places reserved in the in-process queue.
+pub struct Room(Vec<tokio::sync::mpsc::OwnedPermit<Message>>);
+
+impl Room {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Sends one message per job id into the reserved places; places left
+    /// over are given back.
+    pub fn send(self, job_ids: &[String]) {
+        for (permit, job_id) in self.0.into_iter().zip(job_ids) {
+            permit.send(Queue::message(job_id));
+        }
+    }
+}
 
 type BoxedMemorySink =
     Box<dyn Sink<Task<Message>, Error = MemoryStorageError> + Send + Sync + Unpin>;
@@ -69,7 +90,8 @@ impl MemoryQueue {
     /// gets a new one over the same channel, so no message is stranded in
     /// a dead worker's backend.
     pub fn storage(&self) -> MemoryStorage<Message> {
-        // The relay sends through `sender`; apalis's own sink is never used.
+        // Messages come through `sender` (the relay, and the api right after
+        // a submit's commit); apalis's own sink is never used.
         let unused_sink: BoxedMemorySink =
             Box::new(futures::sink::drain().sink_map_err(|never| match never {}));
         let messages = futures::stream::unfold(self.receiver.clone(), |receiver| async move {
@@ -182,9 +204,14 @@ impl Queue {
         }
     }
 
+    /// The message that carries a job: its id, nothing else.
+    fn message(job_id: &str) -> Message {
+        json!({ "job_id": job_id })
+    }
+
     /// Publishes one message per job id.
     pub async fn publish(&self, job_ids: &[String]) -> Result<(), BoxError> {
-        let messages: Vec<Message> = job_ids.iter().map(|id| json!({ "job_id": id })).collect();
+        let messages: Vec<Message> = job_ids.iter().map(|id| Self::message(id)).collect();
         match self.clone() {
             Queue::Redis {
                 mut storage,
@@ -220,26 +247,26 @@ impl Queue {
     /// or dropped: for publishing jobs right after the commit that makes
     /// them, with no relay round. `None` for the other queues, or when
     /// there is not that much room.
-    pub fn reserve(&self, count: usize) -> Option<Vec<tokio::sync::mpsc::OwnedPermit<Message>>> {
+    pub fn reserve(&self, count: usize) -> Option<Room> {
+        self.reserve_up_to(count).filter(|room| room.len() == count)
+    }
+
+    /// As much room as the in-process queue has, up to `most` messages;
+    /// `None` for the other queues, which do not bound their backlog.
+    /// Whoever leases outbox rows for this queue reserves first, so rows
+    /// marked as published never wait for room.
+    pub fn reserve_up_to(&self, most: usize) -> Option<Room> {
         let Queue::Memory(queue) = self else {
             return None;
         };
-        (0..count)
-            .map(|_| queue.sender.clone().try_reserve_owned().ok())
-            .collect()
+        let permits = (0..most)
+            .map_while(|_| queue.sender.clone().try_reserve_owned().ok())
+            .collect();
+        Some(Room(permits))
     }
 
     pub fn is_redis(&self) -> bool {
         matches!(self, Queue::Redis { .. })
-    }
-
-    /// How many more messages the queue takes now: `None` when it does not
-    /// say (the shared queues, whose backlog lives in Redis or a database).
-    pub fn room(&self) -> Option<usize> {
-        match self {
-            Queue::Memory(queue) => Some(queue.sender.capacity()),
-            _ => None,
-        }
     }
 
     /// Wakes this process's idle workers (`signals.published()`) whenever

@@ -29,16 +29,25 @@ pub async fn run_relay(
 ) {
     loop {
         let mut published_full_batch = false;
-        // A full in-process queue leases nothing: the backlog stays in the
-        // outbox rather than in memory (and is not republished meanwhile).
-        let batch = queue.room().map_or(BATCH, |room| BATCH.min(room as i64));
+        // The in-process queue leases no more rows than it has room for: a
+        // backlog stays in the outbox rather than in memory (and is not
+        // republished meanwhile).
+        let room = queue.reserve_up_to(BATCH as usize);
+        let batch = room.as_ref().map_or(BATCH, |room| room.len() as i64);
         match store
             .take_due_outbox(batch, duration_ms(republish_after))
             .await
         {
             Ok(job_ids) if !job_ids.is_empty() => {
                 published_full_batch = job_ids.len() as i64 == batch;
-                if let Err(error) = queue.publish(&job_ids).await {
+                let published = match room {
+                    Some(room) => {
+                        room.send(&job_ids);
+                        Ok(())
+                    }
+                    None => queue.publish(&job_ids).await,
+                };
+                if let Err(error) = published {
                     warn!(%error, count = job_ids.len(), "publishing to the queue failed; will retry");
                     let _ = store.retry_outbox_soon(&job_ids, now_ms() + 1_000).await;
                     published_full_batch = false;
