@@ -113,6 +113,9 @@ async fn admin(sql: &str) -> Result<()> {
 
 impl Service {
     async fn start(shape: Shape, workers: usize, concurrency: usize) -> Result<Self> {
+        // Before the database exists: a missing binary must not leave one.
+        bin("api")?;
+        bin("worker")?;
         let name = format!("receipt_bench_{}", uuid::Uuid::now_v7().simple());
         let dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&dir)?;
@@ -181,9 +184,13 @@ impl Service {
         Ok(service)
     }
 
+    /// The watcher's pool: one connection, so [`backends`] can leave it out.
     async fn pool(&self) -> Result<AnyPool> {
         sqlx::any::install_default_drivers();
-        Ok(AnyPool::connect(&self.database_url).await?)
+        Ok(sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.database_url)
+            .await?)
     }
 
     /// Peak resident memory of each process, in MiB.
@@ -278,8 +285,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Scenario 1: N jobs by C concurrent clients, from the first submit until
 /// the database counts all N SUCCEEDED.
-async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<f64> {
+/// What one end-to-end run measured.
+struct Run {
+    jobs_per_s: f64,
+    /// CPU milliseconds per job, by process (see [`CpuMeter`]).
+    cpu_ms_per_job: Value,
+}
+
+async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<Run> {
     let pool = service.pool().await?;
+    let meter = CpuMeter::start(service, &pool).await?;
     let client = client();
     let first = submit(&client, &service.base, &json!({"ms": 0})).await?;
     let first_id = first["job_id"].as_str().context("job_id")?.to_owned();
@@ -301,6 +316,10 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
     // finds without reading the finished (a count of the finished every
     // 20 ms would read up to N rows each time, load that Receipt would pay).
     futures::future::try_join_all(clients).await?;
+    println!(
+        "# e2e: every submit answered after {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     let elapsed = loop {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench'
@@ -325,8 +344,156 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
         succeeded == jobs,
         "{succeeded} of {jobs} jobs SUCCEEDED; the others did not"
     );
+    let cpu_ms_per_job = meter.per_job(service, &pool, jobs).await?;
     pool.close().await;
-    Ok(jobs as f64 / elapsed.as_secs_f64())
+    Ok(Run {
+        jobs_per_s: jobs as f64 / elapsed.as_secs_f64(),
+        cpu_ms_per_job,
+    })
+}
+
+/// CPU time used while a run lasts, by process: Receipt's `api` and
+/// `worker`s, the Postgres backends serving the run's database, Redis, and
+/// this client. Unlike jobs/s, CPU per job hardly moves when the machine is
+/// busy with something else: it says where the work goes.
+struct CpuMeter {
+    api: f64,
+    workers: Vec<f64>,
+    /// Per backend pid at the start (backends started later count from 0).
+    postgres: std::collections::HashMap<u32, f64>,
+    redis: Option<(u32, f64)>,
+    client: f64,
+}
+
+impl CpuMeter {
+    async fn start(service: &Service, pool: &AnyPool) -> Result<Self> {
+        let postgres = match &service.pg_database {
+            Some(db) => backends(pool, db)
+                .await?
+                .into_iter()
+                .map(|pid| (pid, cpu_seconds(pid).unwrap_or(0.0)))
+                .collect(),
+            None => Default::default(),
+        };
+        let redis = match service.shape {
+            Shape::Production => {
+                let pid = redis_pid().await?;
+                Some((pid, cpu_seconds(pid).unwrap_or(0.0)))
+            }
+            Shape::Embedded => None,
+        };
+        Ok(CpuMeter {
+            api: cpu_seconds(service.api.id()).unwrap_or(0.0),
+            workers: service
+                .workers
+                .iter()
+                .map(|w| cpu_seconds(w.id()).unwrap_or(0.0))
+                .collect(),
+            postgres,
+            redis,
+            client: cpu_seconds(std::process::id()).unwrap_or(0.0),
+        })
+    }
+
+    async fn per_job(&self, service: &Service, pool: &AnyPool, jobs: usize) -> Result<Value> {
+        let ms_per_job = |seconds: f64| 1000.0 * seconds / jobs as f64;
+        let used = |pid: u32, before: f64| cpu_seconds(pid).map_or(0.0, |now| now - before);
+        let api = used(service.api.id(), self.api);
+        let workers: f64 = service
+            .workers
+            .iter()
+            .zip(&self.workers)
+            .map(|(w, before)| used(w.id(), *before))
+            .sum();
+        let postgres: f64 = match &service.pg_database {
+            Some(db) => backends(pool, db)
+                .await?
+                .into_iter()
+                .map(|pid| used(pid, self.postgres.get(&pid).copied().unwrap_or(0.0)))
+                .sum(),
+            None => 0.0,
+        };
+        let redis = self.redis.map_or(0.0, |(pid, before)| used(pid, before));
+        // Three decimals: a microsecond per job is below what ticks resolve.
+        let ms_per_job = |seconds: f64| (ms_per_job(seconds) * 1000.0).round() / 1000.0;
+        let receipt = api + workers + postgres + redis;
+        Ok(json!({
+            "api": ms_per_job(api),
+            "worker": ms_per_job(workers),
+            "postgres": ms_per_job(postgres),
+            "redis": ms_per_job(redis),
+            "receipt_total": ms_per_job(receipt),
+            "bench_client": ms_per_job(used(std::process::id(), self.client)),
+        }))
+    }
+}
+
+/// `api 0.16 + worker 0.43 + postgres 0.72 + redis 0.22 = 1.53 (bench client 0.07)`
+fn cpu_summary(cpu: &Value) -> String {
+    let ms = |name: &str| cpu[name].as_f64().unwrap_or(f64::NAN);
+    let parts: Vec<String> = ["api", "worker", "postgres", "redis"]
+        .into_iter()
+        .filter(|name| ms(name) > 0.0)
+        .map(|name| format!("{name} {:.2}", ms(name)))
+        .collect();
+    format!(
+        "{} = {:.2} (bench client {:.2})",
+        parts.join(" + "),
+        ms("receipt_total"),
+        ms("bench_client")
+    )
+}
+
+/// The Postgres backends serving `db`, but not the one asking (the bench's
+/// own watcher, whose pool holds one connection).
+async fn backends(pool: &AnyPool, db: &str) -> Result<Vec<u32>> {
+    let rows = sqlx::query(
+        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(db)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| Ok(u32::try_from(row.try_get::<i32, _>("pid")?)?))
+        .collect()
+}
+
+async fn redis_pid() -> Result<u32> {
+    let client = redis::Client::open(REDIS)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .context("INFO server has no process_id")?
+        .trim()
+        .parse()
+        .context("process_id")
+}
+
+/// User plus system CPU seconds of a process (`/proc/{pid}/stat`).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    proc_stat_seconds(&format!("/proc/{pid}/stat"), 11)
+}
+
+/// User plus system CPU seconds of this process's children that have been
+/// waited for (the BullMQ side runs as one).
+fn waited_children_cpu_seconds() -> Option<f64> {
+    proc_stat_seconds("/proc/self/stat", 13)
+}
+
+/// Two adjacent clock-tick fields of a `/proc/.../stat` file, counted from
+/// the first field after the command name (which may hold spaces), in
+/// seconds.
+fn proc_stat_seconds(path: &str, first: usize) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 =
+        fields.get(first)?.parse::<u64>().ok()? + fields.get(first + 1)?.parse::<u64>().ok()?;
+    let per_second = rustix::param::clock_ticks_per_second();
+    (per_second > 0).then(|| ticks as f64 / per_second as f64)
 }
 
 /// Scenario 2: open loop at a fixed rate; latency is measured from each
@@ -550,14 +717,20 @@ async fn main() -> Result<()> {
     for &shape in &shapes {
         if wants("e2e") {
             let service = Service::start(shape, args.workers, args.concurrency).await?;
-            let rate = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let run = end_to_end(&service, args.jobs, args.concurrency).await?;
             let rss = service.peak_rss();
             service.stop().await?;
+            let rate = run.jobs_per_s;
+            let cpu = run.cpu_ms_per_job;
             print_result(
                 "e2e",
                 shape.name(),
-                json!({"jobs": args.jobs, "concurrency": args.concurrency, "jobs_per_s": rate, "peak_rss": rss}),
-                &format!("{rate:>8.0} jobs/s   peak RSS {rss}"),
+                json!({"jobs": args.jobs, "concurrency": args.concurrency, "jobs_per_s": rate, "peak_rss": rss, "cpu_ms_per_job": cpu}),
+                &format!(
+                    "{rate:>8.0} jobs/s   peak RSS {rss}\n{:>25}CPU ms per job: {}",
+                    "",
+                    cpu_summary(&cpu)
+                ),
             );
         }
         if wants("submit") {
@@ -587,9 +760,13 @@ async fn main() -> Result<()> {
         }
         if wants("scale") {
             let service = Service::start(shape, args.workers, args.concurrency).await?;
-            let empty = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let empty = end_to_end(&service, args.jobs, args.concurrency)
+                .await?
+                .jobs_per_s;
             prefill_jobs(&service, args.rows).await?;
-            let full = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let full = end_to_end(&service, args.jobs, args.concurrency)
+                .await?
+                .jobs_per_s;
             service.stop().await?;
             print_result(
                 "scale",
@@ -618,20 +795,45 @@ async fn main() -> Result<()> {
     if wants("bullmq") {
         let mut receipt = Vec::new();
         let mut bull = Vec::new();
+        // CPU milliseconds per job of each side: Receipt's processes,
+        // Postgres and Redis; BullMQ's Node.js process and Redis.
+        let mut receipt_cpu = Vec::new();
+        let mut bull_cpu = Vec::new();
+        let redis = redis_pid().await?;
         for _ in 0..args.rounds {
             let service = Service::start(Shape::Production, args.workers, args.concurrency).await?;
-            receipt.push(end_to_end(&service, args.jobs, args.concurrency).await?);
+            let run = end_to_end(&service, args.jobs, args.concurrency).await?;
             service.stop().await?;
+            receipt.push(run.jobs_per_s);
+            receipt_cpu.push(
+                run.cpu_ms_per_job["receipt_total"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+            );
+            let (node, redis_before) = (waited_children_cpu_seconds(), cpu_seconds(redis));
             bull.push(bullmq(args.jobs, args.concurrency)?);
+            let used = match (
+                node,
+                waited_children_cpu_seconds(),
+                redis_before,
+                cpu_seconds(redis),
+            ) {
+                (Some(a), Some(b), Some(c), Some(d)) => (b - a) + (d - c),
+                _ => f64::NAN,
+            };
+            bull_cpu.push(1000.0 * used / args.jobs as f64);
         }
         let (r, r_lo, r_hi) = median_and_range(receipt.clone());
         let (b, b_lo, b_hi) = median_and_range(bull.clone());
+        let (rc, _, _) = median_and_range(receipt_cpu.clone());
+        let (bc, _, _) = median_and_range(bull_cpu.clone());
         print_result(
             "bullmq",
             "production",
-            json!({"receipt_jobs_per_s": receipt, "bullmq_jobs_per_s": bull, "receipt_median": r, "bullmq_median": b, "ratio": r / b}),
+            json!({"receipt_jobs_per_s": receipt, "bullmq_jobs_per_s": bull, "receipt_median": r, "bullmq_median": b, "ratio": r / b,
+                   "receipt_cpu_ms_per_job": receipt_cpu, "bullmq_cpu_ms_per_job": bull_cpu, "cpu_ratio": rc / bc}),
             &format!(
-                "Receipt {r:.0} ({r_lo:.0}-{r_hi:.0}) vs BullMQ {b:.0} ({b_lo:.0}-{b_hi:.0}) jobs/s: ratio {:.2}",
+                "Receipt {r:.0} ({r_lo:.0}-{r_hi:.0}) vs BullMQ {b:.0} ({b_lo:.0}-{b_hi:.0}) jobs/s: ratio {:.2}; CPU per job {rc:.2} vs {bc:.2} ms",
                 r / b
             ),
         );
