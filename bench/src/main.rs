@@ -821,7 +821,7 @@ async fn main() -> Result<()> {
                 (Some(a), Some(b), Some(c), Some(d)) => (b - a) + (d - c),
                 _ => f64::NAN,
             };
-            bull_cpu.push(1000.0 * used / args.jobs as f64);
+            bull_cpu.push((1_000_000.0 * used / args.jobs as f64).round() / 1000.0);
         }
         let (r, r_lo, r_hi) = median_and_range(receipt.clone());
         let (b, b_lo, b_hi) = median_and_range(bull.clone());
