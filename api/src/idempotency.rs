@@ -226,9 +226,8 @@ where
 /// [`execute`] for a submit, through the group commit of submits
 /// (`AppState::submits`): the same guarantees, with one transaction for
 /// all the submits waiting at that moment. `answer` is the 202 the job
-/// gets; a batch that cannot settle a submit's key (a concurrent writer
-/// took one) or fails on one bad row sends it through `fallback`, the
-/// single-submit effect, in a transaction of its own.
+/// gets; a batch that fails (on one bad row, say) sends it through
+/// `fallback`, the single-submit effect, in a transaction of its own.
 pub async fn execute_submit<F>(
     state: &AppState,
     key: &IdempotencyKey,
@@ -257,7 +256,7 @@ where
             replay_or_refuse(found, key.0.as_deref().unwrap_or_default())
         }
         Err(error) if error.is_unavailable() => Err(error.into()),
-        Ok(Submitted::Alone) | Err(_) => {
+        Err(_) => {
             let (response, ran) = execute(state, &tenant_id, key, request, body, fallback).await?;
             if ran {
                 // The single path writes a due outbox row: the relay's.

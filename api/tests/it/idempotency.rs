@@ -454,11 +454,12 @@ async fn a_batch_of_submits_settles_each_key(backend: Backend) {
     assert_eq!(jobs_in(&store, &batch[4..]).await, 0, "no second job");
 }
 
-/// Postgres: a key committed by a concurrent writer after the batch read
-/// the keys sends the whole batch back to the single path, having written
-/// nothing. (SQLite's write lock makes the read and the write one step.)
+/// Postgres: a key that a concurrent writer holds uncommitted makes the
+/// batch wait for it; once committed, its stored answer settles that
+/// submit (no second job), and the rest of the batch is written. (SQLite's
+/// write lock lets no two writers overlap.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_whose_key_a_concurrent_writer_took_writes_nothing() {
+async fn a_key_a_concurrent_writer_commits_first_replays_its_answer() {
     let env = TestEnv::new(Backend::PgRedis).await;
     let store = env.store().await;
     store.migrate().await.unwrap();
@@ -488,9 +489,17 @@ async fn a_batch_whose_key_a_concurrent_writer_took_writes_nothing() {
     other.commit().await.unwrap();
     assert_eq!(
         written.await.unwrap().unwrap(),
-        [Submitted::Alone, Submitted::Alone]
+        [
+            Submitted::Inserted,
+            Submitted::Found(KeyLookup::Replay(StoredResponse {
+                status: 202,
+                headers: vec![],
+                body: b"x".to_vec(),
+            }))
+        ]
     );
-    assert_eq!(jobs_in(&store, &batch).await, 0);
+    assert_eq!(jobs_in(&store, &batch[..1]).await, 1);
+    assert_eq!(jobs_in(&store, &batch[1..]).await, 0, "no second job");
     pool.close().await;
 }
 

@@ -1,9 +1,13 @@
 //! Submits written in groups: one transaction inserts every job, outbox
 //! row and idempotency key waiting at that moment (group commit). Every
 //! guard of the single path holds per submit: a live key replays its
-//! stored answer or refuses another request, two submits with one key in
-//! a batch make one job, and a key taken by a concurrent writer sends the
-//! whole batch back to the single path.
+//! stored answer or refuses another request, and two submits with one key
+//! in a batch make one job.
+//!
+//! The keys are written first, each by an upsert on the key's primary
+//! key, and only the keys it did not write are read back: the common case
+//! (every key new) reads nothing. A lookup of many keys at once was the
+//! costly part: Postgres answered it by reading every key of the tenant.
 
 use std::collections::HashMap;
 
@@ -38,12 +42,10 @@ pub struct SubmissionKey {
 pub enum Submitted {
     /// Its job and key are committed: answer with its own response.
     Inserted,
-    /// Its key was already used (earlier, or by a submit ahead of it in
-    /// the batch): replay that answer or refuse.
+    /// Its key was already used (earlier, by a concurrent writer that
+    /// committed first, or by a submit ahead of it in the batch): replay
+    /// that answer or refuse.
     Found(KeyLookup),
-    /// A concurrent writer took one of the batch's keys between the read
-    /// and the write: nothing of the batch was written; run it alone.
-    Alone,
 }
 
 impl NewJob {
@@ -80,92 +82,125 @@ impl Store {
         submissions: &[Submission],
         published_for_ms: Option<i64>,
     ) -> Result<Vec<Submitted>> {
-        let mut tx = self.begin_write().await?;
-        let stored = self.live_keys_of(&mut tx, submissions).await?;
-        let mut outcomes = Vec::with_capacity(submissions.len());
-        // The submits that make a job, and for each key the submit of this
-        // batch that owns it.
-        let mut inserting: Vec<&Submission> = Vec::new();
-        let mut owners: HashMap<(&str, &str), &SubmissionKey> = HashMap::new();
+        // The first submit of each key owns it; the others follow it.
+        let mut owners: Vec<&SubmissionKey> = Vec::new();
+        let mut owner_of: Vec<Option<usize>> = Vec::with_capacity(submissions.len());
         for submission in submissions {
-            let Some(key) = &submission.key else {
+            owner_of.push(submission.key.as_ref().map(|key| {
+                match owners
+                    .iter()
+                    .position(|owner| owner.tenant_id == key.tenant_id && owner.key == key.key)
+                {
+                    Some(owner) => owner,
+                    None => {
+                        owners.push(key);
+                        owners.len() - 1
+                    }
+                }
+            }));
+        }
+        let mut tx = self.begin_write().await?;
+        let written = if owners.is_empty() {
+            Vec::new()
+        } else {
+            upsert_keys(&mut tx, &owners).await?
+        };
+        let taken: Vec<bool> = owners
+            .iter()
+            .map(|owner| {
+                written
+                    .iter()
+                    .any(|(tenant, key)| *tenant == owner.tenant_id && *key == owner.key)
+            })
+            .collect();
+        // A key not written is live in another request's hands (one that
+        // committed, or that a concurrent writer just committed: the upsert
+        // waited for it): its stored answer settles this batch's submits.
+        let refused: Vec<&SubmissionKey> = owners
+            .iter()
+            .zip(&taken)
+            .filter(|(_, taken)| !**taken)
+            .map(|(owner, _)| *owner)
+            .collect();
+        let stored = stored_keys_of(&mut tx, &refused).await?;
+        let mut outcomes = Vec::with_capacity(submissions.len());
+        let mut inserting: Vec<&Submission> = Vec::new();
+        for (submission, owner) in submissions.iter().zip(&owner_of) {
+            let (Some(key), Some(owner)) = (&submission.key, owner) else {
                 inserting.push(submission);
                 outcomes.push(Submitted::Inserted);
                 continue;
             };
-            let id = (key.tenant_id.as_str(), key.key.as_str());
-            let outcome = if let Some((fingerprint, response)) = stored.get(&id) {
-                Submitted::Found(replay_or_mismatch(fingerprint, &key.fingerprint, response))
-            } else if let Some(owner) = owners.get(&id) {
-                Submitted::Found(replay_or_mismatch(
-                    &owner.fingerprint,
-                    &key.fingerprint,
-                    &owner.response,
-                ))
+            let outcome = if taken[*owner] {
+                let first = owners[*owner];
+                if std::ptr::eq(first, key) {
+                    inserting.push(submission);
+                    Submitted::Inserted
+                } else {
+                    Submitted::Found(replay_or_mismatch(
+                        &first.fingerprint,
+                        &key.fingerprint,
+                        &first.response,
+                    ))
+                }
             } else {
-                owners.insert(id, key);
-                inserting.push(submission);
-                Submitted::Inserted
+                match stored.get(&(key.tenant_id.as_str(), key.key.as_str())) {
+                    Some((fingerprint, response)) => Submitted::Found(replay_or_mismatch(
+                        fingerprint,
+                        &key.fingerprint,
+                        response,
+                    )),
+                    // Gone between the two statements (it expired and was
+                    // swept): the client may retry.
+                    None => Submitted::Found(KeyLookup::New),
+                }
             };
             outcomes.push(outcome);
         }
-        if inserting.is_empty() {
-            return Ok(outcomes);
-        }
-        insert_jobs(&mut tx, &inserting, published_for_ms).await?;
-        let keys: Vec<&SubmissionKey> = inserting.iter().filter_map(|s| s.key.as_ref()).collect();
-        if !keys.is_empty() && insert_keys(&mut tx, &keys).await? < keys.len() as u64 {
-            tx.rollback().await?;
-            return Ok(vec![Submitted::Alone; submissions.len()]);
+        if !inserting.is_empty() {
+            insert_jobs(&mut tx, &inserting, published_for_ms).await?;
         }
         tx.commit().await?;
         Ok(outcomes)
     }
+}
 
-    /// The live (unexpired) stored keys among the batch's, by (tenant, key):
-    /// their fingerprint and response.
-    async fn live_keys_of<'batch>(
-        &self,
-        tx: &mut WriteTx,
-        submissions: &'batch [Submission],
-    ) -> Result<HashMap<(&'batch str, &'batch str), (String, StoredResponse)>> {
-        let keys: Vec<&SubmissionKey> = submissions.iter().filter_map(|s| s.key.as_ref()).collect();
-        let mut live = HashMap::new();
-        if keys.is_empty() {
-            return Ok(live);
-        }
-        let sql = format!(
-            "SELECT tenant_id, idem_key, fingerprint, expires_at, response_status,
-                    response_headers, response_body
-             FROM idempotency_keys WHERE {}",
-            pairs_equal(1, keys.len(), "tenant_id", "idem_key")
-        );
-        let mut query = sqlx::query(built(&sql));
-        for key in &keys {
-            query = query.bind(&key.tenant_id).bind(&key.key);
-        }
-        let now = crate::time::now_ms();
-        for row in query.fetch_all(&mut **tx).await? {
-            if row.try_get::<i64, _>("expires_at")? <= now {
-                continue;
-            }
-            let (tenant_id, idem_key): (String, String) =
-                (row.try_get("tenant_id")?, row.try_get("idem_key")?);
-            // Borrow the names from the batch, so the map outlives the rows.
-            let Some(key) = keys
-                .iter()
-                .find(|k| k.tenant_id == tenant_id && k.key == idem_key)
-            else {
-                continue;
-            };
-            let response = super::idempotency::stored_response(&row)?;
-            live.insert(
-                (key.tenant_id.as_str(), key.key.as_str()),
-                (row.try_get("fingerprint")?, response),
-            );
-        }
-        Ok(live)
+/// The stored keys among `keys`, by (tenant, key): fingerprint and answer.
+async fn stored_keys_of<'batch>(
+    tx: &mut WriteTx,
+    keys: &[&'batch SubmissionKey],
+) -> Result<HashMap<(&'batch str, &'batch str), (String, StoredResponse)>> {
+    let mut stored = HashMap::new();
+    if keys.is_empty() {
+        return Ok(stored);
     }
+    let sql = format!(
+        "SELECT tenant_id, idem_key, fingerprint, response_status, response_headers,
+                response_body
+         FROM idempotency_keys WHERE {}",
+        pairs_equal(1, keys.len(), "tenant_id", "idem_key")
+    );
+    let mut query = sqlx::query(built(&sql));
+    for key in keys {
+        query = query.bind(&key.tenant_id).bind(&key.key);
+    }
+    for row in query.fetch_all(&mut **tx).await? {
+        let (tenant_id, idem_key): (String, String) =
+            (row.try_get("tenant_id")?, row.try_get("idem_key")?);
+        // Borrow the names from the batch, so the map outlives the rows.
+        let Some(key) = keys
+            .iter()
+            .find(|k| k.tenant_id == tenant_id && k.key == idem_key)
+        else {
+            continue;
+        };
+        let response = super::idempotency::stored_response(&row)?;
+        stored.insert(
+            (key.tenant_id.as_str(), key.key.as_str()),
+            (row.try_get("fingerprint")?, response),
+        );
+    }
+    Ok(stored)
 }
 
 fn replay_or_mismatch(stored: &str, asked: &str, response: &StoredResponse) -> KeyLookup {
@@ -216,9 +251,10 @@ async fn insert_jobs(
     Ok(())
 }
 
-/// Inserts the keys with their answers; an expired row is taken over in
-/// place, a live one is left alone. Returns how many were written.
-async fn insert_keys(tx: &mut WriteTx, keys: &[&SubmissionKey]) -> Result<u64> {
+/// Writes the keys with their answers: a new key is inserted, an expired
+/// one taken over in place, a live one left alone. Returns the keys
+/// written, as (tenant, key).
+async fn upsert_keys(tx: &mut WriteTx, keys: &[&SubmissionKey]) -> Result<Vec<(String, String)>> {
     let sql = format!(
         "INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at, expires_at,
              response_status, response_headers, response_body)
@@ -227,7 +263,8 @@ async fn insert_keys(tx: &mut WriteTx, keys: &[&SubmissionKey]) -> Result<u64> {
              fingerprint = excluded.fingerprint, created_at = excluded.created_at,
              expires_at = excluded.expires_at, response_status = excluded.response_status,
              response_headers = excluded.response_headers, response_body = excluded.response_body
-         WHERE idempotency_keys.expires_at <= excluded.created_at",
+         WHERE idempotency_keys.expires_at <= excluded.created_at
+         RETURNING tenant_id, idem_key",
         value_rows(1, keys.len(), 8)
     );
     let now = crate::time::now_ms();
@@ -245,5 +282,10 @@ async fn insert_keys(tx: &mut WriteTx, keys: &[&SubmissionKey]) -> Result<u64> {
             .bind(headers)
             .bind(key.response.body.as_slice());
     }
-    Ok(query.execute(&mut **tx).await?.rows_affected())
+    query
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("idem_key")?)))
+        .collect()
 }
