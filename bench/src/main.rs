@@ -510,7 +510,11 @@ async fn submit_only(service: &Service, rate: u64, secs: u64) -> Result<Value> {
             let scheduled = start + Duration::from_secs_f64(i as f64 / rate as f64);
             tokio::spawn(async move {
                 tokio::time::sleep_until(scheduled).await;
-                let ok = submit(&client, &base, &json!({"ms": 0})).await.is_ok();
+                let answer = submit(&client, &base, &json!({"ms": 0})).await;
+                if let Err(error) = &answer {
+                    eprintln!("# submit failed: {error:#}");
+                }
+                let ok = answer.is_ok();
                 (ok, scheduled.elapsed().as_secs_f64() * 1000.0)
             })
         })

@@ -181,7 +181,38 @@ async fn another_tenants_job_is_not_found(backend: Backend) {
     );
 }
 
+/// An idle keep-alive connection stays open past actix's default of 5 s,
+/// so a client whose pool holds it longer is not cut off mid-request.
+async fn an_idle_keep_alive_connection_stays_open(backend: Backend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let addr = api.base.trim_start_matches("http://");
+    let mut connection = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    for round in 0..2 {
+        if round == 1 {
+            tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+        }
+        connection.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = [0u8; 1024];
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            connection.read(&mut answer),
+        )
+        .await
+        .expect("an answer")
+        .unwrap();
+        let head = String::from_utf8_lossy(&answer[..read]);
+        assert!(
+            head.starts_with("HTTP/1.1 200"),
+            "request {round} on the connection got {head:?}"
+        );
+    }
+}
+
 crate::on_both_backends!(
+    an_idle_keep_alive_connection_stays_open,
     submitted_job_runs_to_success_and_serves_its_result,
     long_poll_wakes_when_the_job_finishes_and_times_out_otherwise,
     listing_pages_through_every_job_once_newest_first,
