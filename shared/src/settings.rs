@@ -12,6 +12,11 @@ pub struct Settings {
     #[arg(long, env = "BIND_ADDR", default_value = "127.0.0.1:8080")]
     pub bind_addr: String,
 
+    /// Where a `worker` process serves `GET /metrics` (`host:port`; port 0
+    /// picks a free port). Unset: it serves none.
+    #[arg(long, env = "METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
+
     /// `sqlite://...` (embedded) or `postgres://...`.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://data/jobs.db")]
     pub database_url: String,

@@ -255,10 +255,52 @@ pub async fn run_worker_process(settings: Settings) -> Result<(), BoxError> {
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
     let queue = Queue::connect(&settings, &store).await?;
+    let metrics = match &settings.metrics_addr {
+        Some(addr) => Some(serve_metrics(addr)?),
+        None => None,
+    };
     let pool = WorkerPool::new(store, queue, Signals::default(), &settings);
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    pool.run(shutdown).await
+    let result = pool.run(shutdown).await;
+    if let Some(metrics) = metrics {
+        metrics.stop(true).await;
+    }
+    result
+}
+
+/// Serves `GET /metrics` (Prometheus text) on `addr` and prints
+/// `metrics on http://{addr}` once it listens.
+fn serve_metrics(addr: &str) -> Result<actix_web::dev::ServerHandle, BoxError> {
+    use actix_web::{App, HttpResponse, HttpServer, http::header, web};
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| format!("cannot listen on METRICS_ADDR {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    let server = HttpServer::new(move || {
+        let handle = handle.clone();
+        App::new().route(
+            "/metrics",
+            web::get().to(move || {
+                let body = handle.render();
+                async move {
+                    HttpResponse::Ok()
+                        .insert_header((header::CONTENT_TYPE, "text/plain; version=0.0.4"))
+                        .body(body)
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    let stop = server.handle();
+    tokio::spawn(server);
+    println!("metrics on http://{bound}");
+    Ok(stop)
 }
 
 /// Cancels the token on SIGTERM or SIGINT.

@@ -109,9 +109,11 @@ impl Runner {
         };
         self.lock_running()
             .insert(claim.job_id.clone(), claim.attempt);
+        let started = std::time::Instant::now();
         let outcome = self.run_claimed(&claim).await;
         if let Some(outcome) = outcome {
             self.finish(&claim, &outcome).await;
+            record_attempt(&claim.kind, &outcome, started.elapsed());
         }
         // Only this attempt's entry: a later attempt of the same job (after
         // this one's lease lapsed) may run in this process too, and must stay
@@ -281,6 +283,22 @@ impl Runner {
             }
         }
     }
+}
+
+/// Counts an attempt by kind and outcome, and times it. The `api`
+/// process exports these on its `/metrics` when the pool runs inside it; a
+/// `worker` process on `METRICS_ADDR`.
+fn record_attempt(kind: &str, outcome: &AttemptOutcome, took: Duration) {
+    let outcome = match outcome {
+        AttemptOutcome::Succeeded { .. } => "succeeded",
+        AttemptOutcome::Failed { .. } => "failed",
+        AttemptOutcome::RetryAt { .. } => "retry",
+        AttemptOutcome::Cancelled => "cancelled",
+    };
+    metrics::counter!("receipt_job_attempts_total", "kind" => kind.to_owned(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!("receipt_job_attempt_seconds", "kind" => kind.to_owned())
+        .record(took.as_secs_f64());
 }
 
 fn error_object(error_type: &str, message: impl Into<String>) -> JobErrorObject {

@@ -840,7 +840,41 @@ async fn a_backlog_beyond_the_in_process_queue_waits_in_the_outbox() {
     pool.close().await;
 }
 
+/// The pool counts and times its attempts by kind and outcome: on the
+/// api's `/metrics` when it runs inside the api, and on `METRICS_ADDR` in
+/// a worker process.
+async fn attempts_are_counted_on_metrics_in_both_shapes(backend: Backend) {
+    let counted = |text: &str| {
+        assert!(
+            text.contains(r#"receipt_job_attempts_total{kind="sleep",outcome="succeeded"} 1"#),
+            "no counted attempt in:\n{text}"
+        );
+        assert!(
+            text.contains(r#"receipt_job_attempt_seconds_count{kind="sleep"} 1"#),
+            "no timed attempt in:\n{text}"
+        );
+    };
+    let env = TestEnv::new(backend).await;
+    {
+        let embedded = env.start_embedded().await;
+        let job = embedded.submit("sleep", json!({"ms": 1})).await;
+        embedded.wait_final(job["job_id"].as_str().unwrap()).await;
+        counted(&embedded.get("/metrics").await.text);
+    }
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let worker = env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]);
+    let line = worker.wait_for_line("metrics on http://");
+    let url = format!("{}/metrics", line.trim().trim_start_matches("metrics on "));
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let done = api.wait_final(job["job_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "SUCCEEDED");
+    let answer = reqwest::get(&url).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    counted(&answer.text().await.unwrap());
+}
+
 crate::on_both_backends!(
+    attempts_are_counted_on_metrics_in_both_shapes,
     a_cancel_during_an_attempt_that_then_fails_retryably_ends_cancelled,
     cancelling_a_queued_job_cancels_it_at_once_and_it_never_runs,
     cancelling_a_running_job_stops_it_at_its_next_checkpoint,
