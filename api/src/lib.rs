@@ -110,7 +110,6 @@ async fn ensure_api_keys(
 /// Submits per group commit (see `idempotency::execute_submit`).
 const SUBMIT_BATCH: usize = 64;
 
-/// What a group commit of submits needs.
 /// How long an idle keep-alive connection stays open. Longer than the idle
 /// timeout of clients' pools and of load balancers (60 s is common), so
 /// that the client closes it, never the server while a request is on its
@@ -118,6 +117,7 @@ const SUBMIT_BATCH: usize = 64;
 /// benchmark's open loop ("connection closed before message completed").
 const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
 
+/// What a group commit of submits needs.
 #[derive(Clone)]
 struct SubmitGroup {
     store: Store,

@@ -283,8 +283,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Scenario 1: N jobs by C concurrent clients, from the first submit until
-/// the database counts all N SUCCEEDED.
 /// What one end-to-end run measured.
 struct Run {
     jobs_per_s: f64,
@@ -292,6 +290,8 @@ struct Run {
     cpu_ms_per_job: Value,
 }
 
+/// Scenario 1: N jobs by C concurrent clients, from the first submit until
+/// the database counts all N SUCCEEDED.
 async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<Run> {
     let pool = service.pool().await?;
     let meter = CpuMeter::start(service, &pool).await?;
@@ -396,7 +396,7 @@ impl CpuMeter {
     }
 
     async fn per_job(&self, service: &Service, pool: &AnyPool, jobs: usize) -> Result<Value> {
-        let ms_per_job = |seconds: f64| 1000.0 * seconds / jobs as f64;
+        let ms_per_job = |seconds: f64| ms_per_job(seconds, jobs);
         let used = |pid: u32, before: f64| cpu_seconds(pid).map_or(0.0, |now| now - before);
         let api = used(service.api.id(), self.api);
         let workers: f64 = service
@@ -414,8 +414,6 @@ impl CpuMeter {
             None => 0.0,
         };
         let redis = self.redis.map_or(0.0, |(pid, before)| used(pid, before));
-        // Three decimals: a microsecond per job is below what ticks resolve.
-        let ms_per_job = |seconds: f64| (ms_per_job(seconds) * 1000.0).round() / 1000.0;
         let receipt = api + workers + postgres + redis;
         Ok(json!({
             "api": ms_per_job(api),
@@ -426,6 +424,12 @@ impl CpuMeter {
             "bench_client": ms_per_job(used(std::process::id(), self.client)),
         }))
     }
+}
+
+/// CPU seconds spread over `jobs`, in milliseconds to three decimals (a
+/// microsecond per job is below what clock ticks resolve).
+fn ms_per_job(seconds: f64, jobs: usize) -> f64 {
+    (1_000_000.0 * seconds / jobs as f64).round() / 1000.0
 }
 
 /// `api 0.16 + worker 0.43 + postgres 0.72 + redis 0.22 = 1.53 (bench client 0.07)`
@@ -825,7 +829,7 @@ async fn main() -> Result<()> {
                 (Some(a), Some(b), Some(c), Some(d)) => (b - a) + (d - c),
                 _ => f64::NAN,
             };
-            bull_cpu.push((1_000_000.0 * used / args.jobs as f64).round() / 1000.0);
+            bull_cpu.push(ms_per_job(used, args.jobs));
         }
         let (r, r_lo, r_hi) = median_and_range(receipt.clone());
         let (b, b_lo, b_hi) = median_and_range(bull.clone());

@@ -311,6 +311,8 @@ fn value_rows(first: usize, rows: usize, width: usize) -> String {
 /// `(a = $first AND b = $first+1) OR ...`, `count` times: a lookup by a
 /// two-column key. Equalities joined by OR, not `(a, b) IN (VALUES ..)`,
 /// which Postgres may answer with a hash join over a scan of the table.
+/// Where every pair shares its `a` (one tenant's keys), Postgres factors it
+/// out and may read all rows with that `a`: keep such lookups off hot paths.
 fn pairs_equal(first: usize, count: usize, a: &str, b: &str) -> String {
     (0..count)
         .map(|i| {
