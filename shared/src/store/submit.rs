@@ -103,7 +103,11 @@ impl Store {
         let written = if owners.is_empty() {
             Vec::new()
         } else {
-            upsert_keys(&mut tx, &owners).await?
+            // In key order, so two batches that share keys lock them in the
+            // same order and cannot deadlock.
+            let mut ordered = owners.clone();
+            ordered.sort_by(|a, b| (&a.tenant_id, &a.key).cmp(&(&b.tenant_id, &b.key)));
+            upsert_keys(&mut tx, &ordered).await?
         };
         let taken: Vec<bool> = owners
             .iter()
