@@ -197,6 +197,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
             async move { group.write(submissions).await }
         })
     };
+    let shutdown = CancellationToken::new();
     let state = web::Data::new(AppState {
         store: store.clone(),
         submits,
@@ -207,6 +208,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
         metrics: prometheus(),
         idempotency_ttl: settings.idempotency_ttl,
         webhook_allow_private: settings.webhook_allow_private,
+        shutdown: shutdown.clone(),
     });
     let server = HttpServer::new(move || {
         App::new()
@@ -223,7 +225,6 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let server_handle = server.handle();
     println!("listening on http://{addr}");
 
-    let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     if store.dialect() == Dialect::Postgres {
         tokio::spawn(forward_finished_notifications(
@@ -231,7 +232,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
             signals.clone(),
         ));
     }
-    let pool = if settings.embedded_worker() {
+    let mut pool = if settings.embedded_worker() {
         let pool = WorkerPool::new(store.clone(), queue.clone(), signals.clone(), &settings);
         Some(tokio::spawn(pool.run(shutdown.clone())))
     } else {
@@ -248,26 +249,43 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     info!(%addr, embedded_worker = pool.is_some(), "api started");
 
     let server = tokio::spawn(server);
-    let pool_result = match pool {
-        Some(pool) => {
-            let result = pool
-                .await
-                .map_err(|e| -> BoxError { Box::new(e) })
-                .and_then(|r| r);
-            if let Err(error) = &result {
-                warn!(%error, "the embedded worker pool stopped; shutting down");
-            }
-            result
-        }
+    // Until SIGTERM/SIGINT, or until the embedded pool ends on its own
+    // (it only does when it cannot start).
+    let ended_early = match &mut pool {
+        Some(running) => tokio::select! {
+            result = running => Some(result),
+            () = shutdown.cancelled() => None,
+        },
         None => {
             shutdown.cancelled().await;
-            Ok(())
+            None
         }
     };
     shutdown.cancel();
-    server_handle.stop(true).await;
-    let _ = server.await;
-    store.close().await;
+    // The server stops taking requests and finishes those in flight (long
+    // polls answer at once) while the pool finishes its running jobs: both
+    // within SHUTDOWN_GRACE, side by side.
+    let stop_server = async {
+        server_handle.stop(true).await;
+        let _ = server.await;
+    };
+    let drain_pool = async {
+        let result = match (ended_early, pool) {
+            (Some(result), _) => result,
+            (None, Some(running)) => running.await,
+            (None, None) => Ok(Ok(())),
+        };
+        result
+            .map_err(|e| -> BoxError { Box::new(e) })
+            .and_then(|r| r)
+    };
+    let ((), pool_result) = tokio::join!(stop_server, drain_pool);
+    if let Err(error) = &pool_result {
+        warn!(%error, "the embedded worker pool stopped");
+    }
+    // A job still running past the grace may hold a connection: do not
+    // wait for it.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), store.close()).await;
     pool_result
 }
 

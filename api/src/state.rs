@@ -22,4 +22,6 @@ pub struct AppState {
     pub idempotency_ttl: std::time::Duration,
     /// Whether webhook URLs may point at private addresses.
     pub webhook_allow_private: bool,
+    /// Cancelled at SIGTERM/SIGINT: long polls answer at once.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }

@@ -30,7 +30,10 @@ impl From<sqlx::Error> for Error {
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed
-            | sqlx::Error::Tls(_) => Error::Unavailable(error),
+            | sqlx::Error::Tls(_)
+            // A connection cut mid-answer (the server died) reads as a
+            // protocol error.
+            | sqlx::Error::Protocol(_) => Error::Unavailable(error),
             sqlx::Error::Database(db) if is_unavailable_code(db.code().as_deref()) => {
                 Error::Unavailable(error)
             }
@@ -39,15 +42,19 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-/// Postgres codes for a server that is starting, stopping, overloaded or
-/// not accepting connections to the database (55000), and SQLite's
-/// busy/locked, all of which pass.
+/// Postgres codes that mean "try again": the server is starting, stopping,
+/// overloaded or refusing connections (classes 08, 53, 57P, and 55000 for a
+/// database not accepting connections), or the transaction lost a race it
+/// can win on a second try (40001 serialization failure, 40P01 deadlock,
+/// 40003 completion unknown); and SQLite's busy/locked, which pass.
 fn is_unavailable_code(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some("57P01" | "57P02" | "57P03" | "53300" | "55000" | "08006" | "08001" | "08004")
-            | Some("5" | "6")
-    )
+    let Some(code) = code else {
+        return false;
+    };
+    matches!(code, "40001" | "40P01" | "40003" | "55000" | "5" | "6")
+        || code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("57P")
 }
 
 impl Error {
@@ -57,5 +64,23 @@ impl Error {
             Error::Batch(error) => error.is_unavailable(),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_unavailable_code;
+
+    #[test]
+    fn a_lost_race_or_a_lost_server_is_worth_another_try_and_a_bug_is_not() {
+        for code in [
+            "40001", "40P01", "08006", "08003", "57P01", "53300", "55000", "5",
+        ] {
+            assert!(is_unavailable_code(Some(code)), "{code}");
+        }
+        for code in ["23505", "42P01", "22P02", "40002"] {
+            assert!(!is_unavailable_code(Some(code)), "{code}");
+        }
+        assert!(!is_unavailable_code(None));
     }
 }

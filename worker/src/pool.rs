@@ -2,8 +2,9 @@
 //! `shared/notes/apalis-1.0.md`: a unique name per process and per restart,
 //! `batch_size(1)`, an explicit queue and poll interval, capped restarts,
 //! messages decoded as any JSON, and a handler that never fails or panics.
-//! If the pool dies, [`WorkerPool::run`] returns an error so the process
-//! exits non-zero and its supervisor restarts it.
+//! A worker that keeps failing (Redis or the database down) is started
+//! again after a pause, for as long as the process runs: an outage never
+//! ends the process, and it resumes by itself when the service returns.
 
 use std::{
     pin::Pin,
@@ -105,8 +106,15 @@ impl PollStrategy for PollEvery {
     }
 }
 
-/// Restarts of a failing apalis worker before the process gives up.
-const MAX_RESTARTS: usize = 20;
+/// Quick restarts of a failing apalis worker inside one monitor; after
+/// that the monitor ends and [`WorkerPool::run`] starts a new one after a
+/// pause, so an outage of Redis or the database never makes a hot loop and
+/// never ends the process.
+const QUICK_RESTARTS: usize = 3;
+/// The pause before a new monitor: it doubles from the first to the last
+/// while the pool keeps failing, and starts over once a monitor has run
+/// for a minute.
+const RESTART_PAUSE: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
 
 async fn handle_message(message: Message, runner: Data<Arc<Runner>>) -> Result<(), BoxDynError> {
     runner.handle(message).await;
@@ -150,6 +158,13 @@ impl WorkerPool {
         let store = self.runner.store.clone();
         let signals = self.runner.signals.clone();
         self.queue.recover(&store).await?;
+        let stopping = {
+            let (runner, shutdown) = (self.runner.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                runner.stopping.cancel();
+            })
+        };
         let background = CancellationToken::new();
         let relay = tokio::spawn(run_relay(
             store.clone(),
@@ -174,9 +189,10 @@ impl WorkerPool {
             tokio::spawn(async move { queue.forward_published(signals).await })
         };
         info!(worker_id = self.runner.worker_id, concurrency = self.concurrency, queue = ?self.queue, "worker pool started");
-        let result = self.run_apalis(shutdown.clone()).await;
+        let result = self.run_apalis_until_shutdown(&shutdown).await;
         background.cancel();
         wake_ups.abort();
+        stopping.abort();
         let _ = tokio::join!(relay, sweeper, dispatcher);
         let unfinished = self.runner.running_attempts();
         if !unfinished.is_empty() {
@@ -187,17 +203,52 @@ impl WorkerPool {
                 }
             }
         }
-        match result {
-            Err(error) => Err(error),
-            Ok(()) if !shutdown.is_cancelled() => {
-                Err("the apalis worker pool stopped on its own".into())
-            }
-            Ok(()) => Ok(()),
-        }
+        result
     }
 
-    async fn run_apalis(&self, shutdown: CancellationToken) -> Result<(), BoxError> {
-        let base = self.runner.worker_id.clone();
+    /// Runs apalis monitors one after another until `shutdown`: a monitor
+    /// ends when its worker keeps failing (Redis or the database is down,
+    /// a message apalis cannot decode), and the next one starts after a
+    /// pause. Jobs are never lost meanwhile: the outbox holds them, and the
+    /// relay publishes them again.
+    async fn run_apalis_until_shutdown(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<(), BoxError> {
+        let mut pause = RESTART_PAUSE.0;
+        for generation in 0.. {
+            let started = std::time::Instant::now();
+            let result = self.run_apalis(shutdown.clone(), generation).await;
+            if shutdown.is_cancelled() {
+                return result;
+            }
+            match result {
+                Ok(()) => warn!(
+                    generation,
+                    "the apalis workers stopped; starting them again"
+                ),
+                Err(error) => {
+                    warn!(generation, %error, "the apalis workers failed; starting them again")
+                }
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                pause = RESTART_PAUSE.0;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(RESTART_PAUSE.1);
+        }
+        Ok(())
+    }
+
+    async fn run_apalis(
+        &self,
+        shutdown: CancellationToken,
+        generation: u64,
+    ) -> Result<(), BoxError> {
+        let base = format!("{}-g{generation}", self.runner.worker_id);
         let runner = self.runner.clone();
         let concurrency = self.concurrency;
         let published = self.runner.signals.published_notify();
@@ -212,7 +263,7 @@ impl WorkerPool {
                     .shutdown_timeout(self.grace)
                     .should_restart(|ctx, error| {
                         warn!(worker = ctx.name(), %error, restarts = ctx.restarts(), "apalis worker failed");
-                        ctx.restarts() < MAX_RESTARTS
+                        ctx.restarts() < QUICK_RESTARTS
                     })
                     .register(move |restarts| {
                         // A new name per restart: apalis refuses a name it

@@ -30,6 +30,9 @@ pub enum Queue {
         client: redis::Client,
         /// Where a relay announces that it pushed (see [`Queue::forward_published`]).
         published_channel: String,
+        /// A key that exists while Redis still holds what was published
+        /// into it (see [`Queue::lost_messages`]).
+        intact_key: String,
     },
     Sqlite(SqliteStorage<Message>),
     Postgres(PostgresStorage<Message>),
@@ -156,6 +159,7 @@ impl Queue {
                 conn,
                 client,
                 published_channel: format!("{queue_name}:published"),
+                intact_key: format!("{queue_name}:intact"),
             });
         }
         match store.dialect() {
@@ -309,6 +313,44 @@ impl Queue {
             if due > 0 {
                 tracing::info!(due, "republishing unclaimed jobs of an earlier process");
             }
+        }
+        Ok(())
+    }
+
+    /// Whether the queue may have lost messages since [`Queue::mark_intact`]
+    /// last ran: Redis restarted without persistence, was flushed, or
+    /// failed over to a replica that had not caught up. Its marker key is
+    /// then gone with the messages, and every job published but not yet
+    /// claimed must be published again now rather than after
+    /// `REPUBLISH_AFTER`. Always `false` for the other queues: the
+    /// database's queue tables are as durable as the jobs themselves, and
+    /// the in-process queue is recovered at start ([`Queue::recover`]).
+    pub async fn lost_messages(&self) -> Result<bool, BoxError> {
+        let Queue::Redis {
+            conn, intact_key, ..
+        } = self
+        else {
+            return Ok(false);
+        };
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(intact_key)
+            .query_async(&mut conn.clone())
+            .await?;
+        Ok(!exists)
+    }
+
+    /// Records that everything unclaimed has been made due for publishing
+    /// since the queue was last found to have lost its messages.
+    pub async fn mark_intact(&self) -> Result<(), BoxError> {
+        if let Queue::Redis {
+            conn, intact_key, ..
+        } = self
+        {
+            redis::cmd("SET")
+                .arg(intact_key)
+                .arg(shared::time::now_ms())
+                .query_async::<()>(&mut conn.clone())
+                .await?;
         }
         Ok(())
     }

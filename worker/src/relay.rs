@@ -20,6 +20,9 @@ const BATCH: i64 = 200;
 /// process, retries whose backoff has passed).
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
+/// How often the relay asks whether the queue lost its messages.
+const LOSS_CHECK: Duration = Duration::from_secs(1);
+
 pub async fn run_relay(
     store: Store,
     queue: Queue,
@@ -27,7 +30,12 @@ pub async fn run_relay(
     republish_after: Duration,
     shutdown: Shutdown,
 ) {
+    let mut last_loss_check = tokio::time::Instant::now() - LOSS_CHECK;
     loop {
+        if last_loss_check.elapsed() >= LOSS_CHECK {
+            last_loss_check = tokio::time::Instant::now();
+            recover_lost_messages(&store, &queue).await;
+        }
         let mut published_full_batch = false;
         // The in-process queue leases no more rows than it has room for: a
         // backlog stays in the outbox rather than in memory (and is not
@@ -66,5 +74,32 @@ pub async fn run_relay(
             () = signals.outbox_wait() => {}
             () = tokio::time::sleep(IDLE_POLL) => {}
         }
+    }
+}
+
+/// When the queue lost its messages (Redis came back empty), every job
+/// published but not yet claimed is made due at once, then the queue is
+/// marked intact again; in that order, so a process that dies in between
+/// leaves the work to the next relay that looks. Several relays may do it
+/// at the same moment: a job published twice is claimed once.
+async fn recover_lost_messages(store: &Store, queue: &Queue) {
+    match queue.lost_messages().await {
+        Ok(true) => match store.make_outbox_due_now().await {
+            Ok(due) => {
+                if due > 0 {
+                    warn!(
+                        due,
+                        "the queue lost its messages; publishing every unclaimed job again"
+                    );
+                }
+                if let Err(error) = queue.mark_intact().await {
+                    warn!(%error, "could not mark the queue intact");
+                }
+            }
+            Err(error) => warn!(%error, "could not make unclaimed jobs due again"),
+        },
+        Ok(_) => {}
+        // The queue is down: the next look, once it answers, finds out.
+        Err(_) => {}
     }
 }

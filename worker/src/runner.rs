@@ -15,6 +15,7 @@ use shared::{
     store::{Claim, LeaseCheck, Store},
     time::{duration_ms, now_ms},
 };
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 /// What every handler invocation shares.
@@ -28,6 +29,9 @@ pub struct Runner {
     retry_max: Duration,
     /// Attempts this process is running: released on a forced shutdown.
     running: Mutex<HashMap<String, i64>>,
+    /// Cancelled when the process begins to shut down: a claim stops
+    /// waiting for the database.
+    pub stopping: CancellationToken,
     /// Group commits of the two writes every job makes (DESIGN.md:
     /// batching is how throughput grows).
     claims: Batcher<String, Option<Claim>>,
@@ -81,6 +85,7 @@ impl Runner {
             retry_base: settings.retry_base_delay,
             retry_max: settings.retry_max_delay,
             running: Mutex::new(HashMap::new()),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -91,24 +96,9 @@ impl Runner {
             warn!(%message, "dropping a queue message without a job_id");
             return;
         };
-        let claim = match self.claims.call(job_id.to_owned()).await {
-            Ok(Some(claim)) => claim,
-            // Not claimable: a duplicate or stale delivery, or a job that was
-            // cancelled or finished. The claim's WHERE status = 'QUEUED' is
-            // the guard that keeps a redelivered message from running twice.
-            Ok(None) => {
-                debug!(job_id, "message for a job that is not claimable; dropped");
-                return;
-            }
-            Err(error) => {
-                // The outbox row survives the failed claim, so the relay
-                // publishes the job again after REPUBLISH_AFTER.
-                warn!(job_id, %error, "could not claim; the relay will publish it again");
-                return;
-            }
+        let Some(claim) = self.claim(job_id).await else {
+            return;
         };
-        self.lock_running()
-            .insert(claim.job_id.clone(), claim.attempt);
         let started = std::time::Instant::now();
         let outcome = self.run_claimed(&claim).await;
         if let Some(outcome) = outcome {
@@ -121,6 +111,62 @@ impl Runner {
         let mut running = self.lock_running();
         if running.get(&claim.job_id) == Some(&claim.attempt) {
             running.remove(&claim.job_id);
+        }
+    }
+
+    /// Claims the job's next attempt and lists it as running here; `None`
+    /// when this delivery must run nothing.
+    ///
+    /// A claim that fails on a database error is tried again until the
+    /// database answers (or the process stops): acknowledging the message
+    /// without a claim would leave the job waiting for a republish. When an
+    /// earlier try's commit went through but its answer was lost, the job
+    /// is RUNNING under this process's worker id with no attempt running
+    /// here: that attempt is ours, and is adopted rather than left to lapse.
+    async fn claim(&self, job_id: &str) -> Option<Claim> {
+        let mut pause = Duration::from_millis(100);
+        let mut failed_before = false;
+        loop {
+            let claimed = match self.claims.call(job_id.to_owned()).await {
+                Ok(None) if failed_before => {
+                    self.store.attempt_held_by(job_id, &self.worker_id).await
+                }
+                claimed => claimed,
+            };
+            match claimed {
+                Ok(Some(claim)) => {
+                    let mut running = self.lock_running();
+                    if running.get(&claim.job_id) == Some(&claim.attempt) {
+                        // Adopted, but another delivery of the job runs it here.
+                        return None;
+                    }
+                    running.insert(claim.job_id.clone(), claim.attempt);
+                    return Some(claim);
+                }
+                // Not claimable: a duplicate or stale delivery, or a job that
+                // was cancelled or finished. The claim's WHERE status =
+                // 'QUEUED' is the guard that keeps a redelivered message from
+                // running twice.
+                Ok(None) => {
+                    debug!(job_id, "message for a job that is not claimable; dropped");
+                    return None;
+                }
+                Err(error) if error.is_unavailable() && !self.stopping.is_cancelled() => {
+                    warn!(job_id, %error, "could not claim; trying again");
+                    failed_before = true;
+                    tokio::select! {
+                        () = self.stopping.cancelled() => {}
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => {
+                    // Not an outage (or shutting down): the outbox row
+                    // survives, and the relay publishes the job again.
+                    warn!(job_id, %error, "could not claim; the relay will publish it again");
+                    return None;
+                }
+            }
         }
     }
 
@@ -205,8 +251,9 @@ impl Runner {
                 message,
             }) => {
                 let error = error_object(&error_type, message);
-                Some(if claim.attempt < claim.max_attempts {
-                    let delay = backoff_delay(claim.attempt, self.retry_base, self.retry_max);
+                Some(if claim.counted_attempt < claim.max_attempts {
+                    let delay =
+                        backoff_delay(claim.counted_attempt, self.retry_base, self.retry_max);
                     AttemptOutcome::RetryAt {
                         at: now_ms() + duration_ms(delay),
                         error,
@@ -240,11 +287,15 @@ impl Runner {
         }
     }
 
-    /// Writes the outcome, retrying while the database is unavailable. If
-    /// it never gets through, the lease lapses and the job runs again.
+    /// Writes the outcome, retrying for as long as the database is
+    /// unavailable: the write is fenced, so a retry after a commit whose
+    /// answer was lost changes nothing. An error that is not an outage is
+    /// tried a few times; if it never gets through, the lease lapses and
+    /// the job runs again.
     async fn finish(&self, claim: &Claim, outcome: &AttemptOutcome) {
-        let mut delay = Duration::from_millis(100);
-        for _ in 0..8 {
+        let mut pause = Duration::from_millis(100);
+        let mut other_errors = 0;
+        loop {
             let written = match outcome {
                 AttemptOutcome::Succeeded { result } => {
                     self.successes
@@ -276,9 +327,16 @@ impl Runner {
                     return;
                 }
                 Err(error) => {
+                    if !error.is_unavailable() {
+                        other_errors += 1;
+                        if other_errors > 3 {
+                            warn!(job_id = claim.job_id, %error, "could not record the outcome; the job will run again when its lease lapses");
+                            return;
+                        }
+                    }
                     warn!(job_id = claim.job_id, %error, "could not record the outcome; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
                 }
             }
         }

@@ -106,6 +106,11 @@ async fn wait_for_final(
         tokio::select! {
             () = finished_signal(&mut finished, job_id) => {}
             () = tokio::time::sleep(RECHECK.min(deadline - now)) => {}
+            // The process is stopping: answer with the job as it is now, so
+            // the server's drain is not held up by a waiting client.
+            () = state.shutdown.cancelled() => {
+                return state.store.get_job(tenant_id, job_id).await.map_err(Into::into);
+            }
         }
     }
 }

@@ -14,17 +14,33 @@ pub async fn healthz() -> HttpResponse {
 #[utoipa::path(get, path = "/readyz", tag = "service",
     responses((status = 200), (status = 503, description = "a dependency is down")))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    state
-        .store
-        .ping()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("the database does not answer: {e}")))?;
-    state
-        .queue
-        .ping()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("the queue does not answer: {e}")))?;
+    // Which dependency is down is for the caller; why (a driver's error
+    // text, addresses) is for the log only.
+    let database = within(PING_TIMEOUT, state.store.ping()).await;
+    if let Err(error) = database {
+        tracing::warn!(%error, "readiness: the database does not answer");
+        return Err(ApiError::Unavailable("the database does not answer".into()));
+    }
+    let queue = within(PING_TIMEOUT, state.queue.ping()).await;
+    if let Err(error) = queue {
+        tracing::warn!(%error, "readiness: the queue does not answer");
+        return Err(ApiError::Unavailable("the queue does not answer".into()));
+    }
     Ok(HttpResponse::Ok().json(json!({"status": "ready", "database": "ok", "queue": "ok"})))
+}
+
+/// How long a readiness check waits for each dependency.
+const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+async fn within<E: std::fmt::Display>(
+    limit: std::time::Duration,
+    ping: impl std::future::Future<Output = Result<(), E>>,
+) -> Result<(), String> {
+    match tokio::time::timeout(limit, ping).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    }
 }
 
 /// Prometheus metrics.

@@ -35,7 +35,10 @@ pub struct TestEnv {
     pub backend: Backend,
     pub database_url: String,
     pub queue_name: String,
+    pub redis_url: String,
     pg_database: Option<String>,
+    /// False on servers a test started for itself, which go away with it.
+    shared_servers: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -61,8 +64,33 @@ impl TestEnv {
             backend,
             database_url,
             queue_name: name,
+            redis_url: REDIS_URL.to_owned(),
             pg_database,
+            shared_servers: true,
             _dir: dir,
+        }
+    }
+
+    /// The production shape on a Postgres and a Redis of the test's own
+    /// (see `servers.rs`), which it may crash and restart.
+    pub async fn on_servers(postgres_admin_url: &str, postgres_url: &str, redis_url: &str) -> Self {
+        use sqlx::Connection;
+        let name = unique_name();
+        let mut conn = sqlx::PgConnection::connect(postgres_admin_url)
+            .await
+            .expect("the test's own Postgres");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .expect("create database");
+        TestEnv {
+            backend: Backend::PgRedis,
+            database_url: format!("{postgres_url}/{name}"),
+            queue_name: name,
+            redis_url: redis_url.to_owned(),
+            pg_database: None,
+            shared_servers: false,
+            _dir: tempfile::tempdir().expect("temp dir"),
         }
     }
 
@@ -82,7 +110,7 @@ impl TestEnv {
             ("RUST_LOG", "warn".into()),
         ];
         if self.backend == Backend::PgRedis {
-            env.push(("REDIS_URL", REDIS_URL.into()));
+            env.push(("REDIS_URL", self.redis_url.clone()));
         }
         env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
@@ -149,6 +177,9 @@ impl Drop for TestEnv {
         let pg_database = self.pg_database.take();
         let prefix = self.queue_name.clone();
         let backend = self.backend;
+        if !self.shared_servers {
+            return;
+        }
         // Drop runs outside any runtime's async context: clean up on a
         // thread of our own.
         let cleanup = std::thread::spawn(move || {

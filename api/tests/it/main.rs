@@ -5,9 +5,11 @@
 mod common;
 mod errors;
 mod exactly_once;
+mod faults;
 mod idempotency;
 mod lifecycle;
 mod reports;
 mod scale;
+mod servers;
 mod webhooks;
 mod worker_behaviour;

@@ -15,7 +15,7 @@ use crate::{
 
 const JOB_COLUMNS: &str = "job_id, tenant_id, kind, params, status, attempts, max_attempts, \
      progress, created_at, started_at, finished_at, run_after, error_type, error_message, \
-     cancel_requested";
+     cancel_requested, handbacks";
 
 fn job_from_row(row: &AnyRow) -> Result<Job> {
     let status: String = row.try_get("status")?;
@@ -26,7 +26,7 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
         params: row.try_get("params")?,
         status: JobStatus::parse(&status)
             .ok_or_else(|| crate::Error::Corrupt(format!("job status {status:?}")))?,
-        attempts: row.try_get("attempts")?,
+        attempts: row.try_get::<i64, _>("attempts")? - row.try_get::<i64, _>("handbacks")?,
         max_attempts: row.try_get("max_attempts")?,
         progress: row.try_get("progress")?,
         created_at: row.try_get("created_at")?,
@@ -77,9 +77,25 @@ pub struct Claim {
     pub tenant_id: String,
     pub kind: String,
     pub params: String,
-    /// The fencing token.
+    /// The fencing token: grows on every claim, hand-backs included.
     pub attempt: i64,
+    /// Which attempt this is against `max_attempts`: attempts handed back
+    /// at a shutdown do not count.
+    pub counted_attempt: i64,
     pub max_attempts: i64,
+}
+
+fn claim_from_row(row: &AnyRow) -> Result<Claim> {
+    let attempt: i64 = row.try_get("attempts")?;
+    Ok(Claim {
+        job_id: row.try_get("job_id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        kind: row.try_get("kind")?,
+        params: row.try_get("params")?,
+        attempt,
+        counted_attempt: attempt - row.try_get::<i64, _>("handbacks")?,
+        max_attempts: row.try_get("max_attempts")?,
+    })
 }
 
 /// What a heartbeat learns about its attempt.
@@ -406,7 +422,7 @@ impl Store {
             "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1,
                  started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
              WHERE job_id IN ({}) AND status = 'QUEUED' AND run_after <= $1
-             RETURNING job_id, tenant_id, kind, params, attempts, max_attempts",
+             RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts",
             placeholders(4, job_ids.len())
         );
         let mut query = sqlx::query(built(&sql))
@@ -419,14 +435,7 @@ impl Store {
         let rows = query.fetch_all(&mut *tx).await?;
         let mut claims = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
-            let claim = Claim {
-                job_id: row.try_get("job_id")?,
-                tenant_id: row.try_get("tenant_id")?,
-                kind: row.try_get("kind")?,
-                params: row.try_get("params")?,
-                attempt: row.try_get("attempts")?,
-                max_attempts: row.try_get("max_attempts")?,
-            };
+            let claim = claim_from_row(row)?;
             claims.insert(claim.job_id.clone(), claim);
         }
         if claims.is_empty() {
@@ -444,6 +453,20 @@ impl Store {
         query.execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(job_ids.iter().map(|id| claims.remove(id)).collect())
+    }
+
+    /// The running attempt of the job if `worker_id` holds it: a claim
+    /// whose commit went through although its caller saw an error.
+    pub async fn attempt_held_by(&self, job_id: &str, worker_id: &str) -> Result<Option<Claim>> {
+        let row = sqlx::query(
+            "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts FROM jobs
+             WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2",
+        )
+        .bind(job_id)
+        .bind(worker_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(claim_from_row).transpose()
     }
 
     /// Extends the attempt's lease and reads whether a cancel was asked.
@@ -632,7 +655,7 @@ impl Store {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let rows = sqlx::query(built(&format!(
-            "SELECT job_id, attempts, max_attempts FROM jobs
+            "SELECT job_id, attempts - handbacks AS counted, max_attempts FROM jobs
              WHERE status = 'RUNNING' AND lease_expires_at < $1
              ORDER BY lease_expires_at LIMIT $2{}",
             self.dialect.skip_locked()
@@ -645,7 +668,7 @@ impl Store {
         let mut failed = Vec::new();
         for row in &rows {
             let job_id: String = row.try_get("job_id")?;
-            let attempts: i64 = row.try_get("attempts")?;
+            let attempts: i64 = row.try_get("counted")?;
             let max_attempts: i64 = row.try_get("max_attempts")?;
             let message = format!("attempt {attempts} stopped responding: its lease lapsed");
             if attempts < max_attempts {
@@ -683,7 +706,10 @@ impl Store {
 
     /// Hands this worker's running attempts back to the queue at once (on a
     /// shutdown whose grace ran out), so another worker need not wait for
-    /// their leases to lapse. Each is fenced by its attempt.
+    /// their leases to lapse. Each is fenced by its attempt. A hand-back
+    /// does not count against the attempt limit (the job did not fail, the
+    /// process was stopped), but the fencing token keeps growing, so the
+    /// handed-back attempt can write nothing after this.
     pub async fn release_attempts(&self, attempts: &[(String, i64)]) -> Result<usize> {
         let now = now_ms();
         let mut released = 0;
@@ -691,10 +717,9 @@ impl Store {
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(
                 "UPDATE jobs SET status = 'QUEUED', run_after = $3, lease_expires_at = NULL,
-                     worker_id = NULL, error_type = 'shutdown',
+                     worker_id = NULL, handbacks = handbacks + 1, error_type = 'shutdown',
                      error_message = 'the worker shut down before the attempt finished'
-                 WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
-                   AND attempts < max_attempts",
+                 WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'",
             )
             .bind(job_id)
             .bind(attempt)

@@ -1,0 +1,399 @@
+//! Infrastructure faults, from outside: a stream of submits by clients that
+//! retry their own `Idempotency-Key` after any error, while the test
+//! crashes and restarts its own Postgres or Redis (never the shared ones).
+//! Every accepted job must succeed soon after the server answers again,
+//! with one job per key, and the api and worker processes must stay up.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::{
+    common::{Api, Backend, KEY_A, Process, TestEnv},
+    servers::{PrivatePostgres, PrivateRedis},
+};
+
+/// Retrying clients and the jobs they were given.
+struct Stream {
+    clients: Vec<tokio::task::JoinHandle<Vec<(String, String)>>>,
+}
+
+impl Stream {
+    /// `clients` clients submit `per_client` `sleep` jobs of `ms` each, one
+    /// after another, each retried with its key until it is accepted.
+    fn start(base: &str, clients: usize, per_client: usize, ms: u64) -> Self {
+        let clients = (0..clients)
+            .map(|client| {
+                let base = base.to_owned();
+                tokio::spawn(async move {
+                    let http = reqwest::Client::builder()
+                        .timeout(Duration::from_secs(10))
+                        .build()
+                        .expect("client");
+                    let mut accepted = Vec::new();
+                    for n in 0..per_client {
+                        let key = format!("client-{client}-job-{n}");
+                        let job_id = submit_until_accepted(&http, &base, &key, ms).await;
+                        accepted.push((key, job_id));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    accepted
+                })
+            })
+            .collect();
+        Stream { clients }
+    }
+
+    /// Every `(key, job_id)` accepted.
+    async fn accepted(self) -> Vec<(String, String)> {
+        let mut all = Vec::new();
+        for client in self.clients {
+            all.extend(client.await.expect("a client"));
+        }
+        all
+    }
+}
+
+/// Posts until a 202 comes back; connection errors, timeouts and 5xx are
+/// retried with the same key, as a careful client does.
+async fn submit_until_accepted(http: &reqwest::Client, base: &str, key: &str, ms: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "{key} not accepted within 120 s");
+        let sent = http
+            .post(format!("{base}/v1/reports/sleep"))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", key)
+            .json(&json!({ "ms": ms }))
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status() == StatusCode::ACCEPTED => {
+                let job: Value = response.json().await.expect("a job object");
+                return job["job_id"].as_str().expect("job_id").to_owned();
+            }
+            Ok(response) if response.status().is_server_error() => {
+                let status = response.status();
+                let content_type = response
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let body = response.text().await.unwrap_or_default();
+                assert_eq!(
+                    status,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "an outage is a 503, never another 5xx: {body}"
+                );
+                assert_eq!(content_type.as_deref(), Some("application/problem+json"));
+            }
+            Ok(response) => {
+                let status = response.status();
+                panic!(
+                    "{key}: {status} {}",
+                    response.text().await.unwrap_or_default()
+                )
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until every job has SUCCEEDED, by `deadline`; then checks there
+/// is one job per key.
+async fn assert_all_succeed(env: &TestEnv, accepted: &[(String, String)], deadline: Instant) {
+    let store = env.store().await;
+    let mut unfinished: Vec<&str> = accepted.iter().map(|(_, id)| id.as_str()).collect();
+    while !unfinished.is_empty() {
+        let mut still = Vec::new();
+        for job_id in unfinished {
+            let job = store.get_job_unscoped(job_id).await.ok().flatten();
+            match job.map(|j| j.status.as_str()) {
+                Some("SUCCEEDED") => {}
+                Some("FAILED" | "CANCELLED") => panic!("job {job_id} did not succeed"),
+                _ => still.push(job_id),
+            }
+        }
+        unfinished = still;
+        if !unfinished.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} jobs unfinished at the deadline, e.g. {:?}",
+                unfinished.len(),
+                accepted.len(),
+                store.get_job_unscoped(unfinished[0]).await.ok().flatten()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let mut job_ids: Vec<&str> = accepted.iter().map(|(_, id)| id.as_str()).collect();
+    job_ids.sort_unstable();
+    job_ids.dedup();
+    assert_eq!(job_ids.len(), accepted.len(), "one job per key");
+    let api_jobs = count_jobs(env).await;
+    assert_eq!(
+        api_jobs,
+        accepted.len() as i64,
+        "no job beyond the keys' jobs"
+    );
+}
+
+async fn count_jobs(env: &TestEnv) -> i64 {
+    count_where(env, "1 = 1").await
+}
+
+async fn count_status(env: &TestEnv, status: &str) -> i64 {
+    count_where(env, &format!("status = '{status}'")).await
+}
+
+async fn count_where(env: &TestEnv, condition: &str) -> i64 {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&env.database_url)
+        .await
+        .expect("the test database");
+    let sql = format!("SELECT COUNT(*) FROM jobs WHERE {condition}");
+    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    pool.close().await;
+    n
+}
+
+fn assert_up(what: &str, process: &mut Process) {
+    assert!(
+        process.try_wait().is_none(),
+        "the {what} process stayed up through the outage"
+    );
+}
+
+struct Shape {
+    env: TestEnv,
+    api: Api,
+    worker: Process,
+}
+
+async fn production_shape(postgres: &PrivatePostgres, redis: &PrivateRedis) -> Shape {
+    let env = TestEnv::on_servers(&postgres.admin_url(), &postgres.url(), &redis.url()).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let worker = env.start_worker(&[]);
+    Shape { env, api, worker }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_succeeds_soon_after_redis_comes_back_empty() {
+    let postgres = PrivatePostgres::start();
+    let mut redis = PrivateRedis::start();
+    let mut shape = production_shape(&postgres, &redis).await;
+
+    // Jobs of 100 ms on 4 slots: a backlog waits in Redis when it dies.
+    let stream = Stream::start(&shape.api.base, 8, 25, 100);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let waiting = count_status(&shape.env, "QUEUED").await;
+    assert!(
+        waiting >= 20,
+        "a backlog in the queue when Redis dies ({waiting})"
+    );
+    // Redis keeps nothing on disk: what the queue held is gone.
+    redis.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.start_again();
+    let back = Instant::now();
+
+    let accepted = stream.accepted().await;
+    assert_eq!(accepted.len(), 200);
+    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
+    assert_up("worker", &mut shape.worker);
+    assert_up("api", shape.api.process.as_mut().expect("api"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_succeeds_soon_after_postgres_crashes_and_returns() {
+    let postgres = PrivatePostgres::start();
+    let redis = PrivateRedis::start();
+    let mut shape = production_shape(&postgres, &redis).await;
+
+    let stream = Stream::start(&shape.api.base, 8, 50, 50);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    postgres.crash();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    postgres.start_again();
+    let back = Instant::now();
+
+    let accepted = stream.accepted().await;
+    assert_eq!(accepted.len(), 400);
+    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
+    assert_up("worker", &mut shape.worker);
+    assert_up("api", shape.api.process.as_mut().expect("api"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_answers_503_through_outages_and_everything_resumes_by_itself() {
+    let postgres = PrivatePostgres::start();
+    let mut redis = PrivateRedis::start();
+    let mut shape = production_shape(&postgres, &redis).await;
+    let api = &shape.api;
+    let first = api.submit("sleep", json!({"ms": 1})).await;
+    assert_eq!(
+        api.wait_final(first["job_id"].as_str().unwrap()).await["status"],
+        "SUCCEEDED"
+    );
+
+    // Redis down for longer than any quick restart loop: the queue's
+    // consumers fail over and over, the processes stay up.
+    redis.kill();
+    let ready = api.get("/readyz").await;
+    let problem = ready.assert_problem(503);
+    assert!(
+        problem["detail"].as_str().unwrap_or("").contains("queue"),
+        "{problem}"
+    );
+    // The database still answers: a submit is accepted and waits in the
+    // outbox.
+    let during_redis = api.submit("sleep", json!({"ms": 1})).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_up("worker", &mut shape.worker);
+    redis.start_again();
+
+    // Postgres down: what needs it answers 503 problem+json.
+    postgres.crash();
+    let reply = api.post("/v1/reports/sleep", &json!({"ms": 1})).await;
+    reply.assert_problem(503);
+    assert!(
+        reply.header("retry-after").is_some(),
+        "503 with Retry-After"
+    );
+    let reply = api
+        .get(&format!(
+            "/v1/jobs/{}",
+            during_redis["job_id"].as_str().unwrap()
+        ))
+        .await;
+    reply.assert_problem(503);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    postgres.start_again();
+    let back = Instant::now();
+
+    let after = api.submit("sleep", json!({"ms": 1})).await;
+    for job in [&during_redis, &after] {
+        let job_id = job["job_id"].as_str().unwrap().to_owned();
+        assert_all_succeed_one(&shape.env, &job_id, back + Duration::from_secs(30)).await;
+    }
+    assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
+    let shape = &mut shape;
+    assert_up("worker", &mut shape.worker);
+    assert_up("api", shape.api.process.as_mut().expect("api"));
+}
+
+async fn assert_all_succeed_one(env: &TestEnv, job_id: &str, deadline: Instant) {
+    let store = env.store().await;
+    loop {
+        let job = store.get_job_unscoped(job_id).await.ok().flatten();
+        if job.as_ref().map(|j| j.status.as_str()) == Some("SUCCEEDED") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{job_id} unfinished: {job:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+// ------------------------------------------------------------- deploys
+
+async fn five_deploys_during_one_long_job_do_not_use_up_its_attempts(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let store = env.store().await;
+    let job_id = api.submit("sleep", json!({"ms": 4000})).await["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Six deploys, each stopping the worker with a grace the job outlasts:
+    // more hand-backs than the kind has attempts.
+    for deploy in 1..=6 {
+        let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "200ms")]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let job = store.get_job_unscoped(&job_id).await.unwrap().unwrap();
+            if job.status.as_str() == "RUNNING" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "deploy {deploy}: never running");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let status = worker.terminate().expect("the worker exits");
+        assert!(status.success(), "exit status {status}");
+        let job = api.job(&job_id).await;
+        assert_eq!(
+            job["status"], "QUEUED",
+            "deploy {deploy}: handed back: {job}"
+        );
+        assert_eq!(
+            job["attempts"], 0,
+            "deploy {deploy}: no attempt used: {job}"
+        );
+    }
+    let _worker = env.start_worker(&[]);
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["attempts"], 1, "{done}");
+    assert_eq!(store.count_results(&job_id).await.unwrap(), 1);
+}
+
+async fn the_embedded_api_stops_within_its_shutdown_grace(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let mut api = env
+        .start_api(&[("EMBEDDED_WORKER", "true"), ("SHUTDOWN_GRACE", "2s")])
+        .await;
+    let job_id = api.submit("sleep", json!({"ms": 30000})).await["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    api.wait_status(&job_id, "RUNNING").await;
+    // A long poll in flight must not hold the shutdown up.
+    let long_poll = {
+        let request = api
+            .client
+            .get(api.url(&format!("/v1/jobs/{job_id}?wait=60")))
+            .bearer_auth(&api.key);
+        tokio::spawn(request.send())
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let started = Instant::now();
+    let mut process = api.process.take().expect("api process");
+    let status = tokio::task::spawn_blocking(move || process.terminate())
+        .await
+        .unwrap()
+        .expect("the api exits");
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        took < Duration::from_millis(3500),
+        "exited {took:?} after SIGTERM with a grace of 2 s"
+    );
+    let answered = long_poll
+        .await
+        .unwrap()
+        .expect("the long poll was answered");
+    assert_eq!(answered.status(), StatusCode::OK);
+    let job = env
+        .store()
+        .await
+        .get_job_unscoped(&job_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        job.status.as_str(),
+        "QUEUED",
+        "handed back for the next start"
+    );
+    assert_eq!(job.attempts, 0, "a hand-back is not a counted attempt");
+}
+
+crate::on_both_backends!(
+    five_deploys_during_one_long_job_do_not_use_up_its_attempts,
+    the_embedded_api_stops_within_its_shutdown_grace,
+);

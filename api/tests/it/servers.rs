@@ -1,0 +1,216 @@
+//! A Postgres and a Redis server of a test's own, on free ports, for tests
+//! that crash and restart them: the machine's shared servers are never
+//! touched. Both are stopped, and their files removed, when dropped.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn answers(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+        .is_ok()
+}
+
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what} within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| out.stdout.trim_ascii() == b"0")
+        .unwrap_or(false)
+}
+
+/// Postgres refuses to run as root: as root, its tools run as `postgres`.
+fn as_postgres_user(program: &Path) -> Command {
+    if running_as_root() {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+fn postgres_bin_dir() -> PathBuf {
+    let from_pg_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        .filter(|dir| dir.join("initdb").exists());
+    if let Some(dir) = from_pg_config {
+        return dir;
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL's server binaries (Debian: postgresql)")
+        .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
+        .filter(|dir| dir.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions.pop().expect("initdb")
+}
+
+/// A Postgres cluster in a temporary directory.
+pub struct PrivatePostgres {
+    pub port: u16,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl PrivatePostgres {
+    pub fn start() -> Self {
+        let bin = postgres_bin_dir();
+        let dir = tempfile::tempdir().expect("temp dir");
+        if running_as_root() {
+            let status = Command::new("chown")
+                .args(["postgres:", &dir.path().display().to_string()])
+                .status()
+                .expect("chown");
+            assert!(status.success());
+        }
+        let status = as_postgres_user(&bin.join("initdb"))
+            .args([
+                "-D",
+                &data_dir(dir.path()),
+                "-U",
+                "postgres",
+                "--auth=trust",
+            ])
+            .args(["--no-sync", "-E", "UTF8"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("initdb");
+        assert!(status.success(), "initdb failed");
+        let postgres = PrivatePostgres {
+            port: free_port(),
+            bin,
+            dir,
+        };
+        postgres.start_again();
+        postgres
+    }
+
+    pub fn admin_url(&self) -> String {
+        format!("{}/postgres", self.url())
+    }
+
+    /// The server's URL without a database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}", self.port)
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> bool {
+        as_postgres_user(&self.bin.join("pg_ctl"))
+            .args(["-D", &data_dir(self.dir.path())])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|status| status.success())
+            .unwrap_or(false)
+    }
+
+    /// Starts the server (again), and waits until it accepts connections.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("postgres.log").display().to_string();
+        assert!(
+            self.pg_ctl(&["-o", &options, "-l", &log, "-w", "start"]),
+            "pg_ctl start (log: {log})"
+        );
+        wait_until("Postgres answers", || answers(self.port));
+    }
+
+    /// `pg_ctl stop -m immediate`: every backend is killed at once, as in
+    /// a crash; the next start runs crash recovery.
+    pub fn crash(&self) {
+        assert!(self.pg_ctl(&["-m", "immediate", "stop"]), "pg_ctl stop");
+    }
+}
+
+fn data_dir(dir: &Path) -> String {
+    dir.join("data").display().to_string()
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        self.pg_ctl(&["-m", "immediate", "stop"]);
+    }
+}
+
+/// A Redis server that keeps nothing on disk: a restart loses every key.
+pub struct PrivateRedis {
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl PrivateRedis {
+    pub fn start() -> Self {
+        let mut redis = PrivateRedis {
+            port: free_port(),
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        redis.start_again();
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server (again, empty) and waits until it answers.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        self.child = Some(child);
+        wait_until("Redis answers", || answers(self.port));
+    }
+
+    /// SIGKILL: the server and everything it held are gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        wait_until("Redis is gone", || !answers(self.port));
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
