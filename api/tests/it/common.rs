@@ -36,6 +36,8 @@ pub struct TestEnv {
     pub database_url: String,
     pub queue_name: String,
     pub redis_url: String,
+    /// Settings every process of this test gets on top of the defaults.
+    pub extra_env: Vec<(String, String)>,
     pg_database: Option<String>,
     /// False on servers a test started for itself, which go away with it.
     shared_servers: bool,
@@ -65,6 +67,7 @@ impl TestEnv {
             database_url,
             queue_name: name,
             redis_url: REDIS_URL.to_owned(),
+            extra_env: Vec::new(),
             pg_database,
             shared_servers: true,
             _dir: dir,
@@ -88,6 +91,7 @@ impl TestEnv {
             database_url: format!("{postgres_url}/{name}"),
             queue_name: name,
             redis_url: redis_url.to_owned(),
+            extra_env: Vec::new(),
             pg_database: None,
             shared_servers: false,
             _dir: tempfile::tempdir().expect("temp dir"),
@@ -142,6 +146,11 @@ impl TestEnv {
 
     fn env_with(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut env = self.base_env();
+        let extra = self
+            .extra_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(extra.iter().copied());
         for (k, v) in extra {
             env.retain(|(key, _)| key != k);
             env.push(((*k).to_owned(), (*v).to_owned()));

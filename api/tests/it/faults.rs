@@ -23,9 +23,15 @@ impl Stream {
     /// `clients` clients submit `per_client` `sleep` jobs of `ms` each, one
     /// after another, each retried with its key until it is accepted.
     fn start(base: &str, clients: usize, per_client: usize, ms: u64) -> Self {
+        Self::start_on(&Target::new(base), clients, per_client, ms)
+    }
+
+    /// As [`Stream::start`], sending to wherever `target` points at the
+    /// moment (an api may be replaced mid-stream).
+    fn start_on(target: &Target, clients: usize, per_client: usize, ms: u64) -> Self {
         let clients = (0..clients)
             .map(|client| {
-                let base = base.to_owned();
+                let target = target.clone();
                 tokio::spawn(async move {
                     let http = reqwest::Client::builder()
                         .timeout(Duration::from_secs(10))
@@ -34,7 +40,7 @@ impl Stream {
                     let mut accepted = Vec::new();
                     for n in 0..per_client {
                         let key = format!("client-{client}-job-{n}");
-                        let job_id = submit_until_accepted(&http, &base, &key, ms).await;
+                        let job_id = submit_until_accepted(&http, &target, &key, ms).await;
                         accepted.push((key, job_id));
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
@@ -55,14 +61,38 @@ impl Stream {
     }
 }
 
+/// Where clients send their requests: the base URL of an api, which a test
+/// may change when it replaces the api.
+#[derive(Clone)]
+struct Target(std::sync::Arc<std::sync::RwLock<String>>);
+
+impl Target {
+    fn new(base: &str) -> Self {
+        Target(std::sync::Arc::new(std::sync::RwLock::new(base.to_owned())))
+    }
+
+    fn base(&self) -> String {
+        self.0.read().unwrap().clone()
+    }
+
+    fn point_at(&self, base: &str) {
+        *self.0.write().unwrap() = base.to_owned();
+    }
+}
+
 /// Posts until a 202 comes back; connection errors, timeouts and 5xx are
 /// retried with the same key, as a careful client does.
-async fn submit_until_accepted(http: &reqwest::Client, base: &str, key: &str, ms: u64) -> String {
+async fn submit_until_accepted(
+    http: &reqwest::Client,
+    target: &Target,
+    key: &str,
+    ms: u64,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         assert!(Instant::now() < deadline, "{key} not accepted within 120 s");
         let sent = http
-            .post(format!("{base}/v1/reports/sleep"))
+            .post(format!("{}/v1/reports/sleep", target.base()))
             .bearer_auth(KEY_A)
             .header("Idempotency-Key", key)
             .json(&json!({ "ms": ms }))
@@ -176,11 +206,30 @@ struct Shape {
 }
 
 async fn production_shape(postgres: &PrivatePostgres, redis: &PrivateRedis) -> Shape {
-    let env = TestEnv::on_servers(&postgres.admin_url(), &postgres.url(), &redis.url()).await;
+    production_shape_with(postgres, redis, &[]).await
+}
+
+async fn production_shape_with(
+    postgres: &PrivatePostgres,
+    redis: &PrivateRedis,
+    settings: &[(&str, &str)],
+) -> Shape {
+    let mut env = TestEnv::on_servers(&postgres.admin_url(), &postgres.url(), &redis.url()).await;
+    env.extra_env = settings
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let worker = env.start_worker(&[]);
     Shape { env, api, worker }
 }
+
+/// Two windows close only when a job is published again: a job an api
+/// committed but was killed before pushing, and a message a worker fetched
+/// but was killed before claiming (apalis hands it back only after a minute
+/// without the dead worker's heartbeat). Both wait for REPUBLISH_AFTER;
+/// these tests shorten it so they need not wait minutes.
+const SHORT_REPUBLISH: (&str, &str) = ("REPUBLISH_AFTER", "5s");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_succeeds_soon_after_redis_comes_back_empty() {
@@ -297,6 +346,102 @@ async fn assert_all_succeed_one(env: &TestEnv, job_id: &str, deadline: Instant) 
         assert!(Instant::now() < deadline, "{job_id} unfinished: {job:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_killed_mid_burst_makes_one_job_per_key_on_the_next_api() {
+    let postgres = PrivatePostgres::start();
+    let redis = PrivateRedis::start();
+    let mut shape = production_shape_with(&postgres, &redis, &[SHORT_REPUBLISH]).await;
+    let target = Target::new(&shape.api.base);
+
+    let stream = Stream::start_on(&target, 8, 25, 20);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    shape.api.process.as_mut().expect("api").kill_hard();
+    // Clients retry their keys against a new api (another port: a new
+    // address behind the same name, as after a redeploy).
+    let next = shape.env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    target.point_at(&next.base);
+    let back = Instant::now();
+
+    let accepted = stream.accepted().await;
+    assert_eq!(accepted.len(), 200);
+    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
+    assert_up("worker", &mut shape.worker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_twice_mid_stream_leave_every_job_succeeded() {
+    let postgres = PrivatePostgres::start();
+    let redis = PrivateRedis::start();
+    let mut shape = production_shape_with(&postgres, &redis, &[SHORT_REPUBLISH]).await;
+    let mut second = shape.env.start_worker(&[]);
+
+    let stream = Stream::start(&shape.api.base, 8, 25, 100);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    shape.worker.kill_hard();
+    let _third = shape.env.start_worker(&[]);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    second.kill_hard();
+    let killed = Instant::now();
+
+    let accepted = stream.accepted().await;
+    assert_eq!(accepted.len(), 200);
+    // A killed worker's jobs wait for their leases (JOB_LEASE, 3 s here).
+    assert_all_succeed(&shape.env, &accepted, killed + Duration::from_secs(40)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_worker_that_wakes_after_its_lease_overwrites_nothing() {
+    let postgres = PrivatePostgres::start();
+    let redis = PrivateRedis::start();
+    let shape = production_shape(&postgres, &redis).await;
+    let api = &shape.api;
+    let job_id = api.submit("sleep", json!({"ms": 2000})).await["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    api.wait_status(&job_id, "RUNNING").await;
+
+    // Frozen past its lease (3 s): another worker takes the job over.
+    signal(&shape.worker, "-STOP");
+    let _other = shape.env.start_worker(&[]);
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["attempts"], 2, "{done}");
+    let result = api.get(&format!("/v1/jobs/{job_id}/result")).await.json();
+
+    // It wakes, finishes its sleep and tries to write: fenced.
+    signal(&shape.worker, "-CONT");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = api.job(&job_id).await;
+    assert_eq!(after["status"], "SUCCEEDED");
+    assert_eq!(after["attempts"], 2);
+    assert_eq!(
+        after["finished_at"], done["finished_at"],
+        "nothing rewritten"
+    );
+    let result_after = api.get(&format!("/v1/jobs/{job_id}/result")).await.json();
+    assert_eq!(result_after, result, "the result is the second attempt's");
+    assert_eq!(result_after["attempt"], 2);
+    assert_eq!(
+        shape
+            .env
+            .store()
+            .await
+            .count_results(&job_id)
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+fn signal(process: &Process, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &process.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
 }
 
 // ------------------------------------------------------------- deploys
