@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::{
-    common::{Api, Backend, KEY_A, Process, TestEnv},
-    servers::{PrivatePostgres, PrivateRedis},
-};
+use bench::servers::{PrivatePostgres, PrivateRedis};
+
+use crate::common::{Api, Backend, KEY_A, Process, TestEnv};
 
 /// Retrying clients and the jobs they were given.
 struct Stream {

@@ -10,6 +10,5 @@ mod idempotency;
 mod lifecycle;
 mod reports;
 mod scale;
-mod servers;
 mod webhooks;
 mod worker_behaviour;

@@ -1,6 +1,7 @@
-//! A Postgres and a Redis server of a test's own, on free ports, for tests
-//! that crash and restart them: the machine's shared servers are never
-//! touched. Both are stopped, and their files removed, when dropped.
+//! A Postgres and a Redis server of a run's own, on free ports, for the
+//! soak and the fault tests, which crash and restart them: the machine's
+//! shared servers are never touched. Both are stopped, and their files
+//! removed, when dropped.
 
 use std::{
     path::{Path, PathBuf},

@@ -1,0 +1,657 @@
+//! `receipt-soak`: the production shape (one api, several workers, Postgres
+//! and Redis of the run's own) under a mixed load for a set time, while
+//! faults are injected: a worker killed every minute, Redis restarted
+//! without its data once, Postgres crashed once. Then it lets everything
+//! finish and counts what was lost or done twice.
+
+use std::{
+    collections::{HashMap, HashSet},
+    io::BufRead,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use bench::servers::{PrivatePostgres, PrivateRedis};
+use clap::Parser;
+use rand::Rng;
+use serde_json::{Value, json};
+use sqlx::AnyPool;
+
+const KEY: &str = "soak-key-long-enough";
+
+/// Runs Receipt's production shape under load while injecting faults, and
+/// reports jobs lost or doubled.
+#[derive(Parser)]
+#[command(about)]
+struct Args {
+    /// How long the load and the faults last.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Submits per second.
+    #[arg(long, default_value_t = 40)]
+    rate: u32,
+    /// Worker processes.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// How often a worker is killed with SIGKILL (and a new one started).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    kill_every: Duration,
+    /// How long to wait, after the load ends, for every job to finish.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    drain: Duration,
+}
+
+/// What the clients and the webhook receiver saw.
+#[derive(Default)]
+struct Seen {
+    /// Idempotency key -> the job id its first 202 named.
+    accepted: HashMap<String, String>,
+    /// Keys whose re-sent request named another job.
+    keys_with_two_jobs: usize,
+    /// Submits answered with an error and retried.
+    retried_submits: usize,
+    /// Job id -> distinct success event ids delivered for it.
+    success_events: HashMap<String, HashSet<String>>,
+    webhook_deliveries: usize,
+    long_polls: usize,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+fn bin(name: &str) -> Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: run scripts/soak (it builds the release binaries)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Peak resident memory of a process, in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+struct Processes {
+    env: Vec<(String, String)>,
+    logs: PathBuf,
+    api: Child,
+    workers: Vec<Child>,
+    started_workers: usize,
+    /// Peak RSS of workers already killed.
+    killed_peaks: Vec<f64>,
+}
+
+impl Processes {
+    fn spawn(&mut self, name: &str) -> Result<Child> {
+        let log = std::fs::File::create(
+            self.logs
+                .join(format!("{name}-{}.log", self.started_workers)),
+        )?;
+        Ok(Command::new(bin(name)?)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()?)
+    }
+
+    fn start_worker(&mut self) -> Result<()> {
+        self.started_workers += 1;
+        let worker = self.spawn("worker")?;
+        self.workers.push(worker);
+        Ok(())
+    }
+
+    fn kill_a_worker(&mut self) -> Result<()> {
+        if self.workers.is_empty() {
+            return Ok(());
+        }
+        let index = rand::rng().random_range(0..self.workers.len());
+        let mut worker = self.workers.remove(index);
+        if let Some(peak) = peak_rss_mib(worker.id()) {
+            self.killed_peaks.push(peak);
+        }
+        let killed = worker.kill();
+        worker.wait()?;
+        killed?;
+        self.start_worker()
+    }
+
+    fn peaks(&self) -> Value {
+        let mut workers: Vec<f64> = self.killed_peaks.clone();
+        workers.extend(self.workers.iter().filter_map(|w| peak_rss_mib(w.id())));
+        json!({
+            "api_mib": peak_rss_mib(self.api.id()),
+            "worker_max_mib": workers.iter().copied().fold(0.0, f64::max),
+            "workers_started": self.started_workers,
+        })
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in self
+            .workers
+            .iter_mut()
+            .chain(std::iter::once(&mut self.api))
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn api_address(api: &mut Child) -> Result<String> {
+    let stdout = api.stdout.take().context("api stdout")?;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line?;
+        if let Some(addr) = line.strip_prefix("listening on http://") {
+            return Ok(format!("http://{}", addr.trim()));
+        }
+    }
+    bail!("the api exited before listening")
+}
+
+/// A webhook receiver on a free port: records each success event once per
+/// `webhook-id`, and answers 500 to one delivery in twenty so retries run.
+fn start_receiver(seen: Shared) -> Result<(String, actix_web::dev::ServerHandle)> {
+    use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let server = HttpServer::new(move || {
+        let seen = seen.clone();
+        App::new().route(
+            "/hook",
+            web::post().to(move |request: HttpRequest, body: web::Bytes| {
+                let seen = seen.clone();
+                async move {
+                    if rand::rng().random_ratio(1, 20) {
+                        return HttpResponse::InternalServerError().finish();
+                    }
+                    let event_id = request
+                        .headers()
+                        .get("webhook-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned();
+                    let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let mut seen = seen.lock().unwrap();
+                    seen.webhook_deliveries += 1;
+                    if event["type"] == "job.succeeded"
+                        && let Some(job_id) = event["data"]["job_id"].as_str()
+                    {
+                        seen.success_events
+                            .entry(job_id.to_owned())
+                            .or_default()
+                            .insert(event_id);
+                    }
+                    HttpResponse::Ok().finish()
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    let handle = server.handle();
+    tokio::spawn(server);
+    Ok((format!("http://{addr}/hook"), handle))
+}
+
+/// One client intent: submit with a key, retrying the same key after any
+/// error until accepted; now and then send it once more, as a client that
+/// lost the answer would, and check the same job comes back.
+async fn submit_intent(
+    client: reqwest::Client,
+    base: String,
+    seen: Shared,
+    key: String,
+    stop_by: Instant,
+) {
+    let params = {
+        let mut rng = rand::rng();
+        match rng.random_range(0..100) {
+            0..5 => json!({"ms": rng.random_range(10..200), "fail_times": 1, "permanent": true}),
+            5..20 => json!({"ms": rng.random_range(10..200), "fail_times": rng.random_range(1..3)}),
+            _ => json!({"ms": rng.random_range(10..500)}),
+        }
+    };
+    let send = || {
+        client
+            .post(format!("{base}/v1/reports/sleep"))
+            .bearer_auth(KEY)
+            .header("Idempotency-Key", &key)
+            .json(&params)
+            .send()
+    };
+    let mut job_id = None;
+    while job_id.is_none() && Instant::now() < stop_by {
+        match send().await {
+            Ok(response) if response.status().as_u16() == 202 => {
+                let job: Value = response.json().await.unwrap_or(Value::Null);
+                job_id = job["job_id"].as_str().map(str::to_owned);
+            }
+            Ok(response) if response.status().is_client_error() => {
+                eprintln!(
+                    "submit {key}: {} {}",
+                    response.status(),
+                    response.text().await.unwrap_or_default()
+                );
+                return;
+            }
+            _ => {
+                seen.lock().unwrap().retried_submits += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    let Some(job_id) = job_id else {
+        eprintln!("submit {key}: never accepted");
+        return;
+    };
+    seen.lock()
+        .unwrap()
+        .accepted
+        .insert(key.clone(), job_id.clone());
+    if rand::rng().random_ratio(1, 10)
+        && let Ok(response) = send().await
+        && response.status().as_u16() == 202
+    {
+        {
+            let again: Value = response.json().await.unwrap_or(Value::Null);
+            if again["job_id"].as_str() != Some(job_id.as_str()) {
+                seen.lock().unwrap().keys_with_two_jobs += 1;
+            }
+        }
+    }
+}
+
+/// Long polls on jobs already accepted, one after another.
+async fn long_poller(client: reqwest::Client, base: String, seen: Shared, until: Instant) {
+    while Instant::now() < until {
+        let job_id = {
+            let seen = seen.lock().unwrap();
+            let n = seen.accepted.len();
+            (n > 0)
+                .then(|| {
+                    seen.accepted
+                        .values()
+                        .nth(rand::rng().random_range(0..n))
+                        .cloned()
+                })
+                .flatten()
+        };
+        if let Some(job_id) = job_id {
+            let _ = client
+                .get(format!("{base}/v1/jobs/{job_id}?wait=5"))
+                .bearer_auth(KEY)
+                .send()
+                .await;
+            seen.lock().unwrap().long_polls += 1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+const TABLES: [&str; 6] = [
+    "jobs",
+    "job_results",
+    "outbox",
+    "idempotency_keys",
+    "webhook_events",
+    "webhook_deliveries",
+];
+
+async fn row_counts(pool: &AnyPool) -> Result<Value> {
+    let mut counts = serde_json::Map::new();
+    for table in TABLES {
+        let n: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                .fetch_one(pool)
+                .await?;
+        counts.insert(table.to_owned(), json!(n));
+    }
+    Ok(Value::Object(counts))
+}
+
+async fn redis_size(url: &str) -> Result<Value> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let keys: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await?;
+    let used = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse::<i64>().ok());
+    Ok(json!({"keys": keys, "used_memory_bytes": used}))
+}
+
+/// Retries a database read through the faults the soak itself causes.
+async fn with_retries<T, F: std::future::Future<Output = Result<T>>>(
+    mut read: impl FnMut() -> F,
+) -> Result<T> {
+    let mut last = None;
+    for _ in 0..60 {
+        match read().await {
+            Ok(value) => return Ok(value),
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(last.context("no attempt")?)
+}
+
+async fn unfinished(pool: &AnyPool) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status IN ('QUEUED', 'RUNNING')")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    bin("api")?;
+    bin("worker")?;
+    sqlx::any::install_default_drivers();
+    let postgres = PrivatePostgres::start();
+    let mut redis = PrivateRedis::start();
+    let database = format!("receipt_soak_{}", uuid::Uuid::now_v7().simple());
+    {
+        let admin = AnyPool::connect(&postgres.admin_url()).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+            .execute(&admin)
+            .await?;
+        admin.close().await;
+    }
+    let database_url = format!("{}/{database}", postgres.url());
+    let logs = tempfile::tempdir()?;
+    let env: Vec<(String, String)> = [
+        ("BIND_ADDR", "127.0.0.1:0".to_owned()),
+        ("DATABASE_URL", database_url.clone()),
+        ("REDIS_URL", redis.url()),
+        ("EMBEDDED_WORKER", "false".to_owned()),
+        ("API_KEYS", format!("soak:{KEY}")),
+        ("ENABLE_DIAGNOSTIC_KINDS", "true".to_owned()),
+        ("WEBHOOK_ALLOW_PRIVATE", "true".to_owned()),
+        ("WEBHOOK_RETRY_SCHEDULE", "1s,2s,5s,10s".to_owned()),
+        ("RETRY_BASE_DELAY", "200ms".to_owned()),
+        ("RETRY_MAX_DELAY", "2s".to_owned()),
+        ("JOB_LEASE", "10s".to_owned()),
+        ("REPUBLISH_AFTER", "60s".to_owned()),
+        ("RUST_LOG", "warn".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let api = Command::new(bin("api")?)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(logs.path().join("api.log"))?)
+        .spawn()?;
+    let mut processes = Processes {
+        env,
+        logs: logs.path().to_owned(),
+        api,
+        workers: Vec::new(),
+        started_workers: 0,
+        killed_peaks: Vec::new(),
+    };
+    let base = tokio::task::block_in_place(|| api_address(&mut processes.api))?;
+    for _ in 0..args.workers {
+        processes.start_worker()?;
+    }
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(2)
+        .connect(&database_url)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rows_before = row_counts(&pool).await?;
+    let redis_before = redis_size(&redis.url()).await?;
+
+    let seen: Shared = Arc::default();
+    let (hook_url, receiver) = start_receiver(seen.clone())?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(64)
+        .build()?;
+    let registered = client
+        .post(format!("{base}/v1/webhooks"))
+        .bearer_auth(KEY)
+        .json(&json!({"url": hook_url, "events": ["job.succeeded", "job.failed"]}))
+        .send()
+        .await?;
+    if registered.status().as_u16() != 201 {
+        bail!(
+            "webhook registration: {} {}",
+            registered.status(),
+            registered.text().await?
+        );
+    }
+
+    println!(
+        "soak: {:?} at {} submits/s, {} workers; a worker killed every {:?}, Redis restarted empty at 1/3, Postgres crashed at 2/3",
+        args.duration, args.rate, args.workers, args.kill_every
+    );
+    let started = Instant::now();
+    let load_ends = started + args.duration;
+    let pollers: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::spawn(long_poller(
+                client.clone(),
+                base.clone(),
+                seen.clone(),
+                load_ends,
+            ))
+        })
+        .collect();
+    let mut intents = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / args.rate.max(1));
+    let (mut next_kill, mut redis_done, mut postgres_done) =
+        (started + args.kill_every, false, false);
+    let mut faults = Vec::new();
+    let mut n = 0u64;
+    while Instant::now() < load_ends {
+        tick.tick().await;
+        n += 1;
+        intents.push(tokio::spawn(submit_intent(
+            client.clone(),
+            base.clone(),
+            seen.clone(),
+            format!("soak-{n}"),
+            load_ends + Duration::from_secs(120),
+        )));
+        let elapsed = started.elapsed();
+        if Instant::now() >= next_kill {
+            processes.kill_a_worker()?;
+            faults.push(format!(
+                "{:>5.0}s worker killed (SIGKILL)",
+                elapsed.as_secs_f64()
+            ));
+            next_kill += args.kill_every;
+        }
+        if !redis_done && elapsed >= args.duration / 3 {
+            redis_done = true;
+            redis.kill();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            redis.start_again();
+            faults.push(format!(
+                "{:>5.0}s Redis restarted empty (3 s down)",
+                elapsed.as_secs_f64()
+            ));
+        }
+        if !postgres_done && elapsed >= args.duration * 2 / 3 {
+            postgres_done = true;
+            postgres.crash();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            postgres.start_again();
+            faults.push(format!(
+                "{:>5.0}s Postgres crashed (5 s down)",
+                elapsed.as_secs_f64()
+            ));
+        }
+    }
+    println!(
+        "load ended after {:.0} s; {n} intents; waiting for every answer",
+        started.elapsed().as_secs_f64()
+    );
+    for intent in intents {
+        let _ = intent.await;
+    }
+    for poller in pollers {
+        let _ = poller.await;
+    }
+    let drain_ends = Instant::now() + args.drain;
+    loop {
+        let left = with_retries(|| unfinished(&pool)).await?;
+        if left == 0 || Instant::now() >= drain_ends {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Webhook deliveries still due (a receiver's 500 is retried).
+    loop {
+        let pending: i64 = with_retries(|| async {
+            Ok(
+                sqlx::query_scalar("SELECT COUNT(*) FROM webhook_events WHERE state = 'pending'")
+                    .fetch_one(&pool)
+                    .await?,
+            )
+        })
+        .await?;
+        if pending == 0 || Instant::now() >= drain_ends {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let report = report(
+        &pool,
+        &seen,
+        &processes,
+        &redis.url(),
+        rows_before,
+        redis_before,
+        &faults,
+        started,
+    )
+    .await?;
+    println!("{}", report);
+    receiver.stop(false).await;
+    drop(processes);
+    pool.close().await;
+    let lost = report["lost"].as_i64().unwrap_or(-1);
+    let doubled = report["doubled"].as_i64().unwrap_or(-1);
+    if lost != 0 || doubled != 0 {
+        bail!("lost {lost}, doubled {doubled}: see {}", keep_logs(logs));
+    }
+    Ok(())
+}
+
+fn keep_logs(logs: tempfile::TempDir) -> String {
+    let path: &Path = logs.path();
+    let shown = path.display().to_string();
+    std::mem::forget(logs);
+    shown
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn report(
+    pool: &AnyPool,
+    seen: &Shared,
+    processes: &Processes,
+    redis_url: &str,
+    rows_before: Value,
+    redis_before: Value,
+    faults: &[String],
+    started: Instant,
+) -> Result<Value> {
+    let (accepted, keys_with_two_jobs, retried, success_doubled, deliveries, long_polls) = {
+        let seen = seen.lock().unwrap();
+        (
+            seen.accepted.clone(),
+            seen.keys_with_two_jobs,
+            seen.retried_submits,
+            seen.success_events
+                .values()
+                .filter(|events| events.len() > 1)
+                .count(),
+            seen.webhook_deliveries,
+            seen.long_polls,
+        )
+    };
+    let mut by_status: HashMap<String, i64> = HashMap::new();
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, COUNT(*) FROM jobs GROUP BY status")
+            .fetch_all(pool)
+            .await?;
+    for (status, count) in rows {
+        by_status.insert(status, count);
+    }
+    let final_statuses: i64 = ["SUCCEEDED", "FAILED", "CANCELLED"]
+        .iter()
+        .map(|s| by_status.get(*s).copied().unwrap_or(0))
+        .sum();
+    let jobs_in_db: i64 = by_status.values().sum();
+    let accepted_jobs: HashSet<&String> = accepted.values().collect();
+    let mut finished_accepted = 0i64;
+    for job_id in &accepted_jobs {
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM jobs WHERE job_id = $1")
+                .bind(job_id.as_str())
+                .fetch_optional(pool)
+                .await?;
+        if matches!(
+            status.as_deref(),
+            Some("SUCCEEDED" | "FAILED" | "CANCELLED")
+        ) {
+            finished_accepted += 1;
+        }
+    }
+    let lost = accepted.len() as i64 - finished_accepted;
+    // Jobs beyond one per accepted key, keys that named two jobs, and jobs
+    // announced as succeeded twice (two events, not two deliveries of one).
+    let extra_jobs = (jobs_in_db - accepted_jobs.len() as i64).max(0);
+    let doubled = extra_jobs + keys_with_two_jobs as i64 + success_doubled as i64;
+    println!("\nfaults:");
+    for fault in faults {
+        println!("  {fault}");
+    }
+    let rows_after = row_counts(pool).await?;
+    let redis_after = redis_size(redis_url).await?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let redis_a_minute_later = redis_size(redis_url).await?;
+    Ok(json!({
+        "scenario": "soak",
+        "seconds": started.elapsed().as_secs(),
+        "accepted": accepted.len(),
+        "finished": finished_accepted,
+        "final_in_db": final_statuses,
+        "by_status": by_status,
+        "lost": lost,
+        "doubled": doubled,
+        "doubled_detail": {"extra_jobs": extra_jobs, "keys_with_two_jobs": keys_with_two_jobs, "jobs_with_two_success_events": success_doubled},
+        "retried_submits": retried,
+        "webhook_deliveries_received": deliveries,
+        "long_polls": long_polls,
+        "rows_before": rows_before,
+        "rows_after": rows_after,
+        "redis_before": redis_before,
+        "redis_after": redis_after,
+        "redis_a_minute_later": redis_a_minute_later,
+        "peak_rss": processes.peaks(),
+    }))
+}
