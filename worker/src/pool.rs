@@ -1,7 +1,9 @@
-//! The apalis worker pool, configured around the sharp edges found in
-//! `shared/notes/apalis-1.0.md`: a unique name per process and per restart,
-//! `batch_size(1)`, an explicit queue and poll interval, capped restarts,
-//! messages decoded as any JSON, and a handler that never fails or panics.
+//! The apalis worker pool, configured around the sharp edges of apalis 1.0
+//! listed in `docs/design.md` ("apalis 1.0: what we rely on and work
+//! around"): a unique name per process and per restart, `QUEUE_PREFETCH`
+//! messages per fetch (1 by default), an explicit queue and poll interval,
+//! capped restarts, messages decoded as any JSON, and a handler that never
+//! fails or panics.
 //! If the pool dies, [`WorkerPool::run`] returns an error so the process
 //! exits non-zero and its supervisor restarts it.
 
@@ -216,7 +218,8 @@ impl WorkerPool {
                     })
                     .register(move |restarts| {
                         // A new name per restart: apalis refuses a name it
-                        // saw within the heartbeat window (notes §0 item 9).
+                        // saw within the heartbeat window (docs/design.md,
+                        // apalis 1.0, item 7).
                         WorkerBuilder::new(format!("{base}-r{restarts}"))
                             .backend(new_backend())
                             .data(runner.clone())
