@@ -1,6 +1,7 @@
-//! Reading a JSON body in the order API.md's error table implies: the size
-//! limit (413, by actix's payload config), then the media type (415), then
-//! the JSON itself (400). Validation (422) is the handler's.
+//! Reading a JSON body in the order the error table of `docs/api.md`
+//! implies: the size limit (413, by actix's payload config), then the media
+//! type (415), then the JSON itself (400). Validation (422) is the
+//! handler's.
 
 use actix_web::{HttpRequest, http::header, web::Bytes};
 use serde::de::DeserializeOwned;

@@ -28,8 +28,9 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey(pub Option<String>);
 
-/// A key as API.md allows it: 1 to 255 visible ASCII characters, bare or
-/// as a structured-field string (`"abc"`, with `\"` and `\\` escapes).
+/// A key as `docs/api.md` allows it: 1 to 255 visible ASCII characters,
+/// bare or as a structured-field string (`"abc"`, with `\"` and `\\`
+/// escapes).
 pub fn parse_key(raw: &[u8]) -> Result<String, String> {
     let text = std::str::from_utf8(raw)
         .map_err(|_| "the Idempotency-Key is not ASCII".to_owned())?

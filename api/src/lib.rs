@@ -26,7 +26,7 @@ use worker::{BoxError, Queue, WorkerPool, cancel_on_signal, run_relay};
 
 use crate::{auth::KeyCache, error::problem_fallback, state::AppState};
 
-/// Body limit of every route but the ledger import (API.md).
+/// Body limit of every route but the ledger import (`docs/api.md`).
 const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
 

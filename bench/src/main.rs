@@ -21,7 +21,7 @@ const REDIS: &str = "redis://127.0.0.1:6379";
 const KEY: &str = "bench-key";
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "Receipt's benchmark (see README: Performance)")]
+#[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, scale, report, bullmq.
     #[arg(long, default_value = "e2e,submit,pickup,scale,report,bullmq")]

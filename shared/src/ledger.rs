@@ -1,5 +1,6 @@
 //! Ledger entries: money in integer paise, GST rates in hundredths of a
-//! percent, and the per-entry tax rule of API.md (rounded half up to the paisa).
+//! percent, and the per-entry tax rule of `docs/api.md` (rounded half up to
+//! the paisa).
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -24,7 +25,7 @@ impl FieldError {
 /// million such entries still sums inside a 64-bit integer of paise.
 pub const MAX_AMOUNT_PAISE: i64 = 100_000_000_000;
 
-/// Rates API.md allows, in hundredths of a percent.
+/// Rates `docs/api.md` allows, in hundredths of a percent.
 pub const GST_RATES_CENTI: [i64; 7] = [0, 25, 300, 500, 1200, 1800, 2800];
 
 /// An entry as a client sends it. The schema is closed.
@@ -150,7 +151,8 @@ pub fn format_paise(paise: i64) -> String {
     format!("{sign}{}.{:02}", abs / 100, abs % 100)
 }
 
-/// A rate in hundredths of a percent, written as API.md lists it (`0.25`, `18`).
+/// A rate in hundredths of a percent, written as `docs/api.md` lists it
+/// (`0.25`, `18`).
 pub fn format_rate(rate_centi: i64) -> String {
     if rate_centi % 100 == 0 {
         (rate_centi / 100).to_string()

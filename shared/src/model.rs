@@ -5,7 +5,8 @@ use utoipa::ToSchema;
 
 use crate::time::to_rfc3339;
 
-/// Where a job is in its life. Written once here; the README draws it.
+/// Where a job is in its life. Written once here; the README and
+/// `docs/design.md` draw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobStatus {
@@ -76,7 +77,7 @@ pub struct Job {
     pub cancel_requested: bool,
 }
 
-/// The job object of API.md.
+/// The job object of `docs/api.md`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct JobObject {
     /// `job_` + a time-ordered UUID (v7).
@@ -101,8 +102,9 @@ pub struct JobObject {
     pub error: Option<JobErrorObject>,
     /// True after a cancel of a running job, until it stops.
     pub cancel_requested: bool,
-    /// Receipt addition: when a retry is due, while a failed attempt waits
-    /// for its backoff; null otherwise.
+    /// When the next attempt is due, while a job that was already attempted
+    /// waits as QUEUED (a retry's backoff, or a new attempt after its worker
+    /// stopped); null otherwise.
     pub next_attempt_at: Option<String>,
 }
 

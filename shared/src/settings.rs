@@ -1,6 +1,6 @@
 //! Every setting is an environment variable, mirrored by a command-line flag.
-//! The names and defaults of API.md's table are kept exactly; the ones marked
-//! "Receipt addition" are ours and documented in the README.
+//! Names and defaults are part of the contract (`docs/api.md`); the full
+//! table, with what each one does, is in `docs/operations.md`.
 
 use std::time::Duration;
 
@@ -50,7 +50,8 @@ pub struct Settings {
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value = "false", value_parser = BoolishValueParser::new())]
     pub webhook_allow_private: bool,
 
-    /// Receipt addition: how long a webhook receiver has to answer.
+    /// How long a webhook receiver has to answer before the attempt counts
+    /// as failed.
     #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
     pub webhook_timeout: Duration,
 
@@ -62,35 +63,36 @@ pub struct Settings {
     #[arg(long, env = "SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
 
-    /// Receipt addition: the queue's name, and the prefix of every Redis key
-    /// the service writes. Deployments sharing one Redis use different names.
+    /// The queue's name, and the prefix of every Redis key the service
+    /// writes. Deployments sharing one Redis use different names.
     #[arg(long, env = "QUEUE_NAME", default_value = "receipt")]
     pub queue_name: String,
 
-    /// Receipt addition: how long a running attempt's lease lasts without a
-    /// heartbeat; a worker that dies is noticed after at most this long.
+    /// How long a running attempt's lease lasts without a heartbeat; a
+    /// worker that dies is noticed after at most this long.
     #[arg(long, env = "JOB_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub job_lease: Duration,
 
-    /// Receipt addition: the first retry's backoff; it doubles per attempt.
+    /// The first retry's backoff; it doubles per attempt.
     #[arg(long, env = "RETRY_BASE_DELAY", default_value = "1s", value_parser = humantime::parse_duration)]
     pub retry_base_delay: Duration,
 
-    /// Receipt addition: the longest retry backoff.
+    /// The longest retry backoff.
     #[arg(long, env = "RETRY_MAX_DELAY", default_value = "5m", value_parser = humantime::parse_duration)]
     pub retry_max_delay: Duration,
 
-    /// Receipt addition: a queued job not yet picked up is published to the
-    /// queue again after this long (then twice as long each time), in case
-    /// the queue lost its message.
+    /// A queued job not yet picked up is published to the queue again after
+    /// this long (then twice as long each time), in case the queue lost its
+    /// message.
     #[arg(long, env = "REPUBLISH_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
     pub republish_after: Duration,
 
-    /// Receipt addition: messages a worker process fetches from a shared
-    /// queue (Redis, SQLite, Postgres) per call. Above 1 it is faster for
-    /// short jobs, but apalis 1.0 stops heartbeating while fetched messages
-    /// wait for a busy slot, so with jobs that run for minutes another
-    /// worker reclaims them and this worker's apalis restarts (see README).
+    /// Messages a worker process fetches from a shared queue (Redis,
+    /// SQLite, Postgres) per call. Above 1 it is faster for short jobs, but
+    /// apalis 1.0 stops heartbeating while fetched messages wait for a busy
+    /// slot, so with jobs that run for minutes another worker reclaims them
+    /// and this worker's apalis restarts (see docs/design.md, apalis 1.0,
+    /// item 2).
     #[arg(long, env = "QUEUE_PREFETCH", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub queue_prefetch: u16,
 }

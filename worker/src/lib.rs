@@ -1,7 +1,7 @@
 //! The worker side: the apalis pool that runs jobs, the outbox relay that
-//! feeds the queue, and the lease sweeper. apalis is the transport; the
-//! database is the truth (DESIGN.md): every state change is made, and
-//! fenced, in the store.
+//! feeds the queue, the lease sweeper and the webhook dispatcher. apalis is
+//! the transport; the database is the truth (`docs/design.md`): every state
+//! change is made, and fenced, in the store.
 
 mod dispatcher;
 mod pool;

@@ -1,6 +1,7 @@
-//! The apalis worker pool, configured around the sharp edges found in
-//! `shared/notes/apalis-1.0.md`: a unique name per process and per restart,
-//! `batch_size(1)`, an explicit queue and poll interval, capped restarts,
+//! The apalis worker pool, configured around the sharp edges of apalis 1.0
+//! listed in `docs/design.md` ("apalis 1.0: what we rely on and work
+//! around"): a unique name per process and per restart, `QUEUE_PREFETCH`
+//! messages per fetch (1 by default), an explicit queue and poll interval,
 //! messages decoded as any JSON, and a handler that never fails or panics.
 //! A worker that keeps failing (Redis or the database down) is started
 //! again after a pause, for as long as the process runs: an outage never
@@ -267,7 +268,8 @@ impl WorkerPool {
                     })
                     .register(move |restarts| {
                         // A new name per restart: apalis refuses a name it
-                        // saw within the heartbeat window (notes §0 item 9).
+                        // saw within the heartbeat window (docs/design.md,
+                        // apalis 1.0, item 7).
                         WorkerBuilder::new(format!("{base}-r{restarts}"))
                             .backend(new_backend())
                             .data(runner.clone())

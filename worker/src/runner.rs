@@ -32,8 +32,8 @@ pub struct Runner {
     /// Cancelled when the process begins to shut down: a claim stops
     /// waiting for the database.
     pub stopping: CancellationToken,
-    /// Group commits of the two writes every job makes (DESIGN.md:
-    /// batching is how throughput grows).
+    /// Group commits of the two writes every job makes (`docs/design.md`,
+    /// Group commit: batching is how throughput grows).
     claims: Batcher<String, Option<Claim>>,
     successes: Batcher<(String, i64, String), bool>,
 }
@@ -42,8 +42,9 @@ pub struct Runner {
 /// pool's concurrency, few enough to keep one transaction short.
 const MAX_BATCH: usize = 64;
 
-/// API.md's backoff: starts at `base`, doubles per attempt up to `max`,
-/// with "equal jitter" (half fixed, half random) so retries spread out.
+/// The backoff of `docs/api.md`: starts at `base`, doubles per attempt up
+/// to `max`, with "equal jitter" (half fixed, half random) so retries
+/// spread out.
 pub fn backoff_delay(attempt: i64, base: Duration, max: Duration) -> Duration {
     let exponent = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
     let full = base.saturating_mul(2u32.saturating_pow(exponent)).min(max);

@@ -79,7 +79,7 @@ pub struct DeliveryObject {
     pub attempt: i64,
     pub response_status: Option<i64>,
     pub error: Option<String>,
-    /// Receipt addition: how long the attempt took.
+    /// How long the attempt took, in milliseconds.
     pub duration_ms: i64,
     pub attempted_at: String,
     /// When the next attempt is due; null when none will follow.

@@ -1,7 +1,8 @@
-//! Errors as a client sees them: every row of API.md's error table answers
-//! its status with an `application/problem+json` body and stores nothing; a
-//! database outage answers 503 with `Retry-After`; random bodies never get a
-//! 5xx; and the OpenAPI document lists exactly what the server serves.
+//! Errors as a client sees them: every row of the error table of
+//! `docs/api.md` answers its status with an `application/problem+json` body
+//! and stores nothing; a database outage answers 503 with `Retry-After`;
+//! random bodies never get a 5xx; and the OpenAPI document lists exactly
+//! what the server serves.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -1337,7 +1338,7 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
     ] {
         assert!(
             real_fields.contains(field),
-            "API.md's {field} is not in a job object"
+            "docs/api.md's {field} is not in a job object"
         );
     }
 }

@@ -1,4 +1,4 @@
-//! API.md's Idempotency section: a retried POST does its work once.
+//! The Idempotency section of `docs/api.md`: a retried POST does its work once.
 
 use std::collections::HashSet;
 

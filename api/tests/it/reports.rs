@@ -691,7 +691,7 @@ async fn report_parameters_that_make_no_sense_are_refused_without_a_job(backend:
 
 // ------------------------------------------------------- randomized check
 
-/// GST rates in hundredths of a percent, with API.md's spelling.
+/// GST rates in hundredths of a percent, spelt as `docs/api.md` spells them.
 const RATES: [(i64, &str); 7] = [
     (0, "0"),
     (25, "0.25"),

@@ -1,7 +1,7 @@
-//! API.md's Webhooks section, end to end: a real receiver on 127.0.0.1 (an
-//! actix-web server inside the test) records every request and answers
-//! from a script, and the `standardwebhooks` crate checks every signature
-//! independently of the service's own signing code.
+//! The Webhooks section of `docs/api.md`, end to end: a real receiver on
+//! 127.0.0.1 (an actix-web server inside the test) records every request
+//! and answers from a script, and the `standardwebhooks` crate checks every
+//! signature independently of the service's own signing code.
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet, VecDeque},

@@ -179,7 +179,7 @@ async fn a_job_that_keeps_failing_fails_after_five_attempts_with_its_last_error(
 
     let done = api.wait_final(&job_id).await;
     assert_eq!(done["status"], "FAILED");
-    assert_eq!(done["attempts"], 5, "API.md: 5 attempts by default");
+    assert_eq!(done["attempts"], 5, "docs/api.md: 5 attempts by default");
     assert_eq!(done["error"]["type"], "diagnostic_failure");
     let message = done["error"]["message"].as_str().expect("error.message");
     assert!(message.contains("attempt 5"), "the last error: {message}");
@@ -686,7 +686,8 @@ async fn a_malformed_queue_message_does_not_stall_the_queue(backend: Backend) {
     // are not JSON fail in apalis's decoder before any handler and end the
     // apalis worker; the pool restarts it under a new name (and apalis's
     // orphan recovery hands the message back a minute later, so that
-    // repeats each minute: a known limit, shared/notes/apalis-1.0.md §4).
+    // repeats each minute: a known limit, docs/design.md, "apalis 1.0: what
+    // we rely on and work around", item 6).
     push_garbage(&env).await;
     for _ in 0..3 {
         let job_id = id_of(&api.submit("sleep", json!({"ms": 1})).await);

@@ -94,7 +94,7 @@ fn side(rows: &[GstRow], direction: Direction) -> (Value, Sums) {
     (json!({"by_rate": by_rate, "total": total.to_json()}), total)
 }
 
-/// The result object of API.md from the per-rate sums.
+/// The result object of `docs/api.md` from the per-rate sums.
 pub fn summary(month: &str, rows: &[GstRow]) -> Value {
     let (outward, out) = side(rows, Direction::Sale);
     let (inward, inn) = side(rows, Direction::Purchase);

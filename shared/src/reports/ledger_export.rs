@@ -13,7 +13,7 @@ pub struct LedgerExport;
 
 const PAGE: i64 = 5_000;
 
-/// The CSV columns, in API.md's order.
+/// The CSV columns, in the order of `docs/api.md`.
 pub const COLUMNS: [&str; 11] = [
     "id",
     "date",

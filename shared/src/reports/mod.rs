@@ -72,7 +72,7 @@ pub trait ReportKind: Send + Sync + 'static {
     /// The stable name clients use in `POST /v1/reports/{kind}`.
     fn name(&self) -> &'static str;
 
-    /// Attempts before a retryable failure becomes final (API.md: 5).
+    /// Attempts before a retryable failure becomes final (`docs/api.md`: 5).
     fn max_attempts(&self) -> i64 {
         5
     }

@@ -24,7 +24,7 @@ struct Params {
     ms: u64,
     #[serde(default)]
     fail_times: u32,
-    /// Receipt addition: the failures are permanent (no retry).
+    /// The failures are permanent (no retry).
     #[serde(default)]
     permanent: bool,
 }

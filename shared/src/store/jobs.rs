@@ -244,8 +244,8 @@ impl Store {
         Ok(row.map(|r| r.try_get("body")).transpose()?)
     }
 
-    /// API.md's cancel: a queued job is cancelled at once, a running one is
-    /// asked to stop at its next checkpoint.
+    /// The cancel of `docs/api.md`: a queued job is cancelled at once, a
+    /// running one is asked to stop at its next checkpoint.
     pub async fn cancel_job(
         &self,
         tx: &mut WriteTx,
