@@ -91,14 +91,7 @@ struct Service {
 }
 
 fn bin(name: &str) -> Result<PathBuf> {
-    let path = std::env::current_exe()?.with_file_name(name);
-    if !path.exists() {
-        bail!(
-            "{} is missing: run scripts/bench (it builds the release binaries)",
-            path.display()
-        );
-    }
-    Ok(path)
+    Ok(bench::sibling_binary(name, "scripts/bench")?)
 }
 
 async fn admin(sql: &str) -> Result<()> {
@@ -195,12 +188,7 @@ impl Service {
 
     /// Peak resident memory of each process, in MiB.
     fn peak_rss(&self) -> Value {
-        let peak = |pid: u32| -> Option<f64> {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb / 1024.0)
-        };
+        let peak = bench::peak_rss_mib;
         json!({
             "api_mib": peak(self.api.id()),
             "worker_mib": self.workers.iter().map(|w| peak(w.id())).collect::<Vec<_>>(),

@@ -14,7 +14,10 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use bench::servers::{PrivatePostgres, PrivateRedis};
+use bench::{
+    peak_rss_mib,
+    servers::{PrivatePostgres, PrivateRedis},
+};
 use clap::Parser;
 use rand::Rng;
 use serde_json::{Value, json};
@@ -62,22 +65,7 @@ struct Seen {
 type Shared = Arc<Mutex<Seen>>;
 
 fn bin(name: &str) -> Result<PathBuf> {
-    let path = std::env::current_exe()?.with_file_name(name);
-    if !path.exists() {
-        bail!(
-            "{} is missing: run scripts/soak (it builds the release binaries)",
-            path.display()
-        );
-    }
-    Ok(path)
-}
-
-/// Peak resident memory of a process, in MiB.
-fn peak_rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
+    Ok(bench::sibling_binary(name, "scripts/soak")?)
 }
 
 struct Processes {
@@ -549,7 +537,19 @@ async fn main() -> Result<()> {
         started,
     )
     .await?;
-    println!("{}", report);
+    println!(
+        "\naccepted {}, finished {}, lost {}, doubled {}; rows after: {}; Redis keys {} -> {} (a minute later {}); peak RSS {}",
+        report["accepted"],
+        report["finished"],
+        report["lost"],
+        report["doubled"],
+        report["rows_after"],
+        report["redis_before"]["keys"],
+        report["redis_after"]["keys"],
+        report["redis_a_minute_later"]["keys"],
+        report["peak_rss"],
+    );
+    println!("{report}");
     receiver.stop(false).await;
     drop(processes);
     pool.close().await;

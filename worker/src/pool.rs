@@ -154,7 +154,7 @@ impl WorkerPool {
     }
 
     /// Runs the relay, the sweeper, the dispatcher and the apalis workers until `shutdown`
-    /// is cancelled (then drains for the grace period) or the pool dies.
+    /// is cancelled, then drains for the grace period.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), BoxError> {
         let store = self.runner.store.clone();
         let signals = self.runner.signals.clone();
