@@ -75,7 +75,10 @@ impl FromRequest for Tenant {
             let key = key?;
             let state = state.ok_or_else(|| ApiError::Internal("no app state".into()))?;
             match state.keys.tenant(&state.store, &key).await? {
-                Some(tenant) => Ok(Tenant(tenant)),
+                Some(tenant) => {
+                    state.limits.request(&tenant)?;
+                    Ok(Tenant(tenant))
+                }
                 None => Err(ApiError::Unauthorized("the API key is not valid".into())),
             }
         })

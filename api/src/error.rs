@@ -46,6 +46,13 @@ pub enum ApiError {
         detail: String,
         errors: Vec<FieldError>,
     },
+    /// 429, with `Retry-After` (whole seconds, at least 1): the tenant is
+    /// over one of its limits.
+    #[error("{detail}")]
+    TooManyRequests {
+        detail: String,
+        retry_after_secs: u64,
+    },
     /// 503, with `Retry-After`: the database or the queue is down.
     #[error("{0}")]
     Unavailable(String),
@@ -73,6 +80,7 @@ impl ApiError {
             ApiError::Conflict { .. } => "conflict",
             ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
             ApiError::Validation { .. } => "validation-error",
+            ApiError::TooManyRequests { .. } => "too-many-requests",
             ApiError::Unavailable(_) => "service-unavailable",
             ApiError::Internal(_) => "internal-error",
         }
@@ -109,6 +117,7 @@ impl ResponseError for ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -152,6 +161,12 @@ impl ApiError {
             }
             ApiError::Unavailable(_) => {
                 headers.push((header::RETRY_AFTER.to_string(), "5".to_owned()));
+            }
+            ApiError::TooManyRequests {
+                retry_after_secs, ..
+            } => {
+                let secs = (*retry_after_secs).max(1);
+                headers.push((header::RETRY_AFTER.to_string(), secs.to_string()));
             }
             _ => {}
         }

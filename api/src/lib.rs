@@ -5,6 +5,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod idempotency;
+pub mod limits;
 pub mod openapi;
 pub mod routes;
 pub mod state;
@@ -205,6 +206,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
         registry: Registry::new(settings.enable_diagnostic_kinds),
         signals: signals.clone(),
         keys: KeyCache::default(),
+        limits: limits::Limits::new(&settings),
         metrics: prometheus(),
         idempotency_ttl: settings.idempotency_ttl,
         webhook_allow_private: settings.webhook_allow_private,

@@ -6,7 +6,7 @@ use shared::{
 };
 use worker::Queue;
 
-use crate::auth::KeyCache;
+use crate::{auth::KeyCache, limits::Limits};
 
 /// What every handler can reach.
 pub struct AppState {
@@ -17,6 +17,8 @@ pub struct AppState {
     pub registry: Registry,
     pub signals: Signals,
     pub keys: KeyCache,
+    /// Per-tenant limits.
+    pub limits: Limits,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// How long an idempotency key is remembered.
     pub idempotency_ttl: std::time::Duration,

@@ -95,6 +95,27 @@ pub struct Settings {
     /// item 2).
     #[arg(long, env = "QUEUE_PREFETCH", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub queue_prefetch: u16,
+
+    /// Requests per second per tenant, with bursts of twice that, counted
+    /// by each api process; over it: 429 with Retry-After. Health,
+    /// readiness, metrics and the OpenAPI document are not limited.
+    #[arg(long, env = "RATE_LIMIT", default_value = "2000", value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_limit: u32,
+
+    /// QUEUED + RUNNING jobs per tenant; a submit over it is refused with
+    /// 429 and Retry-After, and stores nothing.
+    #[arg(long, env = "MAX_ACTIVE_JOBS", default_value = "100000", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_active_jobs: u64,
+
+    /// Webhooks one tenant may have registered for all its jobs (per-job
+    /// webhooks are not counted: they go with their job).
+    #[arg(long, env = "MAX_WEBHOOKS", default_value = "100", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_webhooks: u64,
+
+    /// Long polls (`GET /v1/jobs/{id}?wait=N`) one tenant may hold open at
+    /// once in each api process; one more is refused with 429.
+    #[arg(long, env = "MAX_LONG_POLLS", default_value = "100", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_long_polls: u32,
 }
 
 /// A list of delays, written like `5s,5m,30m`.

@@ -59,6 +59,7 @@ fn is_job_id(text: &str) -> bool {
     responses(
         (status = 200, body = JobObject, headers(("Retry-After" = String, description = "while not final"))),
         (status = 401), (status = 404), (status = 422, description = "wait is not a whole number"),
+        (status = 429, description = "over the tenant's request rate, or its long polls held open (MAX_LONG_POLLS)", headers(("Retry-After" = String))),
     ),
     security(("bearer" = []))
 )]
@@ -81,6 +82,7 @@ pub async fn get(
     let job = if wait == 0 {
         state.store.get_job(&tenant.0, &job_id).await?
     } else {
+        let _open = state.limits.long_poll(&tenant.0)?;
         wait_for_final(&state, &tenant.0, &job_id, Duration::from_secs(wait)).await?
     }
     .ok_or_else(|| not_found(&job_id))?;

@@ -33,6 +33,7 @@ use crate::{
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "parameters fail validation"),
+        (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored", headers(("Retry-After" = String))),
         (status = 503, description = "database or queue unavailable"),
     ),
     security(("bearer" = []))
@@ -60,6 +61,7 @@ pub async fn submit(
             errors,
         },
     })?;
+    state.limits.admit_job(&state.store, &tenant.0).await?;
     let new_job = NewJob {
         job_id: new_job_id(),
         tenant_id: tenant.0.clone(),

@@ -178,6 +178,9 @@ pub async fn register(
 ) -> ApiResult<HttpResponse> {
     let registration: RegisterWebhook = json_body(&request, &body)?;
     let events = validate(&state, &registration).await?;
+    if registration.job_id.is_none() {
+        state.limits.admit_webhook(&state.store, &tenant.0).await?;
+    }
     let new = NewWebhook {
         tenant_id: tenant.0.clone(),
         url: registration.url.clone(),

@@ -8,6 +8,7 @@ mod exactly_once;
 mod faults;
 mod idempotency;
 mod lifecycle;
+mod limits;
 mod reports;
 mod scale;
 mod webhooks;

@@ -232,6 +232,18 @@ impl Store {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// The tenant's jobs that are QUEUED or RUNNING (for `MAX_ACTIVE_JOBS`).
+    pub async fn count_active_jobs(&self, tenant_id: &str) -> Result<i64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM jobs
+             WHERE tenant_id = $1 AND status IN ('QUEUED', 'RUNNING')",
+        )
+        .bind(tenant_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("n")?)
+    }
+
     pub async fn job_result(&self, tenant_id: &str, job_id: &str) -> Result<Option<String>> {
         let row = sqlx::query(
             "SELECT r.body FROM job_results r JOIN jobs j ON j.job_id = r.job_id

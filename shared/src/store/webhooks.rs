@@ -142,6 +142,17 @@ impl Store {
         Ok(Some(webhook))
     }
 
+    /// The tenant's webhooks for all its jobs (for `MAX_WEBHOOKS`).
+    pub async fn count_tenant_webhooks(&self, tenant_id: &str) -> Result<i64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM webhooks WHERE tenant_id = $1 AND job_id IS NULL",
+        )
+        .bind(tenant_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("n")?)
+    }
+
     pub async fn get_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<Option<Webhook>> {
         let row = sqlx::query(built(&format!(
             "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE webhook_id = $1 AND tenant_id = $2"

@@ -1,0 +1,162 @@
+//! Per-tenant limits: request rate, active jobs, registered webhooks and
+//! concurrent long polls. Each refusal is a 429 problem with `Retry-After`
+//! and changes nothing, so the client may retry the same request (and the
+//! same idempotency key) later. Another tenant is never affected.
+//!
+//! The request rate and long polls are counted by each api process; active
+//! jobs are counted in the database, read at most once a second per tenant
+//! by each process, and counted up between reads, so a burst can pass the
+//! limit by at most what the tenant submits in that second.
+
+use std::{
+    collections::HashMap,
+    num::NonZeroU32,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use governor::{
+    DefaultKeyedRateLimiter, Quota, RateLimiter,
+    clock::{Clock, DefaultClock},
+};
+use shared::{settings::Settings, store::Store};
+
+use crate::error::{ApiError, ApiResult};
+
+/// How long a count of a tenant's active jobs is trusted.
+const ACTIVE_COUNT_FOR: Duration = Duration::from_secs(1);
+
+pub struct Limits {
+    requests: DefaultKeyedRateLimiter<String>,
+    clock: DefaultClock,
+    max_active_jobs: i64,
+    active_jobs: Mutex<HashMap<String, ActiveCount>>,
+    max_webhooks: i64,
+    max_long_polls: usize,
+    long_polls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+#[derive(Clone, Copy)]
+struct ActiveCount {
+    read_at: Instant,
+    /// As read, plus the submits this process admitted since.
+    count: i64,
+}
+
+impl Limits {
+    pub fn new(settings: &Settings) -> Self {
+        let rate = NonZeroU32::new(settings.rate_limit).unwrap_or(NonZeroU32::MIN);
+        let burst = rate.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
+        Self {
+            requests: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+            clock: DefaultClock::default(),
+            max_active_jobs: i64::try_from(settings.max_active_jobs).unwrap_or(i64::MAX),
+            active_jobs: Mutex::default(),
+            max_webhooks: i64::try_from(settings.max_webhooks).unwrap_or(i64::MAX),
+            max_long_polls: settings.max_long_polls as usize,
+            long_polls: Arc::default(),
+        }
+    }
+
+    /// Counts one request of the tenant against `RATE_LIMIT`.
+    pub fn request(&self, tenant: &str) -> ApiResult<()> {
+        // Keys are tenants: a bounded set, as only a valid key gets here.
+        match self.requests.check_key(&tenant.to_owned()) {
+            Ok(()) => Ok(()),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(self.clock.now());
+                Err(ApiError::TooManyRequests {
+                    detail: "this tenant is over its request rate (RATE_LIMIT); retry later".into(),
+                    retry_after_secs: wait.as_secs_f64().ceil() as u64,
+                })
+            }
+        }
+    }
+
+    /// Admits one more job of the tenant, or refuses it while the tenant
+    /// has `MAX_ACTIVE_JOBS` queued or running.
+    pub async fn admit_job(&self, store: &Store, tenant: &str) -> ApiResult<()> {
+        let cached = self.lock_active().get(tenant).copied();
+        let count = match cached {
+            Some(known) if known.read_at.elapsed() < ACTIVE_COUNT_FOR => known.count,
+            _ => {
+                let count = store.count_active_jobs(tenant).await?;
+                self.lock_active().insert(
+                    tenant.to_owned(),
+                    ActiveCount {
+                        read_at: Instant::now(),
+                        count,
+                    },
+                );
+                count
+            }
+        };
+        if count >= self.max_active_jobs {
+            return Err(ApiError::TooManyRequests {
+                detail: format!(
+                    "this tenant has {count} jobs queued or running, its limit (MAX_ACTIVE_JOBS); nothing was stored: submit again once some have finished"
+                ),
+                retry_after_secs: ACTIVE_COUNT_FOR.as_secs().max(1),
+            });
+        }
+        if let Some(known) = self.lock_active().get_mut(tenant) {
+            known.count += 1;
+        }
+        Ok(())
+    }
+
+    fn lock_active(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActiveCount>> {
+        self.active_jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses a new tenant-wide webhook once the tenant has `MAX_WEBHOOKS`.
+    pub async fn admit_webhook(&self, store: &Store, tenant: &str) -> ApiResult<()> {
+        let registered = store.count_tenant_webhooks(tenant).await?;
+        if registered >= self.max_webhooks {
+            return Err(ApiError::TooManyRequests {
+                detail: format!(
+                    "this tenant has {registered} webhooks, its limit (MAX_WEBHOOKS); delete one first"
+                ),
+                retry_after_secs: 60,
+            });
+        }
+        Ok(())
+    }
+
+    /// A place for one more long poll of the tenant, held until dropped.
+    pub fn long_poll(&self, tenant: &str) -> ApiResult<LongPoll> {
+        let mut open = self.long_polls.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(tenant.to_owned()).or_default();
+        if *count >= self.max_long_polls {
+            return Err(ApiError::TooManyRequests {
+                detail: format!(
+                    "this tenant already holds {count} long polls open, its limit (MAX_LONG_POLLS); poll without wait, or retry later"
+                ),
+                retry_after_secs: 1,
+            });
+        }
+        *count += 1;
+        Ok(LongPoll {
+            tenant: tenant.to_owned(),
+            open: self.long_polls.clone(),
+        })
+    }
+}
+
+/// One open long poll, counted until dropped.
+pub struct LongPoll {
+    tenant: String,
+    open: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for LongPoll {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.tenant);
+            }
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Per-tenant limits: a tenant over one gets 429 problem+json with a
+//! Retry-After of whole seconds, nothing changes, and other tenants and the
+//! service endpoints are not affected.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use crate::common::{Api, Backend, Reply, TestEnv};
+
+fn assert_too_many(reply: &Reply) {
+    reply.assert_problem(429);
+    let retry_after: u64 = reply
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("whole seconds");
+    assert!(retry_after >= 1, "Retry-After {retry_after}");
+}
+
+async fn job_count(env: &TestEnv) -> usize {
+    let store = env.store().await;
+    let filter = shared::store::JobFilter {
+        limit: 1000,
+        ..Default::default()
+    };
+    let a = store.list_jobs("tenant-a", &filter).await.unwrap().len();
+    let b = store.list_jobs("tenant-b", &filter).await.unwrap().len();
+    a + b
+}
+
+/// An api whose jobs stay queued: no worker runs them.
+async fn api_without_workers(env: &TestEnv, settings: &[(&str, &str)]) -> Api {
+    let mut settings = settings.to_vec();
+    settings.push(("EMBEDDED_WORKER", "false"));
+    env.start_api(&settings).await
+}
+
+async fn a_tenant_over_its_request_rate_gets_429_and_no_one_else_does(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("RATE_LIMIT", "5")]).await;
+    let mut refused = None;
+    for _ in 0..40 {
+        let reply = api.get("/v1/jobs").await;
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some(reply);
+            break;
+        }
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+    let refused = refused.expect("a burst of 40 is over 5/s with a burst of 10");
+    assert_too_many(&refused);
+
+    assert_eq!(
+        api.as_tenant_b().get("/v1/jobs").await.status,
+        StatusCode::OK
+    );
+    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+        for _ in 0..20 {
+            let reply = Api::read(api.client.get(api.url(path))).await;
+            assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text);
+        }
+    }
+}
+
+async fn a_submit_over_max_active_jobs_is_refused_and_stores_nothing(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = api_without_workers(&env, &[("MAX_ACTIVE_JOBS", "3")]).await;
+    let mut first = None;
+    for _ in 0..3 {
+        first.get_or_insert(api.submit("sleep", json!({"ms": 1})).await);
+    }
+    let submit_with_key = || {
+        api.client
+            .post(api.url("/v1/reports/sleep"))
+            .bearer_auth(&api.key)
+            .header("Idempotency-Key", "the-fourth")
+            .json(&json!({"ms": 1}))
+    };
+    let refused = Api::read(submit_with_key()).await;
+    assert_too_many(&refused);
+    assert_eq!(job_count(&env).await, 3, "nothing stored");
+    // Another tenant is not held to tenant-a's count.
+    api.as_tenant_b().submit("sleep", json!({"ms": 1})).await;
+
+    // Once a job is no longer active, the same key goes through.
+    let job_id = first.unwrap()["job_id"].as_str().unwrap().to_owned();
+    let cancelled = api
+        .send(Method::POST, &format!("/v1/jobs/{job_id}/cancel"), None)
+        .await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.text);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let accepted = Api::read(submit_with_key()).await;
+    assert_eq!(accepted.status, StatusCode::ACCEPTED, "{}", accepted.text);
+    assert!(
+        accepted.header("idempotent-replayed").is_none(),
+        "it ran now"
+    );
+}
+
+async fn webhooks_beyond_max_webhooks_are_refused(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = api_without_workers(
+        &env,
+        &[("MAX_WEBHOOKS", "2"), ("WEBHOOK_ALLOW_PRIVATE", "true")],
+    )
+    .await;
+    let hook = json!({"url": "http://127.0.0.1:9/hook"});
+    for _ in 0..2 {
+        let reply = api.post("/v1/webhooks", &hook).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    }
+    assert_too_many(&api.post("/v1/webhooks", &hook).await);
+    assert_eq!(
+        api.get("/v1/webhooks").await.json()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    // A webhook for one job goes with its job and is not counted.
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let per_job = json!({"url": "http://127.0.0.1:9/hook", "job_id": job["job_id"]});
+    let reply = api.post("/v1/webhooks", &per_job).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+}
+
+async fn long_polls_beyond_max_long_polls_are_refused(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = api_without_workers(&env, &[("MAX_LONG_POLLS", "2")]).await;
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let path = format!("/v1/jobs/{}?wait=4", job["job_id"].as_str().unwrap());
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let request = api.client.get(api.url(&path)).bearer_auth(&api.key);
+            tokio::spawn(Api::read(request))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_too_many(&api.get(&path).await);
+    // Tenant B has places of its own; a plain GET is never a long poll.
+    assert_eq!(
+        api.as_tenant_b().get("/v1/jobs?limit=1").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.get(&format!("/v1/jobs/{}", job["job_id"].as_str().unwrap()))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    for poll in held {
+        assert_eq!(poll.await.unwrap().status, StatusCode::OK);
+    }
+    // Their places are free again.
+    let again = api
+        .get(&format!(
+            "/v1/jobs/{}?wait=1",
+            job["job_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+}
+
+crate::on_both_backends!(
+    a_tenant_over_its_request_rate_gets_429_and_no_one_else_does,
+    a_submit_over_max_active_jobs_is_refused_and_stores_nothing,
+    webhooks_beyond_max_webhooks_are_refused,
+    long_polls_beyond_max_long_polls_are_refused,
+);
