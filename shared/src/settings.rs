@@ -34,7 +34,9 @@ pub struct Settings {
     #[arg(long, env = "WORKER_CONCURRENCY")]
     pub worker_concurrency: Option<usize>,
 
-    /// `tenant:key,tenant:key`.
+    /// `tenant:key,tenant:key`: the complete list of valid keys. At each
+    /// start every stored key not in it is revoked; a key shorter than 16
+    /// characters refuses the start.
     #[arg(long, env = "API_KEYS", hide_env_values = true)]
     pub api_keys: Option<String>,
 
