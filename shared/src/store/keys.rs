@@ -13,9 +13,9 @@ use sqlx::{Row, any::AnyRow};
 use super::{Store, WriteTx, built};
 use crate::{Error, Result, time::now_ms};
 
+/// Runs for every request, good key or bad: one hash, one allocation.
 pub fn hash_key(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(key.as_bytes()))
 }
 
 /// A new key: `rk_` + 64 hex characters of OS randomness.
@@ -32,7 +32,13 @@ fn new_key_id() -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        text.push(char::from(DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    text
 }
 
 /// What a person is shown of a key to recognise it: `rk_` and four hex
@@ -404,4 +410,27 @@ fn api_key_record(row: &AnyRow) -> Result<ApiKeyRecord> {
         last_used_at: row.try_get("last_used_at")?,
         revoked: revoked_at.map(|at| (at, Revocation::parse(reason.as_deref().unwrap_or("")))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_hashes_to_the_lowercase_hex_sha256_already_stored() {
+        assert_eq!(
+            hash_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn made_keys_and_ids_have_their_documented_shape() {
+        let key = new_key();
+        assert!(key.starts_with("rk_") && key.len() == 67, "{key}");
+        assert_eq!(visible_prefix(&key), key[..7]);
+        assert_eq!(visible_prefix("configured-key-0001"), "conf");
+        let key_id = new_key_id();
+        assert!(key_id.starts_with("key_") && key_id.len() == 20, "{key_id}");
+    }
 }
