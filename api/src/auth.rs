@@ -1,50 +1,177 @@
-//! Bearer API keys. Keys are stored hashed; this process keeps the hashes
-//! it has seen in memory so most requests cost no database round trip.
+//! Bearer API keys, checked in memory. Each api process holds the hash of
+//! every valid key (a map bounded by the number of keys), so a good key
+//! and a bad one are both answered without a database query: a flood of
+//! wrong keys cannot load the database. A background task reads one row,
+//! the keys' generation, every second, and reloads the set only when it
+//! moved; that is how a key revoked or added by any process (another api,
+//! `api keys revoke`) reaches this one within about a second. When a key
+//! was last used is written at most once a minute per key, in one
+//! transaction for all of them.
 
 use std::{
     collections::HashMap,
-    future::Future,
-    pin::Pin,
-    sync::{Arc, RwLock},
+    future::{Ready, ready},
+    sync::{Arc, Mutex, RwLock},
+    time::Duration,
 };
 
 use actix_web::{FromRequest, HttpRequest, dev::Payload, http::header, web};
-use shared::store::{Store, hash_key};
+use shared::{
+    store::{Store, hash_key},
+    time::now_ms,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 use crate::{error::ApiError, state::AppState};
+
+/// How often a process checks whether the set of valid keys changed: a
+/// revoked key is refused everywhere within about this long.
+pub const KEY_REFRESH: Duration = Duration::from_secs(1);
+
+/// How often the last use of each key is written.
+const USE_FLUSH: Duration = Duration::from_secs(60);
 
 /// The tenant the request's key belongs to.
 #[derive(Debug, Clone)]
 pub struct Tenant(pub String);
 
-#[derive(Clone, Default)]
-pub struct KeyCache {
-    tenants_by_hash: Arc<RwLock<HashMap<String, String>>>,
+/// This process's copy of the valid keys, and the uses not yet written.
+#[derive(Clone)]
+pub struct ApiKeys {
+    valid: Arc<RwLock<ValidKeys>>,
+    /// key id -> when it was last used, since the last write.
+    uses: Arc<Mutex<HashMap<String, i64>>>,
 }
 
-impl KeyCache {
-    async fn tenant(&self, store: &Store, key: &str) -> Result<Option<String>, ApiError> {
-        let hash = hash_key(key);
-        if let Some(tenant) = self
-            .tenants_by_hash
+struct ValidKeys {
+    generation: i64,
+    by_hash: HashMap<String, KeyOwner>,
+}
+
+struct KeyOwner {
+    key_id: String,
+    tenant_id: String,
+}
+
+impl ApiKeys {
+    /// Loads every valid key.
+    pub async fn load(store: &Store) -> shared::Result<Self> {
+        let keys = ApiKeys {
+            valid: Arc::new(RwLock::new(ValidKeys {
+                generation: i64::MIN,
+                by_hash: HashMap::new(),
+            })),
+            uses: Arc::default(),
+        };
+        keys.reload(store).await?;
+        Ok(keys)
+    }
+
+    async fn reload(&self, store: &Store) -> shared::Result<()> {
+        let (generation, keys) = store.valid_api_keys().await?;
+        let by_hash = keys
+            .into_iter()
+            .map(|key| {
+                (
+                    key.key_hash,
+                    KeyOwner {
+                        key_id: key.key_id,
+                        tenant_id: key.tenant_id,
+                    },
+                )
+            })
+            .collect();
+        *self.valid.write().unwrap_or_else(|e| e.into_inner()) = ValidKeys {
+            generation,
+            by_hash,
+        };
+        Ok(())
+    }
+
+    fn generation(&self) -> i64 {
+        self.valid
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&hash)
-        {
-            return Ok(Some(tenant.clone()));
+            .generation
+    }
+
+    /// Reloads the keys if their generation moved since the last load.
+    pub async fn refresh(&self, store: &Store) -> shared::Result<()> {
+        if store.api_key_generation().await? != self.generation() {
+            self.reload(store).await?;
         }
-        let tenant = store.tenant_of_key_hash(&hash).await?;
-        if let Some(tenant) = &tenant {
-            self.tenants_by_hash
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(hash, tenant.clone());
+        Ok(())
+    }
+
+    /// The tenant of a valid key, noting the use; no database query.
+    fn tenant(&self, key: &str) -> Option<String> {
+        let hash = hash_key(key);
+        let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
+        let owner = valid.by_hash.get(&hash)?;
+        let now = now_ms();
+        let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+        match uses.get_mut(&owner.key_id) {
+            Some(used_at) => *used_at = now,
+            None => {
+                uses.insert(owner.key_id.clone(), now);
+            }
         }
-        Ok(tenant)
+        Some(owner.tenant_id.clone())
+    }
+
+    /// Writes the uses noted since the last write; on failure they are
+    /// kept for the next one.
+    pub async fn flush_uses(&self, store: &Store) {
+        let uses: Vec<(String, i64)> =
+            std::mem::take(&mut *self.uses.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .collect();
+        if let Err(error) = store.record_api_key_uses(&uses).await {
+            warn!(%error, keys = uses.len(), "recording when API keys were last used failed; trying again later");
+            let mut pending = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+            for (key_id, used_at) in uses {
+                let entry = pending.entry(key_id).or_insert(used_at);
+                *entry = (*entry).max(used_at);
+            }
+        }
+    }
+
+    /// Keeps the keys fresh ([`KEY_REFRESH`]) and writes their uses
+    /// ([`USE_FLUSH`]) until shutdown. The caller writes the last uses
+    /// once the server has stopped.
+    pub async fn keep_fresh(self, store: Store, shutdown: CancellationToken) {
+        let mut refresh = tokio::time::interval(KEY_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut flush = tokio::time::interval(USE_FLUSH);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        flush.tick().await;
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = refresh.tick() => match self.refresh(&store).await {
+                    Ok(()) if failing => {
+                        failing = false;
+                        info!("API keys are being refreshed again");
+                    }
+                    Ok(()) => {}
+                    // A process that cannot read the keys keeps the last
+                    // set it read; the database it would check a
+                    // revocation in is the one it cannot reach.
+                    Err(error) if !failing => {
+                        failing = true;
+                        warn!(%error, "cannot refresh the API keys; keeping the last set read");
+                    }
+                    Err(_) => {}
+                },
+                _ = flush.tick() => self.flush_uses(&store).await,
+            }
+        }
     }
 }
 
-fn bearer(request: &HttpRequest) -> Result<String, ApiError> {
+fn bearer(request: &HttpRequest) -> Result<&str, ApiError> {
     let value = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -61,26 +188,27 @@ fn bearer(request: &HttpRequest) -> Result<String, ApiError> {
             "the Authorization header must be Bearer <api key>".into(),
         ));
     }
-    Ok(key.to_owned())
+    Ok(key)
 }
 
 impl FromRequest for Tenant {
     type Error = ApiError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+    type Future = Ready<Result<Self, Self::Error>>;
 
     fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let key = bearer(request);
-        let state = request.app_data::<web::Data<AppState>>().cloned();
-        Box::pin(async move {
-            let key = key?;
-            let state = state.ok_or_else(|| ApiError::Internal("no app state".into()))?;
-            match state.keys.tenant(&state.store, &key).await? {
-                Some(tenant) => {
-                    state.limits.request(&tenant)?;
-                    Ok(Tenant(tenant))
-                }
-                None => Err(ApiError::Unauthorized("the API key is not valid".into())),
-            }
-        })
+        ready(tenant_of(request))
     }
+}
+
+fn tenant_of(request: &HttpRequest) -> Result<Tenant, ApiError> {
+    let key = bearer(request)?;
+    let state = request
+        .app_data::<web::Data<AppState>>()
+        .ok_or_else(|| ApiError::Internal("no app state".into()))?;
+    let tenant = state
+        .keys
+        .tenant(key)
+        .ok_or_else(|| ApiError::Unauthorized("the API key is not valid".into()))?;
+    state.limits.request(&tenant)?;
+    Ok(Tenant(tenant))
 }

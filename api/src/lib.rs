@@ -5,6 +5,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod idempotency;
+pub mod key_commands;
 pub mod limits;
 pub mod openapi;
 pub mod routes;
@@ -19,13 +20,13 @@ use shared::{
     notify::Signals,
     reports::Registry,
     settings::Settings,
-    store::{Dialect, Store, Submission, Submitted, forward_finished_notifications, new_key},
+    store::{Dialect, KeySync, Store, Submission, Submitted, forward_finished_notifications},
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use worker::{BoxError, Queue, WorkerPool, cancel_on_signal, run_relay};
 
-use crate::{auth::KeyCache, error::problem_fallback, state::AppState};
+use crate::{auth::ApiKeys, error::problem_fallback, state::AppState};
 
 /// Body limit of every route but the ledger import (`docs/api.md`).
 const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -79,31 +80,42 @@ fn prometheus() -> PrometheusHandle {
         .clone()
 }
 
-/// Makes sure some key can reach the API: the keys of `API_KEYS`, or, with
-/// none configured and none stored, a new one for tenant `default`, printed
-/// once.
+/// Makes the stored keys match `API_KEYS` when it is set (the complete
+/// list: every other key is revoked); with it unset and no key stored at
+/// all, makes a key for tenant `default` and prints it, once.
 async fn ensure_api_keys(
     store: &Store,
-    settings: &Settings,
+    configured: &[(String, String)],
     public_addr: &str,
 ) -> Result<(), BoxError> {
-    let configured = settings.api_keys()?;
-    for (tenant, key) in &configured {
-        store.add_api_key(tenant, key).await?;
-    }
-    if configured.is_empty() {
-        if store.count_api_keys().await? == 0 {
-            let key = new_key();
-            store.add_api_key("default", &key).await?;
-            println!("API key: {key}");
-            println!(
-                "Try: curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' -d '{{\"month\":\"2026-10\"}}' http://{public_addr}/v1/reports/gst-summary"
-            );
-        } else {
-            println!(
-                "API key: (made at first start and printed then; `api create-key` makes another)"
+    if !configured.is_empty() {
+        let sync = store.sync_configured_api_keys(configured).await?;
+        if sync != KeySync::default() {
+            info!(
+                added = sync.added,
+                moved = sync.moved,
+                restored = sync.restored,
+                revoked = sync.revoked,
+                "stored API keys now match API_KEYS"
             );
         }
+        return Ok(());
+    }
+    // Revoked keys count: revoking every key must not mint a new one.
+    if store.count_api_keys().await? == 0 {
+        let key = store.create_api_key("default").await?.key;
+        println!("API key: {key}");
+        println!(
+            "Try: curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' -d '{{\"month\":\"2026-10\"}}' http://{public_addr}/v1/reports/gst-summary"
+        );
+    } else if store.valid_api_keys().await?.1.is_empty() {
+        println!(
+            "API key: none is valid (all are revoked); `api keys create --tenant T` makes one"
+        );
+    } else {
+        println!(
+            "API key: (made at first start and printed then; `api keys create --tenant T` makes another)"
+        );
     }
     Ok(())
 }
@@ -173,6 +185,7 @@ impl SubmitGroup {
 
 /// Runs the API (and, when embedded, the worker pool) until SIGTERM/SIGINT.
 pub async fn run(settings: Settings) -> Result<(), BoxError> {
+    let configured_keys = settings.api_keys()?;
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
     let queue = if settings.embedded_worker() {
@@ -184,7 +197,8 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let listener = std::net::TcpListener::bind(&settings.bind_addr)
         .map_err(|e| format!("cannot listen on {}: {e}", settings.bind_addr))?;
     let addr = listener.local_addr()?;
-    ensure_api_keys(&store, &settings, &addr.to_string()).await?;
+    ensure_api_keys(&store, &configured_keys, &addr.to_string()).await?;
+    let keys = ApiKeys::load(&store).await?;
 
     let submits = {
         let group = SubmitGroup {
@@ -205,7 +219,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
         queue: queue.clone(),
         registry: Registry::new(settings.enable_diagnostic_kinds),
         signals: signals.clone(),
-        keys: KeyCache::default(),
+        keys: keys.clone(),
         limits: limits::Limits::new(&settings),
         metrics: prometheus(),
         idempotency_ttl: settings.idempotency_ttl,
@@ -248,6 +262,7 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
         None
     };
     tokio::spawn(sweep_idempotency_keys(store.clone(), shutdown.clone()));
+    tokio::spawn(keys.clone().keep_fresh(store.clone(), shutdown.clone()));
     info!(%addr, embedded_worker = pool.is_some(), "api started");
 
     let server = tokio::spawn(server);
@@ -270,6 +285,10 @@ pub async fn run(settings: Settings) -> Result<(), BoxError> {
     let stop_server = async {
         server_handle.stop(true).await;
         let _ = server.await;
+        // The last minute's key uses; a database that does not answer
+        // soon does not hold up the exit for them.
+        let flush = keys.flush_uses(&store);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), flush).await;
     };
     let drain_pool = async {
         let result = match (ended_early, pool) {

@@ -1,8 +1,6 @@
+use api::key_commands;
 use clap::{Parser, Subcommand};
-use shared::{
-    settings::Settings,
-    store::{Store, new_key},
-};
+use shared::{settings::Settings, store::Store};
 
 /// Receipt's API: accepts report jobs with 202 and serves their status.
 #[derive(Parser)]
@@ -20,11 +18,29 @@ enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
-    /// Make a new API key for a tenant and print it.
+    /// Make a new API key for a tenant and print it (as `keys create`).
     CreateKey {
         #[arg(long, default_value = "default")]
         tenant: String,
     },
+    /// Manage the stored API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Make a new key for a tenant and print it, once.
+    Create {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// List every stored key: id, tenant, visible prefix, created, last
+    /// used, revoked. Never the key itself.
+    List,
+    /// Revoke a key by its id (from `keys list`): every running api
+    /// refuses it within 2 s.
+    Revoke { key_id: String },
 }
 
 #[tokio::main]
@@ -37,15 +53,25 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    let serving = matches!(command, Command::Serve);
+    let result = match command {
         Command::Serve => api::run(cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,
-        Command::CreateKey { tenant } => create_key(&cli.settings, &tenant).await,
+        Command::CreateKey { tenant } | Command::Keys(KeysCommand::Create { tenant }) => {
+            key_commands::create(&cli.settings, &tenant).await
+        }
+        Command::Keys(KeysCommand::List) => key_commands::list(&cli.settings).await,
+        Command::Keys(KeysCommand::Revoke { key_id }) => {
+            key_commands::revoke(&cli.settings, &key_id).await
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(%error, "api stopped");
+            if serving {
+                tracing::error!(%error, "api stopped");
+            }
             eprintln!("error: {error}");
             std::process::ExitCode::FAILURE
         }
@@ -55,14 +81,5 @@ async fn main() -> std::process::ExitCode {
 async fn migrate(settings: &Settings) -> Result<(), worker::BoxError> {
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
-    Ok(())
-}
-
-async fn create_key(settings: &Settings, tenant: &str) -> Result<(), worker::BoxError> {
-    let store = Store::connect(&settings.database_url).await?;
-    store.migrate().await?;
-    let key = new_key();
-    store.add_api_key(tenant, &key).await?;
-    println!("API key: {key}");
     Ok(())
 }

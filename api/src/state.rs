@@ -6,7 +6,7 @@ use shared::{
 };
 use worker::Queue;
 
-use crate::{auth::KeyCache, limits::Limits};
+use crate::{auth::ApiKeys, limits::Limits};
 
 /// What every handler can reach.
 pub struct AppState {
@@ -16,7 +16,8 @@ pub struct AppState {
     pub queue: Queue,
     pub registry: Registry,
     pub signals: Signals,
-    pub keys: KeyCache,
+    /// Every valid API key, refreshed in the background.
+    pub keys: ApiKeys,
     /// Per-tenant limits.
     pub limits: Limits,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,

@@ -18,7 +18,7 @@ use sqlx::{AnyPool, Row};
 
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const REDIS: &str = "redis://127.0.0.1:6379";
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789abcdef";
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]

@@ -34,7 +34,9 @@ pub struct Settings {
     #[arg(long, env = "WORKER_CONCURRENCY")]
     pub worker_concurrency: Option<usize>,
 
-    /// `tenant:key,tenant:key`.
+    /// `tenant:key,tenant:key`: the complete list of valid keys. At each
+    /// start every stored key not in it is revoked; a key shorter than 16
+    /// characters refuses the start.
     #[arg(long, env = "API_KEYS", hide_env_values = true)]
     pub api_keys: Option<String>,
 
@@ -140,23 +142,161 @@ impl Settings {
             .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
-    /// The `(tenant, key)` pairs of `API_KEYS`.
+    /// The `(tenant, key)` pairs of `API_KEYS`, each key once. An entry
+    /// that is malformed, or whose key is shorter than [`MIN_API_KEY_LEN`],
+    /// is an error that names the entry and its tenant, never the key.
     pub fn api_keys(&self) -> crate::Result<Vec<(String, String)>> {
         let Some(text) = self.api_keys.as_deref().filter(|t| !t.trim().is_empty()) else {
             return Ok(Vec::new());
         };
-        text.split(',')
-            .map(|pair| {
-                let (tenant, key) = pair.trim().split_once(':').ok_or_else(|| {
-                    crate::Error::Config("API_KEYS must look like tenant:key,tenant:key".into())
-                })?;
-                if tenant.is_empty() || key.is_empty() {
-                    return Err(crate::Error::Config(
-                        "API_KEYS has an empty tenant or key".into(),
-                    ));
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for (index, entry) in text.split(',').enumerate() {
+            let (tenant, key) = parse_api_keys_entry(index + 1, entry.trim())?;
+            match pairs.iter().find(|(_, known)| *known == key) {
+                Some((other, _)) if *other == tenant => {}
+                Some((other, _)) => {
+                    return Err(config(format!(
+                        "API_KEYS lists one key for two tenants, {other:?} and {tenant:?}; \
+                         a key belongs to one tenant"
+                    )));
                 }
-                Ok((tenant.to_owned(), key.to_owned()))
-            })
-            .collect()
+                None => pairs.push((tenant, key)),
+            }
+        }
+        Ok(pairs)
+    }
+}
+
+/// The shortest key `API_KEYS` accepts: a key that short is guessable,
+/// and a key is all it takes to act as its tenant.
+pub const MIN_API_KEY_LEN: usize = 16;
+
+fn config(message: String) -> crate::Error {
+    crate::Error::Config(message)
+}
+
+/// One `tenant:key` entry of `API_KEYS`, the `n`th. No message quotes the
+/// entry: it may hold a key.
+fn parse_api_keys_entry(n: usize, entry: &str) -> crate::Result<(String, String)> {
+    if entry.is_empty() {
+        return Err(config(format!(
+            "API_KEYS entry {n} is empty; write tenant:key,tenant:key"
+        )));
+    }
+    let Some((tenant, key)) = entry.split_once(':') else {
+        return Err(config(format!(
+            "API_KEYS entry {n} is not tenant:key (it has no ':'); write tenant:key,tenant:key"
+        )));
+    };
+    let (tenant, key) = (tenant.trim(), key.trim());
+    if tenant.is_empty() {
+        return Err(config(format!(
+            "API_KEYS entry {n} has no tenant before its ':'"
+        )));
+    }
+    check_tenant(tenant).map_err(|why| config(format!("API_KEYS entry {n}: {why}")))?;
+    if key.is_empty() {
+        return Err(config(format!(
+            "API_KEYS entry {n} has no key for tenant {tenant:?}"
+        )));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(config(format!(
+            "API_KEYS: the key of tenant {tenant:?} (entry {n}) has a character a bearer \
+             token cannot carry; use visible ASCII only (! to ~)"
+        )));
+    }
+    if key.len() < MIN_API_KEY_LEN {
+        return Err(config(format!(
+            "API_KEYS: the key of tenant {tenant:?} (entry {n}) is shorter than \
+             {MIN_API_KEY_LEN} characters; use a long random key (for example \
+             `openssl rand -hex 32`)"
+        )));
+    }
+    Ok((tenant.to_owned(), key.to_owned()))
+}
+
+/// Whether `tenant` can name a tenant: 1 to 255 visible ASCII characters
+/// other than `,` and `:`, so that every tenant can be written in
+/// `API_KEYS`. The reason, when it cannot.
+pub fn check_tenant(tenant: &str) -> Result<(), String> {
+    if tenant.is_empty() || tenant.len() > 255 {
+        return Err(format!(
+            "the tenant {tenant:?} must be 1 to 255 characters long"
+        ));
+    }
+    if !tenant
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b',' && b != b':')
+    {
+        return Err(format!(
+            "the tenant {tenant:?} may hold only visible ASCII characters other than ',' and ':'"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(api_keys: &str) -> crate::Result<Vec<(String, String)>> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["api", "--api-keys", api_keys])
+            .expect("arguments");
+        cli.settings.api_keys()
+    }
+
+    fn message(api_keys: &str) -> String {
+        parsed(api_keys).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn well_formed_keys_are_read_trimmed_and_once() {
+        let pairs = parsed(" a:key-one-long-enough , b:key-two:with-colon ,a:key-one-long-enough")
+            .expect("valid");
+        assert_eq!(
+            pairs,
+            [
+                ("a".to_owned(), "key-one-long-enough".to_owned()),
+                ("b".to_owned(), "key-two:with-colon".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_short_key_is_refused_naming_its_tenant_but_not_the_key() {
+        let text = message("good:key-long-enough-0001,acme:abcdefghijklmno");
+        assert!(text.contains("\"acme\"") && text.contains("16"), "{text}");
+        assert!(!text.contains("abcdefghijklmno"), "{text}");
+    }
+
+    #[test]
+    fn malformed_entries_are_refused_without_quoting_them() {
+        for (api_keys, says) in [
+            ("secret-without-a-colon-0001", "entry 1 is not tenant:key"),
+            ("a:key-long-enough-0001,", "entry 2 is empty"),
+            (":secret-without-a-tenant", "entry 1 has no tenant"),
+            ("a:", "no key for tenant \"a\""),
+            ("a:secret with a space 0001", "visible ASCII"),
+            ("a b:secret-long-enough-0001", "the tenant \"a b\""),
+            (
+                "a:secret-long-enough-0001,b:secret-long-enough-0001",
+                "two tenants",
+            ),
+        ] {
+            let text = message(api_keys);
+            assert!(text.contains(says), "{api_keys:?}: {text}");
+            assert!(!text.contains("secret"), "{api_keys:?} quoted: {text}");
+        }
+    }
+
+    #[test]
+    fn unset_or_blank_means_no_configured_keys() {
+        assert!(parsed("  ").expect("blank").is_empty());
     }
 }

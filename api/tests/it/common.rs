@@ -6,7 +6,7 @@
 #![allow(dead_code)] // each suite uses its own part of the harness
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Read},
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -140,6 +140,49 @@ impl TestEnv {
         }
     }
 
+    /// Runs the `api` binary with these arguments (a subcommand, or a
+    /// start expected to fail) to its exit, at most 60 s.
+    pub fn run_api(&self, args: &[&str], extra: &[(&str, &str)]) -> Finished {
+        let mut command = Command::new(bin_path("api"));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in self.env_with(extra) {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn");
+        let read_all = |mut pipe: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                text
+            })
+        };
+        let stdout = read_all(Box::new(child.stdout.take().expect("stdout")));
+        let stderr = read_all(Box::new(child.stderr.take().expect("stderr")));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("api {args:?} still running after 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Finished {
+            status,
+            stdout: stdout.join().expect("stdout reader"),
+            stderr: stderr.join().expect("stderr reader"),
+        }
+    }
+
     pub fn start_worker(&self, extra: &[(&str, &str)]) -> Process {
         Process::spawn(&bin_path("worker"), &self.env_with(extra))
     }
@@ -253,6 +296,14 @@ pub fn bin_path(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A process that ran to its exit, and what it printed.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// A child process, killed when dropped. Its stdout lines are collected.
@@ -405,6 +456,16 @@ impl Api {
             base: self.base.clone(),
             client: self.client.clone(),
             key: KEY_B.to_owned(),
+            process: None,
+        }
+    }
+
+    /// Another client of the same api, sending this key.
+    pub fn with_key(&self, key: &str) -> Api {
+        Api {
+            base: self.base.clone(),
+            client: self.client.clone(),
+            key: key.to_owned(),
             process: None,
         }
     }

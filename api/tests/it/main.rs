@@ -2,6 +2,7 @@
 //! suite is a module; `on_both_backends!` runs a scenario on the embedded
 //! SQLite default and on Postgres + Redis.
 
+mod api_keys;
 mod common;
 mod errors;
 mod exactly_once;

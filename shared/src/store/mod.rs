@@ -20,7 +20,9 @@ use sqlx::{
 
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
-pub use keys::{hash_key, new_key};
+pub use keys::{
+    ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
+};
 pub use ledger::{GstRow, ImportOutcome};
 pub use submit::{Submission, SubmissionKey, Submitted};
 pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};

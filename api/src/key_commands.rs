@@ -1,0 +1,145 @@
+//! `api keys create | list | revoke`: managing the stored API keys from the
+//! command line. Only `create` ever shows a key, once; nothing shows a
+//! key's hash.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use shared::{
+    settings::{Settings, check_tenant},
+    store::{ApiKeyRecord, Revocation, RevokeOutcome, Store},
+};
+use worker::BoxError;
+
+use crate::auth::KEY_REFRESH;
+
+async fn store(settings: &Settings) -> Result<Store, BoxError> {
+    let store = Store::connect(&settings.database_url).await?;
+    store.migrate().await?;
+    Ok(store)
+}
+
+/// Makes a key for the tenant and prints it, with its id.
+pub async fn create(settings: &Settings, tenant: &str) -> Result<(), BoxError> {
+    check_tenant(tenant)?;
+    let store = store(settings).await?;
+    let created = store.create_api_key(tenant).await?;
+    store.close().await;
+    println!("API key: {}", created.key);
+    println!(
+        "Key id: {} (tenant {tenant}, shown as {}…). The key is not shown again.",
+        created.key_id, created.key_prefix
+    );
+    if settings
+        .api_keys
+        .as_deref()
+        .is_some_and(|t| !t.trim().is_empty())
+    {
+        eprintln!(
+            "note: API_KEYS is set here; an api started with API_KEYS revokes every key it does \
+             not list, this one included"
+        );
+    }
+    Ok(())
+}
+
+/// Prints every stored key as a table, oldest first.
+pub async fn list(settings: &Settings) -> Result<(), BoxError> {
+    let store = store(settings).await?;
+    let keys = store.list_api_keys().await?;
+    store.close().await;
+    print!("{}", key_table(&keys));
+    Ok(())
+}
+
+/// Revokes a key by its id.
+pub async fn revoke(settings: &Settings, key_id: &str) -> Result<(), BoxError> {
+    let store = store(settings).await?;
+    let outcome = store.revoke_api_key(key_id).await;
+    store.close().await;
+    match outcome? {
+        RevokeOutcome::Revoked { tenant_id } => println!(
+            "Revoked {key_id} (tenant {tenant_id}). Every running api refuses it within {} s.",
+            KEY_REFRESH.as_secs() + 1
+        ),
+        RevokeOutcome::AlreadyRevoked { revoked_at } => println!(
+            "{key_id} was already revoked at {}; it stays revoked, even if API_KEYS lists it.",
+            timestamp(revoked_at)
+        ),
+        RevokeOutcome::UnknownKeyId => {
+            return Err(
+                format!("no API key has the id {key_id:?}; `api keys list` shows the ids").into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn timestamp(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The table `api keys list` prints: one key a line, columns aligned,
+/// the reason of a revocation last (it has spaces).
+fn key_table(keys: &[ApiKeyRecord]) -> String {
+    if keys.is_empty() {
+        return "No API keys are stored.\n".to_owned();
+    }
+    let header = [
+        "KEY ID",
+        "TENANT",
+        "PREFIX",
+        "CREATED",
+        "LAST USED",
+        "REVOKED",
+    ];
+    let rows: Vec<[String; 6]> = keys
+        .iter()
+        .map(|key| {
+            [
+                key.key_id.clone(),
+                key.tenant_id.clone(),
+                key.key_prefix
+                    .as_ref()
+                    .map_or_else(|| "unknown".to_owned(), |prefix| format!("{prefix}…")),
+                timestamp(key.created_at),
+                key.last_used_at
+                    .map_or_else(|| "never".to_owned(), timestamp),
+                match key.revoked {
+                    None => "-".to_owned(),
+                    Some((at, Revocation::Command)) => {
+                        format!("{} (api keys revoke)", timestamp(at))
+                    }
+                    Some((at, Revocation::NotInApiKeys)) => {
+                        format!("{} (not in API_KEYS)", timestamp(at))
+                    }
+                },
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let pad = widths[i] - cell.chars().count() + 2;
+                text.push_str(cell);
+                text.push_str(&" ".repeat(pad));
+            }
+        }
+        text.push('\n');
+        text
+    };
+    let mut table = line(header);
+    for row in &rows {
+        table.push_str(&line(row.each_ref().map(String::as_str)));
+    }
+    table
+}
