@@ -91,10 +91,8 @@ pub struct Settings {
 
     /// Messages a worker process fetches from a shared queue (Redis,
     /// SQLite, Postgres) per call. Above 1 it is faster for short jobs, but
-    /// apalis 1.0 stops heartbeating while fetched messages wait for a busy
-    /// slot, so with jobs that run for minutes another worker reclaims them
-    /// and this worker's apalis restarts (see docs/design.md, apalis 1.0,
-    /// item 2).
+    /// a fetched message waits for a free slot in this worker even while
+    /// others are idle: keep 1 when jobs run for minutes.
     #[arg(long, env = "QUEUE_PREFETCH", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub queue_prefetch: u16,
 

@@ -1,0 +1,100 @@
+//! A worker that fetches more tasks than it has free slots keeps
+//! heartbeating while they wait in its buffer, so no other worker reclaims
+//! its tasks and none runs twice. apalis-core 1.0.0 stopped heartbeating
+//! there; the patched copy in `vendor/apalis-core` does not
+//! (`vendor/PATCHES.md`). Checked on apalis's SQLite queue, whose orphan
+//! recovery is the quickest to set up; Redis and Postgres drive the same
+//! state machine.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use apalis::prelude::*;
+use apalis_sqlite::{Config, SqlitePool, SqliteStorage};
+
+type Runs = Arc<Mutex<HashMap<u32, u32>>>;
+
+/// Each task takes a while, so the tasks behind it wait in the buffer for
+/// longer than the other worker's patience (two missed heartbeats of 1 s).
+async fn slow_task(n: u32, runs: Data<Runs>) -> Result<(), BoxDynError> {
+    *runs.lock().unwrap().entry(n).or_default() += 1;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    Ok(())
+}
+
+fn storage(pool: &SqlitePool, batch: usize) -> SqliteStorage<u32> {
+    SqliteStorage::new(pool).with_config(
+        Config::default()
+            .queue("prefetch-heartbeat")
+            .batch_size(batch)
+            .heartbeat_interval(Duration::from_secs(1))
+            .missed_heartbeats(2),
+    )
+}
+
+fn run_worker(name: &str, storage: SqliteStorage<u32>, runs: Runs) -> tokio::task::JoinHandle<()> {
+    let worker = WorkerBuilder::new(name)
+        .backend(storage.poll_with_interval(Duration::from_millis(100)))
+        .data(runs)
+        .concurrency(1)
+        .build(slow_task);
+    tokio::spawn(async move {
+        let _ = worker.run().await;
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_waiting_in_a_busy_workers_buffer_are_not_reclaimed_and_run_once() {
+    let dir = tempfile_dir();
+    let url = format!("sqlite://{}/queue.db?mode=rwc", dir.display());
+    let pool = SqlitePool::connect(&url).await.expect("sqlite");
+    SqliteStorage::setup(&pool).await.expect("setup");
+    let mut producer = storage(&pool, 1);
+    producer.push_bulk(vec![1, 2, 3, 4]).await.expect("push");
+
+    let runs: Runs = Arc::default();
+    // Fetches all four at once, with one slot: three wait in its buffer.
+    let busy = run_worker("busy", storage(&pool, 4), runs.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while runs.lock().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first task never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // An idle worker on the same queue, whose heartbeats reclaim the tasks
+    // of any worker silent for two seconds.
+    let idle = run_worker("idle", storage(&pool, 1), runs.clone());
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while runs.lock().unwrap().len() < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every task ran: {:?}",
+            runs.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Time for a reclaim to show, had there been one.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    busy.abort();
+    idle.abort();
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(
+        runs,
+        HashMap::from([(1, 1), (2, 1), (3, 1), (4, 1)]),
+        "each task ran once"
+    );
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("prefetch-heartbeat-{}", ulid::Ulid::generate()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
