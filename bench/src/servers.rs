@@ -160,17 +160,29 @@ impl Drop for PrivatePostgres {
     }
 }
 
-/// A Redis server that keeps nothing on disk: a restart loses every key.
+/// A Redis server that keeps nothing on disk (a restart loses every key),
+/// or, with [`PrivateRedis::start_persistent`], an append-only file synced
+/// on every write (a restart keeps them).
 pub struct PrivateRedis {
     pub port: u16,
+    persistent: bool,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
 
 impl PrivateRedis {
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    pub fn start_persistent() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> Self {
         let mut redis = PrivateRedis {
             port: free_port(),
+            persistent,
             child: None,
             dir: tempfile::tempdir().expect("temp dir"),
         };
@@ -182,12 +194,19 @@ impl PrivateRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Starts the server (again, empty) and waits until it answers.
+    /// Starts the server (again: empty, unless persistent) and waits until
+    /// it answers.
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "already running");
+        let persistence: &[&str] = if self.persistent {
+            &["--appendonly", "yes", "--appendfsync", "always"]
+        } else {
+            &["--appendonly", "no"]
+        };
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", ""])
+            .args(persistence)
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())

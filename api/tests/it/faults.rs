@@ -258,6 +258,28 @@ async fn every_job_succeeds_soon_after_redis_comes_back_empty() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_succeeds_after_redis_restarts_with_its_data() {
+    let postgres = PrivatePostgres::start();
+    let mut redis = PrivateRedis::start_persistent();
+    let mut shape = production_shape(&postgres, &redis).await;
+
+    let stream = Stream::start(&shape.api.base, 8, 25, 100);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Killed, so nothing is flushed at exit: the append-only file, synced
+    // on every write, is what brings the queue back.
+    redis.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.start_again();
+    let back = Instant::now();
+
+    let accepted = stream.accepted().await;
+    assert_eq!(accepted.len(), 200);
+    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
+    assert_up("worker", &mut shape.worker);
+    assert_up("api", shape.api.process.as_mut().expect("api"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_succeeds_soon_after_postgres_crashes_and_returns() {
     let postgres = PrivatePostgres::start();
     let redis = PrivateRedis::start();
