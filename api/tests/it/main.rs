@@ -10,6 +10,7 @@ mod faults;
 mod idempotency;
 mod lifecycle;
 mod limits;
+mod observability;
 mod openapi_client;
 mod reports;
 mod scale;
