@@ -13,9 +13,9 @@ use actix_web::{
     },
     middleware::ErrorHandlerResponse,
 };
-use http_api_problem::HttpApiProblem;
-use serde_json::Value;
+use serde::Serialize;
 use shared::ledger::FieldError;
+use utoipa::ToSchema;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -30,12 +30,12 @@ pub enum ApiError {
     /// 404: unknown job or kind, or another tenant's resource.
     #[error("{0}")]
     NotFound(String),
-    /// 409: the action does not fit the resource's state; `extra` adds a
-    /// member to the problem (e.g. the conflicting ids).
+    /// 409: the action does not fit the resource's state; `ids` names the
+    /// conflicting ledger entries of an import.
     #[error("{detail}")]
     Conflict {
         detail: String,
-        extra: Option<(&'static str, Value)>,
+        ids: Option<Vec<String>>,
     },
     /// 415: the body is not `application/json`.
     #[error("{0}")]
@@ -98,14 +98,49 @@ impl From<shared::Error> for ApiError {
     }
 }
 
-/// A problem document for a status and detail.
-pub fn problem(status: StatusCode, slug: &str, detail: impl Into<String>) -> HttpApiProblem {
-    // http-api-problem speaks http 1.x, actix-web http 0.2: cross by number.
-    let status = http_api_problem::StatusCode::from_u16(status.as_u16())
-        .unwrap_or(http_api_problem::StatusCode::INTERNAL_SERVER_ERROR);
-    HttpApiProblem::with_title(status)
-        .type_url(format!("/problems/{slug}"))
-        .detail(detail)
+/// An error answer (RFC 9457), sent as `application/problem+json`: every
+/// error the service returns is one.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// Names the problem: `/problems/{slug}` (`docs/api.md`, Errors).
+    #[serde(rename = "type")]
+    #[schema(example = "/problems/not-found")]
+    pub problem_type: String,
+    /// The status's reason phrase.
+    #[schema(example = "Not Found")]
+    pub title: String,
+    /// The HTTP status.
+    #[schema(example = 404)]
+    pub status: u16,
+    /// What was wrong with this request, in words.
+    #[schema(example = "there is no job job_019ad5a1c2e37b40a0c2f1d3e4b5a697")]
+    pub detail: String,
+    /// 422 only: one entry per invalid field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub errors: Option<Vec<FieldError>>,
+    /// A ledger import's 409 only: the ids stored with different content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub ids: Option<Vec<String>>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
+        Problem {
+            problem_type: format!("/problems/{slug}"),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            errors: None,
+            ids: None,
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // A struct of strings, numbers and lists always serializes.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
 }
 
 impl ResponseError for ApiError {
@@ -145,13 +180,10 @@ impl ApiError {
             }
             other => other.to_string(),
         };
-        let mut problem = problem(status, self.slug(), detail);
+        let mut problem = Problem::new(status, self.slug(), detail);
         match self {
-            ApiError::Validation { errors, .. } => problem.set_value("errors", errors),
-            ApiError::Conflict {
-                extra: Some((key, value)),
-                ..
-            } => problem.set_value(*key, value),
+            ApiError::Validation { errors, .. } => problem.errors = Some(errors.clone()),
+            ApiError::Conflict { ids, .. } => problem.ids.clone_from(ids),
             _ => {}
         }
         let mut headers = vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())];
@@ -170,7 +202,7 @@ impl ApiError {
             }
             _ => {}
         }
-        (status, headers, problem.json_bytes())
+        (status, headers, problem.to_bytes())
     }
 }
 
@@ -210,7 +242,7 @@ pub fn problem_fallback<B>(
         s if s.is_server_error() => "internal-error",
         _ => "http-error",
     };
-    let body = problem(status, slug, detail).json_bytes();
+    let body = Problem::new(status, slug, detail).to_bytes();
     let (request, mut response) = response.into_parts();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));

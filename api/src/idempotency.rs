@@ -284,7 +284,7 @@ fn replay_or_refuse(found: KeyLookup, key: &str) -> ApiResult<(HttpResponse, boo
         // may simply retry.
         KeyLookup::New => Err(ApiError::Conflict {
             detail: format!("the Idempotency-Key {key:?} is being processed; retry"),
-            extra: None,
+            ids: None,
         }),
     }
 }

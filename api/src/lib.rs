@@ -333,19 +333,40 @@ async fn sweep_idempotency_keys(store: Store, shutdown: CancellationToken) {
     }
 }
 
+/// The `method` label of a request: one of the standard methods, or
+/// `other`. A client chooses the method, and each label value is a series
+/// kept for the life of the process, so only a bounded set may appear.
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 async fn count_requests(
     request: actix_web::dev::ServiceRequest,
     next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
 ) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
     let started = std::time::Instant::now();
-    let method = request.method().to_string();
+    let method = method_label(request.method());
     let response = next.call(request).await?;
+    // The route's pattern, never the path: paths are the client's to make
+    // up, patterns are the few this server registers.
     let route = response
         .request()
         .match_pattern()
         .unwrap_or_else(|| "unmatched".to_owned());
     let status = response.status().as_u16().to_string();
-    metrics::counter!("receipt_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+    metrics::counter!("receipt_http_requests_total", "method" => method, "route" => route.clone(), "status" => status)
         .increment(1);
     metrics::histogram!("receipt_http_request_seconds", "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());

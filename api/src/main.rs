@@ -1,6 +1,10 @@
 use api::key_commands;
 use clap::{Parser, Subcommand};
-use shared::{settings::Settings, store::Store};
+use shared::{
+    logging::{self, LogFormat, LogStream},
+    settings::Settings,
+    store::Store,
+};
 
 /// Receipt's API: accepts report jobs with 202 and serves their status.
 #[derive(Parser)]
@@ -45,14 +49,13 @@ enum KeysCommand {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,apalis=warn,actix_server=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    logging::init(
+        cli.settings.log_format,
+        LogStream::Stderr,
+        "info,sqlx=warn,apalis=warn,actix_server=warn",
+    );
+    let json_log = cli.settings.log_format == LogFormat::Json;
     let command = cli.command.unwrap_or(Command::Serve);
     let serving = matches!(command, Command::Serve);
     let result = match command {
@@ -72,7 +75,10 @@ async fn main() -> std::process::ExitCode {
             if serving {
                 tracing::error!(%error, "api stopped");
             }
-            eprintln!("error: {error}");
+            // A JSON log stays all JSON: the error is in its last line.
+            if !(serving && json_log) {
+                eprintln!("error: {error}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,9 +1,11 @@
 //! What the `api` and `worker` binaries share: settings, the job model and
-//! its state machine, the store (all SQL), the ledger and the report kinds.
+//! its state machine, the store (all SQL), the ledger and the report kinds,
+//! and how both log.
 
 pub mod batch;
 pub mod error;
 pub mod ledger;
+pub mod logging;
 pub mod model;
 pub mod notify;
 pub mod reports;

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, builder::BoolishValueParser};
 
+use crate::logging::LogFormat;
+
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
     /// Where the API listens (`host:port`; port 0 picks a free port).
@@ -116,6 +118,12 @@ pub struct Settings {
     /// once in each api process; one more is refused with 429.
     #[arg(long, env = "MAX_LONG_POLLS", default_value = "100", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_long_polls: u32,
+
+    /// How log lines are written: `text` (human-readable; coloured only on
+    /// a terminal, and not with NO_COLOR set) or `json` (one object per
+    /// line, for log shippers).
+    #[arg(long, env = "LOG_FORMAT", default_value = "text", value_enum)]
+    pub log_format: LogFormat,
 }
 
 /// A list of delays, written like `5s,5m,30m`.

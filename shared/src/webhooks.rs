@@ -2,7 +2,10 @@
 //! Webhooks signature, and the guard against webhook URLs that point into
 //! our own network (SSRF), checked at registration and again at delivery.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    time::Duration,
+};
 
 use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
 use hmac::{Hmac, Mac};
@@ -42,7 +45,8 @@ pub fn sign(secret: &str, event_id: &str, timestamp: i64, body: &str) -> Result<
 
 /// Whether an address is one a webhook may be sent to: not loopback,
 /// private, link-local, shared (CGNAT), multicast, broadcast, unspecified,
-/// documentation or reserved; IPv4-mapped IPv6 addresses are judged as IPv4.
+/// documentation or reserved; IPv4-mapped IPv6 addresses are judged as IPv4;
+/// addresses that tunnel to IPv4 (NAT64, 6to4, Teredo) are never public.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
@@ -78,7 +82,15 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || (first & 0xffc0) == 0xfe80 // link-local
         || (first & 0xffc0) == 0xfec0 // site-local (deprecated)
         || (first == 0x2001 && ip.segments()[1] == 0x0db8) // documentation
-        || (first == 0x0064 && ip.segments()[1] == 0xff9b) // NAT64, may reach IPv4 inside
+        // The IPv6-to-IPv4 translations and tunnels carry a packet to an
+        // IPv4 address inside the IPv6 one, through a relay or translator.
+        // They are refused outright rather than judged by that inner
+        // address: Teredo's is obfuscated and sits behind a NAT the relay
+        // sees, not us, and both tunnels are deprecated (RFC 7526 for
+        // 6to4), so no receiver needs them.
+        || (first == 0x0064 && ip.segments()[1] == 0xff9b) // NAT64, 64:ff9b::/96 and 64:ff9b:1::/48
+        || first == 0x2002 // 6to4, 2002::/16
+        || (first == 0x2001 && ip.segments()[1] == 0x0000) // Teredo, 2001::/32
         || ip.to_ipv4().is_some_and(|v4| !is_public_v4(v4))) // IPv4-compatible
 }
 
@@ -97,6 +109,11 @@ pub fn parse_url(text: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
+/// How long resolving a webhook's host may take, at registration (then a
+/// 422) and at each delivery (then a failed attempt). The system resolver
+/// has no deadline of its own that we control.
+pub const DNS_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Resolves the URL's host and returns the addresses to connect to, after
 /// checking that every one is public (unless private addresses are
 /// allowed). Connecting only to the addresses checked is what stops a DNS
@@ -105,14 +122,42 @@ pub async fn resolve_checked(
     url: &url::Url,
     allow_private: bool,
 ) -> Result<Vec<SocketAddr>, String> {
+    resolve_checked_with(url, allow_private, DNS_TIMEOUT, |domain, port| async move {
+        tokio::net::lookup_host((domain.as_str(), port))
+            .await
+            .map(Iterator::collect)
+    })
+    .await
+}
+
+/// [`resolve_checked`] with the resolver and its deadline given, so tests
+/// can stand in a resolver that never answers.
+async fn resolve_checked_with<F, Fut>(
+    url: &url::Url,
+    allow_private: bool,
+    timeout: Duration,
+    lookup: F,
+) -> Result<Vec<SocketAddr>, String>
+where
+    F: FnOnce(String, u16) -> Fut,
+    Fut: Future<Output = std::io::Result<Vec<SocketAddr>>>,
+{
     let port = url.port_or_known_default().ok_or("has no port")?;
     let addrs: Vec<SocketAddr> = match url.host() {
         Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(IpAddr::V4(ip), port)],
         Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(IpAddr::V6(ip), port)],
-        Some(url::Host::Domain(domain)) => tokio::net::lookup_host((domain, port))
-            .await
-            .map_err(|e| format!("host {domain:?} does not resolve: {e}"))?
-            .collect(),
+        Some(url::Host::Domain(domain)) => {
+            match tokio::time::timeout(timeout, lookup(domain.to_owned(), port)).await {
+                Ok(Ok(addrs)) => addrs,
+                Ok(Err(e)) => return Err(format!("host {domain:?} does not resolve: {e}")),
+                Err(_) => {
+                    return Err(format!(
+                        "host {domain:?} did not resolve within {}s",
+                        timeout.as_secs_f64()
+                    ));
+                }
+            }
+        }
         None => return Err("must name a host".into()),
     };
     if addrs.is_empty() {
@@ -164,6 +209,101 @@ mod tests {
         ] {
             assert!(is_public(text.parse().unwrap()), "{text}");
         }
+    }
+
+    #[test]
+    fn addresses_that_tunnel_to_ipv4_are_not_public() {
+        for text in [
+            // 6to4 (2002::/16) of 192.168.1.1, 10.0.0.1, 127.0.0.1, and of
+            // a public 8.8.8.8: the whole range is refused.
+            "2002:c0a8:0101::1",
+            "2002:0a00:0001::",
+            "2002:7f00:0001::1",
+            "2002:0808:0808::1",
+            // Teredo (2001::/32): server 65.54.227.120, client behind NAT.
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:0000:0a00:0001::1",
+            "2001::1",
+            // NAT64, the well-known and the local-use prefixes.
+            "64:ff9b::808:808",
+            "64:ff9b:1::a00:1",
+            // IPv4-compatible (deprecated) forms of private addresses.
+            "::10.0.0.1",
+            "::192.168.0.1",
+        ] {
+            assert!(!is_public(text.parse().unwrap()), "{text}");
+        }
+        // Next to those ranges, ordinary global addresses stay public.
+        for text in [
+            "2001:4860:4860::8888",
+            "2001:1::1",
+            "2003::1",
+            "2a00:1450:4001::1",
+        ] {
+            assert!(is_public(text.parse().unwrap()), "{text}");
+        }
+    }
+
+    fn url(text: &str) -> url::Url {
+        parse_url(text).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_resolver_that_does_not_answer_in_time_is_an_error() {
+        let never = |_: String, _: u16| std::future::pending::<std::io::Result<Vec<SocketAddr>>>();
+
+        let result = resolve_checked_with(
+            &url("https://hooks.example.com/x"),
+            false,
+            Duration::from_millis(50),
+            never,
+        )
+        .await;
+
+        let message = result.expect_err("a resolution that never ends");
+        assert!(message.contains("did not resolve within"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn every_resolved_address_is_checked_and_the_checked_ones_returned() {
+        let answer = |addrs: &'static [&'static str]| {
+            move |_: String, port: u16| async move {
+                Ok(addrs
+                    .iter()
+                    .map(|a| SocketAddr::new(a.parse().unwrap(), port))
+                    .collect())
+            }
+        };
+        let hook = url("https://hooks.example.com/x");
+
+        let public = resolve_checked_with(
+            &hook,
+            false,
+            DNS_TIMEOUT,
+            answer(&["93.184.216.34", "2606:4700::1111"]),
+        )
+        .await;
+        let one_private = resolve_checked_with(
+            &hook,
+            false,
+            DNS_TIMEOUT,
+            answer(&["93.184.216.34", "2002:c0a8:0101::1"]),
+        )
+        .await;
+        let allowed = resolve_checked_with(&hook, true, DNS_TIMEOUT, answer(&["127.0.0.1"])).await;
+        let none = resolve_checked_with(&hook, false, DNS_TIMEOUT, answer(&[])).await;
+
+        assert_eq!(
+            public.unwrap(),
+            vec![
+                "93.184.216.34:443".parse::<SocketAddr>().unwrap(),
+                "[2606:4700::1111]:443".parse().unwrap()
+            ]
+        );
+        let refused = one_private.expect_err("one private address refuses the host");
+        assert!(refused.contains("2002:c0a8:101::1"), "{refused}");
+        assert_eq!(allowed.unwrap(), vec!["127.0.0.1:443".parse().unwrap()]);
+        assert!(none.is_err());
     }
 
     #[test]

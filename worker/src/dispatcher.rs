@@ -134,7 +134,11 @@ impl Dispatcher {
         // Checked again at delivery (DNS can change), and the connection
         // goes to the very address that was checked.
         let addrs = resolve_checked(&url, self.allow_private).await?;
+        // No proxy, whatever HTTP_PROXY, HTTPS_PROXY or ALL_PROXY say
+        // (reqwest honours them by default): through a proxy, the address
+        // connected to would be the proxy's choice, not the one checked.
         let mut client = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(self.timeout)
             .user_agent(concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")));

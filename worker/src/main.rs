@@ -1,5 +1,9 @@
 use clap::{Parser, Subcommand};
-use shared::{settings::Settings, store::Store};
+use shared::{
+    logging::{self, LogStream},
+    settings::Settings,
+    store::Store,
+};
 
 /// Receipt's worker: runs report jobs from the queue.
 #[derive(Parser)]
@@ -21,13 +25,12 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,apalis=warn".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    logging::init(
+        cli.settings.log_format,
+        LogStream::Stdout,
+        "info,sqlx=warn,apalis=warn",
+    );
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => worker::run_worker_process(cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,

@@ -51,15 +51,16 @@ fn is_job_id(text: &str) -> bool {
 /// Get a job; `?wait=N` holds the request until the job is final or N
 /// seconds pass.
 #[utoipa::path(
-    get, path = "/v1/jobs/{job_id}", tag = "jobs",
+    get, path = "/v1/jobs/{job_id}", tag = "jobs", operation_id = "getJob",
     params(
         ("job_id" = String, Path),
         ("wait" = Option<u64>, Query, description = "seconds to wait for a final status (at most 60 honoured)"),
     ),
     responses(
-        (status = 200, body = JobObject, headers(("Retry-After" = String, description = "while not final"))),
-        (status = 401), (status = 404), (status = 422, description = "wait is not a whole number"),
-        (status = 429, description = "over the tenant's request rate, or its long polls held open (MAX_LONG_POLLS)", headers(("Retry-After" = String))),
+        (status = 200, body = JobObject, headers(("Retry-After" = u64, description = "while not final: seconds until polling again is worthwhile"))),
+        (status = 404, description = "no job of this tenant has this id"),
+        (status = 422, description = "wait is not a whole number; `errors` names it"),
+        (status = 429, description = "over the tenant's request rate, or its long polls held open (MAX_LONG_POLLS)"),
     ),
     security(("bearer" = []))
 )]
@@ -130,15 +131,15 @@ async fn finished_signal(finished: &mut broadcast::Receiver<String>, job_id: &st
 
 /// The report of a `SUCCEEDED` job; `Accept: text/csv` for tabular kinds.
 #[utoipa::path(
-    get, path = "/v1/jobs/{job_id}/result", tag = "jobs",
+    get, path = "/v1/jobs/{job_id}/result", tag = "jobs", operation_id = "getJobResult",
     params(("job_id" = String, Path)),
     responses(
-        (status = 200, description = "the report", content(
+        (status = 200, description = "the report: JSON, or CSV for a tabular kind asked with `Accept: text/csv`", content(
             (Object = "application/json"),
             (String = "text/csv"),
         )),
-        (status = 401), (status = 404),
-        (status = 409, description = "the job has not succeeded"),
+        (status = 404, description = "no job of this tenant has this id"),
+        (status = 409, description = "the job has not SUCCEEDED"),
     ),
     security(("bearer" = []))
 )]
@@ -162,7 +163,7 @@ pub async fn result(
                 "job {job_id} is {}; a result exists only once it has SUCCEEDED",
                 job.status.as_str()
             ),
-            extra: None,
+            ids: None,
         });
     }
     let body = state
@@ -204,12 +205,14 @@ fn wants_csv(request: &HttpRequest) -> bool {
 
 /// Cancel a job: at once when queued, at its next checkpoint when running.
 #[utoipa::path(
-    post, path = "/v1/jobs/{job_id}/cancel", tag = "jobs",
+    post, path = "/v1/jobs/{job_id}/cancel", tag = "jobs", operation_id = "cancelJob",
     params(("job_id" = String, Path)),
     responses(
-        (status = 200, body = JobObject),
-        (status = 401), (status = 404),
-        (status = 409, description = "the job already SUCCEEDED or FAILED"),
+        (status = 200, body = JobObject, headers(("Retry-After" = u64, description = "while not final"))),
+        (status = 400, description = "a malformed Idempotency-Key"),
+        (status = 404, description = "no job of this tenant has this id"),
+        (status = 409, description = "the job already SUCCEEDED or FAILED, or the Idempotency-Key is still in progress"),
+        (status = 422, description = "the Idempotency-Key was used with a different request"),
     ),
     security(("bearer" = []))
 )]
@@ -243,7 +246,7 @@ pub async fn cancel(
                     "job {job_id} already {}; it cannot be cancelled",
                     job.status.as_str()
                 ),
-                extra: None,
+                ids: None,
             }),
             CancelOutcome::NotFound => Err(not_found(&job_id)),
         },
@@ -256,14 +259,17 @@ pub async fn cancel(
 
 /// List jobs, newest first.
 #[utoipa::path(
-    get, path = "/v1/jobs", tag = "jobs",
+    get, path = "/v1/jobs", tag = "jobs", operation_id = "listJobs",
     params(
         ("status" = Option<JobStatus>, Query),
         ("kind" = Option<String>, Query),
         ("limit" = Option<i64>, Query, description = "1 to 200, default 50"),
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
     ),
-    responses((status = 200, body = JobPage), (status = 401), (status = 422)),
+    responses(
+        (status = 200, body = JobPage),
+        (status = 422, description = "a query parameter is not valid; `errors` names it"),
+    ),
     security(("bearer" = []))
 )]
 pub async fn list(

@@ -33,13 +33,15 @@ pub struct ImportResponse {
 
 /// Import ledger entries, all or nothing; naturally idempotent by `id`.
 #[utoipa::path(
-    post, path = "/v1/ledger/entries", tag = "ledger",
+    post, path = "/v1/ledger/entries", tag = "ledger", operation_id = "importLedgerEntries",
     request_body = ImportRequest,
     responses(
         (status = 200, body = ImportResponse),
-        (status = 400), (status = 401), (status = 413, description = "body over 16 MiB"), (status = 415),
-        (status = 409, description = "known ids with different content; `ids` lists them, nothing stored"),
-        (status = 422, description = "invalid entries; `errors` names each field"),
+        (status = 400, description = "malformed JSON, a wrong JSON type, an unknown field, or a malformed Idempotency-Key"),
+        (status = 409, description = "known ids with different content (`ids` lists them; nothing stored), or the Idempotency-Key is still in progress"),
+        (status = 413, description = "body over 16 MiB"),
+        (status = 415, description = "body not application/json"),
+        (status = 422, description = "invalid entries (`errors` names each field; nothing stored), or the Idempotency-Key was used with a different request"),
     ),
     security(("bearer" = []))
 )]
@@ -91,7 +93,7 @@ async fn import_validated(
                 ids.len(),
                 if ids.len() == 1 { "y is" } else { "ies are" }
             ),
-            extra: Some(("ids", serde_json::json!(ids))),
+            ids: Some(ids),
         }),
     }
 }

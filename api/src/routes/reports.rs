@@ -9,6 +9,10 @@ use shared::{
     reports::ParamsError,
     store::{NewJob, Submission, WriteTx},
 };
+use utoipa::{
+    PartialSchema, ToSchema,
+    openapi::{OneOfBuilder, Ref, RefOr, Schema},
+};
 
 use super::POLL_AFTER_SECS;
 use crate::{
@@ -19,22 +23,41 @@ use crate::{
     state::AppState,
 };
 
+/// The body of a submit in the OpenAPI document: the parameters of one of
+/// the kinds, each a closed schema (so exactly one fits a valid body).
+pub struct ReportParams;
+
+impl PartialSchema for ReportParams {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(Ref::from_schema_name("GstSummaryParams"))
+            .item(Ref::from_schema_name("LedgerExportParams"))
+            .item(Ref::from_schema_name("SleepParams"))
+            .description(Some(
+                "the parameters of the kind named in the path: gst-summary, ledger-export, or sleep (diagnostic)",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for ReportParams {}
+
 /// Submit a report job. The body is the kind's parameters.
 #[utoipa::path(
-    post, path = "/v1/reports/{kind}", tag = "jobs",
+    post, path = "/v1/reports/{kind}", tag = "jobs", operation_id = "submitReport",
     params(("kind" = String, Path, description = "report kind: gst-summary, ledger-export (or sleep when diagnostic kinds are enabled)")),
-    request_body(content = Object, description = "the kind's parameters, e.g. {\"month\": \"2026-10\"}"),
+    request_body(content = ReportParams, description = "the kind's parameters, e.g. {\"month\": \"2026-10\"} for gst-summary"),
     responses(
         (status = 202, description = "accepted; poll the Location", body = JobObject,
-         headers(("Location" = String), ("Retry-After" = String))),
-        (status = 400, description = "malformed JSON or parameters of the wrong shape"),
-        (status = 401, description = "missing or invalid API key"),
+         headers(("Location" = String, description = "the job: /v1/jobs/{job_id}"), ("Retry-After" = u64, description = "seconds until polling is worthwhile"))),
+        (status = 400, description = "malformed JSON, parameters of the wrong shape (a wrong JSON type, an unknown or missing field), or a malformed Idempotency-Key"),
         (status = 404, description = "unknown report kind"),
+        (status = 409, description = "the Idempotency-Key is still in progress"),
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
-        (status = 422, description = "parameters fail validation"),
-        (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored", headers(("Retry-After" = String))),
-        (status = 503, description = "database or queue unavailable"),
+        (status = 422, description = "parameter values that make no sense (`errors` names each field), or the Idempotency-Key was used with a different request; nothing stored"),
+        (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored"),
+        (status = 503, description = "the database or the queue does not answer; nothing stored"),
     ),
     security(("bearer" = []))
 )]

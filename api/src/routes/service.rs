@@ -1,18 +1,30 @@
 use actix_web::{HttpResponse, http::header, web};
+use serde::Serialize;
 use serde_json::json;
-use utoipa::OpenApi;
+use utoipa::{OpenApi, ToSchema};
 
 use crate::{error::ApiError, openapi::ApiDoc, state::AppState};
 
+/// The answer of `/healthz`.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    #[schema(example = "ok")]
+    pub status: &'static str,
+}
+
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "service", responses((status = 200)))]
+#[utoipa::path(get, path = "/healthz", tag = "service", operation_id = "healthz",
+    responses((status = 200, body = Health, description = "the process is up")))]
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({"status": "ok"}))
+    HttpResponse::Ok().json(Health { status: "ok" })
 }
 
 /// The database and the queue answer.
-#[utoipa::path(get, path = "/readyz", tag = "service",
-    responses((status = 200), (status = 503, description = "a dependency is down")))]
+#[utoipa::path(get, path = "/readyz", tag = "service", operation_id = "readyz",
+    responses(
+        (status = 200, body = Object, description = "the database and the queue answer: {\"status\": \"ready\", ...}"),
+        (status = 503, description = "the database or the queue does not answer; `detail` says which"),
+    ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     // Which dependency is down is for the caller; why (a driver's error
     // text, addresses) is for the log only.
@@ -44,8 +56,8 @@ async fn within<E: std::fmt::Display>(
 }
 
 /// Prometheus metrics.
-#[utoipa::path(get, path = "/metrics", tag = "service",
-    responses((status = 200, content_type = "text/plain", body = String)))]
+#[utoipa::path(get, path = "/metrics", tag = "service", operation_id = "metrics",
+    responses((status = 200, content_type = "text/plain", body = String, description = "Prometheus text format 0.0.4")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/plain; version=0.0.4"))
@@ -53,7 +65,8 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 }
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "service", responses((status = 200)))]
+#[utoipa::path(get, path = "/openapi.json", tag = "service", operation_id = "openapi",
+    responses((status = 200, body = Object, description = "the OpenAPI 3.1 document")))]
 pub async fn openapi() -> HttpResponse {
     HttpResponse::Ok().json(ApiDoc::openapi())
 }

@@ -157,15 +157,18 @@ async fn validate(state: &AppState, request: &RegisterWebhook) -> ApiResult<Vec<
 
 /// Register a webhook.
 #[utoipa::path(
-    post, path = "/v1/webhooks", tag = "webhooks",
+    post, path = "/v1/webhooks", tag = "webhooks", operation_id = "registerWebhook",
     request_body = RegisterWebhook,
     responses(
         (status = 201, body = WebhookObject, description = "registered; `secret` is shown only here",
-         headers(("Location" = String))),
-        (status = 400), (status = 401),
+         headers(("Location" = String, description = "the webhook: /v1/webhooks/{id}"))),
+        (status = 400, description = "malformed JSON, a wrong JSON type, an unknown field, or a malformed Idempotency-Key"),
         (status = 404, description = "job_id names no job of this tenant"),
-        (status = 413), (status = 415),
-        (status = 422, description = "bad URL (not http(s), or not a public address), or unknown events"),
+        (status = 409, description = "the Idempotency-Key is still in progress"),
+        (status = 413, description = "body over 1 MiB"),
+        (status = 415, description = "body not application/json"),
+        (status = 422, description = "bad URL (not http(s), a host that does not resolve in time, or not a public address), or unknown events; or the Idempotency-Key was used with a different request"),
+        (status = 429, description = "over the tenant's request rate, or its webhooks (MAX_WEBHOOKS)"),
     ),
     security(("bearer" = []))
 )]
@@ -221,12 +224,15 @@ pub async fn register(
 
 /// List webhooks, newest first.
 #[utoipa::path(
-    get, path = "/v1/webhooks", tag = "webhooks",
+    get, path = "/v1/webhooks", tag = "webhooks", operation_id = "listWebhooks",
     params(
         ("limit" = Option<i64>, Query, description = "1 to 200, default 50"),
-        ("cursor" = Option<String>, Query),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
     ),
-    responses((status = 200, body = WebhookPage), (status = 401), (status = 422)),
+    responses(
+        (status = 200, body = WebhookPage),
+        (status = 422, description = "a query parameter is not valid; `errors` names it"),
+    ),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -269,9 +275,12 @@ async fn find(state: &AppState, tenant: &Tenant, webhook_id: &str) -> ApiResult<
 
 /// Get a webhook (without its secret).
 #[utoipa::path(
-    get, path = "/v1/webhooks/{webhook_id}", tag = "webhooks",
+    get, path = "/v1/webhooks/{webhook_id}", tag = "webhooks", operation_id = "getWebhook",
     params(("webhook_id" = String, Path)),
-    responses((status = 200, body = WebhookObject), (status = 401), (status = 404)),
+    responses(
+        (status = 200, body = WebhookObject),
+        (status = 404, description = "no webhook of this tenant has this id"),
+    ),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -285,9 +294,12 @@ pub async fn get(
 
 /// Delete a webhook: nothing further is sent to it.
 #[utoipa::path(
-    delete, path = "/v1/webhooks/{webhook_id}", tag = "webhooks",
+    delete, path = "/v1/webhooks/{webhook_id}", tag = "webhooks", operation_id = "deleteWebhook",
     params(("webhook_id" = String, Path)),
-    responses((status = 204), (status = 401), (status = 404)),
+    responses(
+        (status = 204, description = "deleted"),
+        (status = 404, description = "no webhook of this tenant has this id"),
+    ),
     security(("bearer" = []))
 )]
 pub async fn delete(
@@ -303,13 +315,17 @@ pub async fn delete(
 
 /// A webhook's delivery attempts, newest first.
 #[utoipa::path(
-    get, path = "/v1/webhooks/{webhook_id}/deliveries", tag = "webhooks",
+    get, path = "/v1/webhooks/{webhook_id}/deliveries", tag = "webhooks", operation_id = "listWebhookDeliveries",
     params(
         ("webhook_id" = String, Path),
         ("limit" = Option<i64>, Query, description = "1 to 200, default 50"),
-        ("cursor" = Option<String>, Query),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
     ),
-    responses((status = 200, body = DeliveryPage), (status = 401), (status = 404), (status = 422)),
+    responses(
+        (status = 200, body = DeliveryPage),
+        (status = 404, description = "no webhook of this tenant has this id"),
+        (status = 422, description = "a query parameter is not valid; `errors` names it"),
+    ),
     security(("bearer" = []))
 )]
 pub async fn deliveries(

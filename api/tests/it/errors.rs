@@ -1206,6 +1206,50 @@ fn is_no_route(reply: &Reply) -> bool {
     matches!(reply.status.as_u16(), 404 | 405)
 }
 
+/// Every error response of an operation is a `Problem`, and those that
+/// carry `Retry-After` or `WWW-Authenticate` say so.
+fn assert_errors_are_problems(method: &str, path: &str, operation: &Value) {
+    let responses = operation["responses"].as_object().expect("responses");
+    assert!(
+        responses.contains_key("default"),
+        "{method} {path}: no default (problem) response"
+    );
+    for (status, response) in responses {
+        if !(status == "default" || status.starts_with('4') || status.starts_with('5')) {
+            continue;
+        }
+        let context = format!("{method} {path} {status}");
+        assert_eq!(
+            response["content"][PROBLEM_JSON]["schema"]["$ref"], "#/components/schemas/Problem",
+            "{context}: {response}"
+        );
+        assert_eq!(
+            response["content"].as_object().map(|c| c.len()),
+            Some(1),
+            "{context}"
+        );
+        let header = match status.as_str() {
+            "429" | "503" => Some("Retry-After"),
+            "401" => Some("WWW-Authenticate"),
+            _ => None,
+        };
+        if let Some(header) = header {
+            assert!(
+                response["headers"][header].is_object(),
+                "{context}: no {header} header"
+            );
+        }
+    }
+    if path.starts_with("/v1/") {
+        for status in ["401", "429", "503"] {
+            assert!(
+                responses.contains_key(status),
+                "{method} {path}: no {status}"
+            );
+        }
+    }
+}
+
 async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) {
     // Arrange: a real job, so paths with a job id name one.
     let env = TestEnv::new(backend).await;
@@ -1244,11 +1288,18 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
     assert!(version.starts_with("3.1"), "openapi is {version:?}");
 
     let mut documented = BTreeSet::new();
+    let mut operation_ids = BTreeSet::new();
     for (path, item) in doc["paths"].as_object().expect("paths") {
         for (method, operation) in item.as_object().expect("a path item") {
             if !HTTP_METHODS.contains(&method.as_str()) {
                 continue;
             }
+            let operation_id = operation["operationId"].as_str().unwrap_or_default();
+            assert!(
+                operation_ids.insert(operation_id.to_owned()) && !operation_id.is_empty(),
+                "{method} {path}: operationId {operation_id:?} is missing or not unique"
+            );
+            assert_errors_are_problems(method, path, operation);
             let needs_key = path.starts_with("/v1/");
             let has_security = operation["security"]
                 .as_array()
@@ -1304,6 +1355,25 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
             reply.text
         );
     }
+
+    // The problem schema names the members of every problem, and those of
+    // a validation problem and of a ledger conflict.
+    let problem = &doc["components"]["schemas"]["Problem"];
+    let required: BTreeSet<&str> = problem["required"]
+        .as_array()
+        .expect("Problem.required")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        required,
+        BTreeSet::from(["type", "title", "status", "detail"])
+    );
+    assert_eq!(
+        problem["properties"]["errors"]["items"]["$ref"],
+        "#/components/schemas/FieldError"
+    );
+    assert_eq!(problem["properties"]["ids"]["items"]["type"], "string");
 
     // The job object's schema names every member a real job object has.
     let properties = doc["components"]["schemas"]["JobObject"]["properties"]

@@ -10,6 +10,8 @@ mod faults;
 mod idempotency;
 mod lifecycle;
 mod limits;
+mod observability;
+mod openapi_client;
 mod reports;
 mod scale;
 mod webhooks;

@@ -638,55 +638,296 @@ async fn gst_summary_is_not_served_as_csv(backend: Backend) {
     assert_eq!(reply.json()["net_payable"]["total"], "153.23");
 }
 
-async fn report_parameters_that_make_no_sense_are_refused_without_a_job(backend: Backend) {
+/// Sends a body with an `Idempotency-Key`, so that the test can tell
+/// afterwards whether a refusal stored the key.
+async fn post_keyed(api: &Api, path: &str, body: &Value, key: &str) -> Reply {
+    Api::read(
+        api.client
+            .post(api.url(path))
+            .bearer_auth(&api.key)
+            .header("idempotency-key", key)
+            .json(body),
+    )
+    .await
+}
+
+/// The fields a 422 names, each once, sorted; each error has a message.
+fn named_fields(reply: &Reply, context: &str) -> Vec<String> {
+    let problem = reply.assert_problem(422);
+    let mut named: Vec<String> = problem["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{context}: no errors: {problem}"))
+        .iter()
+        .map(|e| {
+            assert!(
+                e["message"].as_str().is_some_and(|m| !m.is_empty()),
+                "{context}: {e}"
+            );
+            e["field"].as_str().expect("field").to_owned()
+        })
+        .collect();
+    named.sort();
+    named.dedup();
+    named
+}
+
+/// Asserts that a refused request stored nothing against its key: the
+/// same key with a valid request of the same kind is new (not a replay,
+/// not a reuse with a different request).
+async fn assert_key_unused(api: &Api, path: &str, valid: &Value, key: &str, context: &str) {
+    let retried = post_keyed(api, path, valid, key).await;
+    assert!(
+        retried.status.is_success(),
+        "{context}: the corrected retry with the same key: {} {}",
+        retried.status,
+        retried.text
+    );
+    assert_eq!(retried.header("idempotent-replayed"), None, "{context}");
+}
+
+async fn report_parameters_of_the_right_type_that_make_no_sense_are_422_and_store_nothing(
+    backend: Backend,
+) {
     let env = TestEnv::new(backend).await;
     let api = env.start_embedded().await;
-    let cases = [
+    // (kind, parameters, the fields named; none: a 400, the wrong shape)
+    let cases: Vec<(&str, Value, Option<Vec<&str>>)> = vec![
+        ("sleep", json!({"ms": -1}), Some(vec!["ms"])),
+        ("sleep", json!({"ms": 1.5}), Some(vec!["ms"])),
+        ("sleep", json!({"ms": 600_001}), Some(vec!["ms"])),
+        ("sleep", json!({"ms": 1e300}), Some(vec!["ms"])),
+        ("sleep", json!({"ms": u64::MAX}), Some(vec!["ms"])),
+        ("sleep", json!({"fail_times": -2}), Some(vec!["fail_times"])),
+        (
+            "sleep",
+            json!({"fail_times": 0.5}),
+            Some(vec!["fail_times"]),
+        ),
+        (
+            "sleep",
+            json!({"ms": -5, "fail_times": -1, "permanent": true}),
+            Some(vec!["fail_times", "ms"]),
+        ),
+        ("sleep", json!({"ms": "5"}), None),
+        ("sleep", json!({"ms": null}), None),
+        ("sleep", json!({"fail_times": [1]}), None),
+        ("sleep", json!({"permanent": "yes"}), None),
+        ("sleep", json!({"seconds": 1}), None),
         (
             "ledger-export",
             json!({"from": "2026-10-31", "to": "2026-10-01"}),
-            vec!["to"],
+            Some(vec!["to"]),
         ),
         (
             "ledger-export",
             json!({"from": "2026-02-29", "to": "2026-03-01"}),
-            vec!["from"],
+            Some(vec!["from"]),
         ),
         (
             "ledger-export",
             json!({"from": "2026-10-01", "to": "2026-10-1"}),
-            vec!["to"],
+            Some(vec!["to"]),
         ),
         (
             "ledger-export",
             json!({"from": "2026/10/01", "to": "soon"}),
-            vec!["from", "to"],
+            Some(vec!["from", "to"]),
         ),
-        ("gst-summary", json!({"month": "2026-13"}), vec!["month"]),
-        ("gst-summary", json!({"month": "2026-1"}), vec!["month"]),
-        ("gst-summary", json!({"month": "2026-10-01"}), vec!["month"]),
+        (
+            "ledger-export",
+            json!({"from": "", "to": ""}),
+            Some(vec!["from", "to"]),
+        ),
+        (
+            "ledger-export",
+            json!({"from": 20261001, "to": "2026-10-31"}),
+            None,
+        ),
+        (
+            "gst-summary",
+            json!({"month": "2026-13"}),
+            Some(vec!["month"]),
+        ),
+        (
+            "gst-summary",
+            json!({"month": "2026-1"}),
+            Some(vec!["month"]),
+        ),
+        (
+            "gst-summary",
+            json!({"month": "2026-10-01"}),
+            Some(vec!["month"]),
+        ),
+        ("gst-summary", json!({"month": ""}), Some(vec!["month"])),
+        (
+            "gst-summary",
+            json!({"month": " 2026-10"}),
+            Some(vec!["month"]),
+        ),
+        ("gst-summary", json!({"month": 202610}), None),
+        ("gst-summary", json!({"month": null}), None),
+    ];
+    let valid = |kind: &str| match kind {
+        "sleep" => json!({"ms": 1}),
+        "ledger-export" => json!({"from": "2026-10-01", "to": "2026-10-31"}),
+        _ => json!({"month": "2026-10"}),
+    };
+
+    let mut jobs_made = 0;
+    for (i, (kind, params, fields)) in cases.iter().enumerate() {
+        let context = format!("{kind} {params}");
+        let path = format!("/v1/reports/{kind}");
+        let key = format!("nonsense-{i}");
+
+        let reply = post_keyed(&api, &path, params, &key).await;
+
+        match fields {
+            Some(fields) => assert_eq!(named_fields(&reply, &context), *fields, "{context}"),
+            None => {
+                reply.assert_problem(400);
+            }
+        }
+        let jobs = api.get("/v1/jobs?limit=200").await.json();
+        assert_eq!(
+            jobs["data"].as_array().map(Vec::len),
+            Some(jobs_made),
+            "{context}: a job was stored"
+        );
+        if i % 4 == 0 {
+            // The refusal stored no key: a corrected retry with it runs.
+            assert_key_unused(&api, &path, &valid(kind), &key, &context).await;
+            jobs_made += 1;
+        }
+    }
+}
+
+/// Entries stored for tenant a, read from the store.
+async fn entries_stored(env: &TestEnv) -> i64 {
+    let store = env.store().await;
+    let n = store
+        .count_entries("tenant-a", "0000-01-01", "9999-12-31")
+        .await
+        .expect("count entries");
+    store.close().await;
+    n
+}
+
+async fn ledger_entries_of_the_right_type_that_make_no_sense_are_422_and_store_nothing(
+    backend: Backend,
+) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let good = plain("good-1", "2026-10-03", "sale", "1299.00", "18", false);
+    let with = |changes: Value| {
+        let mut entry = plain("bad-1", "2026-10-04", "purchase", "10.00", "5", true);
+        for (field, value) in changes.as_object().expect("changes") {
+            entry[field] = value.clone();
+        }
+        entry
+    };
+    let long = |n: usize| "x".repeat(n);
+    // (the entry beside a valid one, the fields named; none: a 400)
+    let cases: Vec<(Value, Option<Vec<&str>>)> = vec![
+        (with(json!({"id": ""})), Some(vec!["entries[1].id"])),
+        (with(json!({"id": long(65)})), Some(vec!["entries[1].id"])),
+        (
+            with(json!({"date": "2026-02-30"})),
+            Some(vec!["entries[1].date"]),
+        ),
+        (
+            with(json!({"date": "3 Oct 2026"})),
+            Some(vec!["entries[1].date"]),
+        ),
+        (
+            with(json!({"direction": "gift"})),
+            Some(vec!["entries[1].direction"]),
+        ),
+        (
+            with(json!({"direction": "Sale"})),
+            Some(vec!["entries[1].direction"]),
+        ),
+        (
+            with(json!({"amount": "-1.00"})),
+            Some(vec!["entries[1].amount"]),
+        ),
+        (
+            with(json!({"amount": "1.005"})),
+            Some(vec!["entries[1].amount"]),
+        ),
+        (
+            with(json!({"amount": "1e3"})),
+            Some(vec!["entries[1].amount"]),
+        ),
+        (with(json!({"amount": ""})), Some(vec!["entries[1].amount"])),
+        (
+            with(json!({"amount": "1000000000.01"})),
+            Some(vec!["entries[1].amount"]),
+        ),
+        (
+            with(json!({"gst_rate": "17"})),
+            Some(vec!["entries[1].gst_rate"]),
+        ),
+        (
+            with(json!({"gst_rate": "-18"})),
+            Some(vec!["entries[1].gst_rate"]),
+        ),
+        (
+            with(json!({"party": long(501)})),
+            Some(vec!["entries[1].party"]),
+        ),
+        (
+            with(json!({"description": long(2001)})),
+            Some(vec!["entries[1].description"]),
+        ),
+        (
+            with(json!({"party": "a\u{0}b", "description": "\u{0}"})),
+            Some(vec!["entries[1].description", "entries[1].party"]),
+        ),
+        (
+            with(json!({"date": "", "amount": "x", "gst_rate": "", "direction": ""})),
+            Some(vec![
+                "entries[1].amount",
+                "entries[1].date",
+                "entries[1].direction",
+                "entries[1].gst_rate",
+            ]),
+        ),
+        (with(json!({"id": "good-1"})), Some(vec!["entries[1].id"])),
+        (with(json!({"amount": 10})), None),
+        (with(json!({"gst_rate": 18})), None),
+        (with(json!({"interstate": "no"})), None),
+        (with(json!({"party": null})), None),
     ];
 
-    for (kind, params, fields) in cases {
-        let reply = api.post(&format!("/v1/reports/{kind}"), &params).await;
+    for (i, (entry, fields)) in cases.iter().enumerate() {
+        let context = format!("{entry}");
+        let body = json!({"entries": [good, entry]});
+        let key = format!("nonsense-import-{i}");
 
-        let problem = reply.assert_problem(422);
-        let mut named: Vec<&str> = problem["errors"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no errors for {params}: {problem}"))
-            .iter()
-            .map(|e| {
-                assert!(e["message"].is_string(), "{e}");
-                e["field"].as_str().expect("field")
-            })
-            .collect();
-        named.sort();
-        named.dedup();
-        assert_eq!(named, fields, "{kind} {params}: {problem}");
+        let reply = post_keyed(&api, "/v1/ledger/entries", &body, &key).await;
+
+        match fields {
+            Some(fields) => assert_eq!(named_fields(&reply, &context), *fields, "{context}"),
+            None => {
+                reply.assert_problem(400);
+            }
+        }
+        assert_eq!(
+            entries_stored(&env).await,
+            0,
+            "{context}: an entry was stored"
+        );
     }
-
-    let jobs = api.get("/v1/jobs").await.json();
-    assert_eq!(jobs["data"], json!([]), "no job was stored");
+    // A refused import stored nothing against its key.
+    assert_key_unused(
+        &api,
+        "/v1/ledger/entries",
+        &json!({"entries": [good]}),
+        "nonsense-import-0",
+        "the corrected import",
+    )
+    .await;
+    assert_eq!(entries_stored(&env).await, 1);
 }
 
 // ------------------------------------------------------- randomized check
@@ -913,6 +1154,7 @@ crate::on_both_backends!(
     ledger_export_answers_csv_with_a_header_row_and_quoting,
     an_empty_ledger_export_in_csv_is_the_header_row_alone,
     gst_summary_is_not_served_as_csv,
-    report_parameters_that_make_no_sense_are_refused_without_a_job,
+    report_parameters_of_the_right_type_that_make_no_sense_are_422_and_store_nothing,
+    ledger_entries_of_the_right_type_that_make_no_sense_are_422_and_store_nothing,
     a_random_ledger_summarises_and_exports_as_worked_out_from_first_principles,
 );

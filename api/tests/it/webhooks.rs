@@ -992,6 +992,41 @@ async fn a_private_url_is_refused_again_at_delivery(backend: Backend) {
     receiver.stop().await;
 }
 
+async fn a_worker_with_proxy_settings_still_delivers_straight_to_the_checked_address(
+    backend: Backend,
+) {
+    let env = TestEnv::new(backend).await;
+    let api = api_alone(&env).await;
+    let receiver = Receiver::ok();
+    let webhook = register(&api, json!({"url": receiver.url})).await;
+    // A proxy nothing listens on: a client that honoured these settings
+    // could not deliver at all.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let proxy = format!("http://{}", dead.local_addr().expect("its address"));
+    drop(dead);
+    let mut extra = WEBHOOKS.to_vec();
+    for name in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        extra.push((name, &proxy));
+    }
+    let _worker = env.start_worker(&extra);
+
+    let job_id = submit(&api, json!({"ms": 10})).await;
+    api.wait_final(&job_id).await;
+
+    let received = receiver.wait_for(1, WAIT).await;
+    assert_eq!(received[0].job_id(), job_id);
+    let log = wait_deliveries(&api, str_of(&webhook, "id"), 1).await;
+    assert_eq!(log[0]["response_status"], 200, "{}", log[0]);
+    receiver.stop().await;
+}
+
 // ------------------------------------------------------------- contract
 
 async fn registering_answers_201_with_the_secret_shown_only_there(backend: Backend) {
@@ -1209,6 +1244,7 @@ crate::on_both_backends!(
     a_per_job_webhook_registered_as_its_job_finishes_gets_the_event_exactly_once,
     private_and_non_http_urls_are_refused_and_nothing_is_stored,
     a_private_url_is_refused_again_at_delivery,
+    a_worker_with_proxy_settings_still_delivers_straight_to_the_checked_address,
     registering_answers_201_with_the_secret_shown_only_there,
     bad_registrations_are_refused_and_store_nothing,
     another_tenants_webhook_is_not_found,

@@ -5,6 +5,7 @@
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use super::{JobContext, ParamsError, ReportKind, RunResult, decode_params};
 use crate::{
@@ -14,10 +15,27 @@ use crate::{
 
 pub struct GstSummary;
 
-#[derive(Debug, Deserialize)]
+/// The parameters of `gst-summary`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Params {
-    month: String,
+pub struct GstSummaryParams {
+    /// The month, `YYYY-MM`.
+    #[schema(example = "2026-10")]
+    pub month: String,
+}
+
+impl GstSummaryParams {
+    fn parse(params: &Value) -> Result<Self, ParamsError> {
+        let params: Self = decode_params(params)?;
+        if valid_month(&params.month) {
+            Ok(params)
+        } else {
+            Err(ParamsError::Invalid(vec![FieldError::new(
+                "month",
+                "must be a month written YYYY-MM",
+            )]))
+        }
+    }
 }
 
 impl ReportKind for GstSummary {
@@ -26,21 +44,12 @@ impl ReportKind for GstSummary {
     }
 
     fn validate(&self, params: &Value) -> Result<(), ParamsError> {
-        let params: Params = decode_params(params)?;
-        if valid_month(&params.month) {
-            Ok(())
-        } else {
-            Err(ParamsError::Invalid(vec![FieldError::new(
-                "month",
-                "must be a month written YYYY-MM",
-            )]))
-        }
+        GstSummaryParams::parse(params).map(drop)
     }
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
-            let params: Params = decode_params(&params)
-                .map_err(|e| super::JobFailure::permanent("invalid_params", format!("{e:?}")))?;
+            let params = GstSummaryParams::parse(&params)?;
             ctx.progress(0.0).await?;
             let (from, to) = month_bounds(&params.month);
             let rows = ctx.store.gst_rows(&ctx.tenant_id, &from, &to).await?;

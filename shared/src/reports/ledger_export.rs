@@ -5,8 +5,9 @@
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
-use super::{JobContext, JobFailure, ParamsError, ReportKind, RunResult, decode_params};
+use super::{JobContext, ParamsError, ReportKind, RunResult, decode_params};
 use crate::ledger::{FieldError, LedgerEntry, format_paise, format_rate, valid_date};
 
 pub struct LedgerExport;
@@ -28,24 +29,21 @@ pub const COLUMNS: [&str; 11] = [
     "sgst",
 ];
 
-#[derive(Debug, Deserialize)]
+/// The parameters of `ledger-export`: a range of dates, both inclusive.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Params {
-    from: String,
-    to: String,
+pub struct LedgerExportParams {
+    /// The first day, `YYYY-MM-DD`.
+    #[schema(example = "2026-10-01")]
+    pub from: String,
+    /// The last day, `YYYY-MM-DD`, not before `from`.
+    #[schema(example = "2026-10-31")]
+    pub to: String,
 }
 
-impl ReportKind for LedgerExport {
-    fn name(&self) -> &'static str {
-        "ledger-export"
-    }
-
-    fn timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(15 * 60)
-    }
-
-    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
-        let params: Params = decode_params(params)?;
+impl LedgerExportParams {
+    fn parse(params: &Value) -> Result<Self, ParamsError> {
+        let params: Self = decode_params(params)?;
         let mut errors = Vec::new();
         for (field, value) in [("from", &params.from), ("to", &params.to)] {
             if !valid_date(value) {
@@ -59,16 +57,29 @@ impl ReportKind for LedgerExport {
             errors.push(FieldError::new("to", "must not be before from"));
         }
         if errors.is_empty() {
-            Ok(())
+            Ok(params)
         } else {
             Err(ParamsError::Invalid(errors))
         }
     }
+}
+
+impl ReportKind for LedgerExport {
+    fn name(&self) -> &'static str {
+        "ledger-export"
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(15 * 60)
+    }
+
+    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
+        LedgerExportParams::parse(params).map(drop)
+    }
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
-            let params: Params = decode_params(&params)
-                .map_err(|e| JobFailure::permanent("invalid_params", format!("{e:?}")))?;
+            let params = LedgerExportParams::parse(&params)?;
             ctx.progress(0.0).await?;
             let total = ctx
                 .store

@@ -11,12 +11,12 @@ use std::{collections::BTreeMap, time::Duration};
 
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Number, Value};
 
 pub use context::{JobContext, ProgressSink};
-pub use gst_summary::GstSummary;
-pub use ledger_export::LedgerExport;
-pub use sleep::Sleep;
+pub use gst_summary::{GstSummary, GstSummaryParams};
+pub use ledger_export::{LedgerExport, LedgerExportParams};
+pub use sleep::{Sleep, SleepParams};
 
 use crate::ledger::FieldError;
 
@@ -25,8 +25,24 @@ use crate::ledger::FieldError;
 pub enum ParamsError {
     /// Not the schema: wrong JSON type, unknown or missing field (400).
     Malformed(String),
-    /// The schema, but values that do not make sense (422).
+    /// The schema, but values that do not make sense (422): a month that is
+    /// no month, a negative or fractional number where a count belongs.
     Invalid(Vec<FieldError>),
+}
+
+impl std::fmt::Display for ParamsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamsError::Malformed(detail) => f.write_str(detail),
+            ParamsError::Invalid(errors) => {
+                let errors: Vec<String> = errors
+                    .iter()
+                    .map(|e| format!("{} {}", e.field, e.message))
+                    .collect();
+                f.write_str(&errors.join("; "))
+            }
+        }
+    }
 }
 
 /// How an attempt failed. The worker turns it into a retry, a final
@@ -66,6 +82,14 @@ impl From<crate::Error> for JobFailure {
     }
 }
 
+/// Parameters were checked at submit; a job whose stored parameters no
+/// longer parse (a kind changed under it) would fail the same way again.
+impl From<ParamsError> for JobFailure {
+    fn from(error: ParamsError) -> Self {
+        JobFailure::permanent("invalid_params", error.to_string())
+    }
+}
+
 pub type RunResult = Result<Value, JobFailure>;
 
 pub trait ReportKind: Send + Sync + 'static {
@@ -82,7 +106,8 @@ pub trait ReportKind: Send + Sync + 'static {
         Duration::from_secs(300)
     }
 
-    /// Checks parameters before anything is stored.
+    /// Checks parameters before anything is stored (each kind parses them
+    /// with the same function its `run` uses).
     fn validate(&self, params: &Value) -> Result<(), ParamsError>;
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult>;
@@ -94,6 +119,9 @@ pub trait ReportKind: Send + Sync + 'static {
 }
 
 /// Decodes a closed parameter schema, mapping serde's complaint to a 400.
+/// Fields are decoded only as far as their JSON type (a number as a
+/// [`Number`], a date as a string), so that a value of the right type that
+/// makes no sense is left for the kind's checks: a 422 naming the field.
 pub fn decode_params<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
     // serde's derive also reads a struct from an array of its fields in
     // order (`["2026-10"]`); parameters are always an object.
@@ -102,7 +130,22 @@ pub fn decode_params<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsErr
             "the parameters must be a JSON object".into(),
         ));
     }
-    serde_json::from_value(params.clone()).map_err(|e| ParamsError::Malformed(e.to_string()))
+    T::deserialize(params).map_err(|e| ParamsError::Malformed(e.to_string()))
+}
+
+/// A JSON number that must be a whole number from 0 to `max`; otherwise a
+/// field error (and 0, which is never used: the errors refuse the request).
+pub fn whole_number(field: &str, number: &Number, max: u64, errors: &mut Vec<FieldError>) -> u64 {
+    match number.as_u64().filter(|n| *n <= max) {
+        Some(n) => n,
+        None => {
+            errors.push(FieldError::new(
+                field,
+                format!("must be a whole number from 0 to {max}"),
+            ));
+            0
+        }
+    }
 }
 
 /// The kinds this process serves.

@@ -7,26 +7,65 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Number, Value, json};
+use utoipa::ToSchema;
 
-use super::{JobContext, JobFailure, ParamsError, ReportKind, RunResult, decode_params};
-use crate::ledger::FieldError;
+use super::{
+    JobContext, JobFailure, ParamsError, ReportKind, RunResult, decode_params, whole_number,
+};
 
 pub struct Sleep;
 
 /// The longest sleep accepted; attempts time out after [`Sleep::timeout`].
 const MAX_MS: u64 = 600_000;
 
-#[derive(Debug, Deserialize)]
+/// The parameters of `sleep`, a diagnostic kind (served only with
+/// `ENABLE_DIAGNOSTIC_KINDS=true`).
+// Numbers are decoded as JSON numbers and checked after (`Plan::parse`),
+// so `-1` or `1.5` is a 422 that names its field, not a 400.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Params {
-    #[serde(default)]
-    ms: u64,
-    #[serde(default)]
-    fail_times: u32,
+pub struct SleepParams {
+    /// Milliseconds to sleep, 0 to 600000.
+    #[serde(default = "zero")]
+    #[schema(value_type = u64, default = 0, maximum = 600_000, example = 50)]
+    pub ms: Number,
+    /// How many of the first attempts fail.
+    #[serde(default = "zero")]
+    #[schema(value_type = u64, default = 0)]
+    pub fail_times: Number,
     /// The failures are permanent (no retry).
     #[serde(default)]
+    #[schema(default = false)]
+    pub permanent: bool,
+}
+
+fn zero() -> Number {
+    Number::from(0u8)
+}
+
+/// The parameters once checked.
+struct Plan {
+    ms: u64,
+    fail_times: u64,
     permanent: bool,
+}
+
+impl Plan {
+    fn parse(params: &Value) -> Result<Self, ParamsError> {
+        let params: SleepParams = decode_params(params)?;
+        let mut errors = Vec::new();
+        let ms = whole_number("ms", &params.ms, MAX_MS, &mut errors);
+        let fail_times = whole_number("fail_times", &params.fail_times, u64::MAX, &mut errors);
+        if !errors.is_empty() {
+            return Err(ParamsError::Invalid(errors));
+        }
+        Ok(Plan {
+            ms,
+            fail_times,
+            permanent: params.permanent,
+        })
+    }
 }
 
 impl ReportKind for Sleep {
@@ -39,20 +78,12 @@ impl ReportKind for Sleep {
     }
 
     fn validate(&self, params: &Value) -> Result<(), ParamsError> {
-        let params: Params = decode_params(params)?;
-        if params.ms > MAX_MS {
-            return Err(ParamsError::Invalid(vec![FieldError::new(
-                "ms",
-                format!("must be at most {MAX_MS}"),
-            )]));
-        }
-        Ok(())
+        Plan::parse(params).map(drop)
     }
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
-            let params: Params = decode_params(&params)
-                .map_err(|e| JobFailure::permanent("invalid_params", format!("{e:?}")))?;
+            let params = Plan::parse(&params)?;
             let total = Duration::from_millis(params.ms);
             let started = tokio::time::Instant::now();
             ctx.checkpoint()?;
@@ -62,7 +93,7 @@ impl ReportKind for Sleep {
                 ctx.progress(started.elapsed().as_secs_f64() / total.as_secs_f64())
                     .await?;
             }
-            if ctx.attempt <= i64::from(params.fail_times) {
+            if u64::try_from(ctx.attempt).unwrap_or(0) <= params.fail_times {
                 let message = format!(
                     "failing on purpose: attempt {} of the first {}",
                     ctx.attempt, params.fail_times

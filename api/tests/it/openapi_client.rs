@@ -1,0 +1,124 @@
+//! The served OpenAPI document as standard tools see it: a validator
+//! (openapi-spec-validator) accepts it, a generator (openapi-python-client)
+//! makes a client from it without a warning, and that client does a round
+//! trip against the running service (`api/tests/openapi/roundtrip.py`).
+//!
+//! The tools come from PyPI into a virtualenv under the target dir, made
+//! once and reused while `api/tests/openapi/requirements.txt` is unchanged.
+//! Without `python3` (3.10 or newer, with `venv`) or PyPI this test fails
+//! and says so; it is never skipped.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use reqwest::StatusCode;
+
+use crate::common::{Api, Backend, KEY_A, TestEnv, bin_path};
+
+const REQUIREMENTS: &str = include_str!("../openapi/requirements.txt");
+const ROUNDTRIP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openapi/roundtrip.py");
+
+/// Runs a command to its end; panics with `what` and its output if it
+/// cannot start or fails.
+fn run(what: &str, command: &mut Command) -> Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("{what}: could not run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The virtualenv with the tools, made on first use. A marker holding the
+/// requirements it was made from is written last, so a half-made venv (an
+/// interrupted install) is made again.
+fn tools_venv() -> PathBuf {
+    // target/debug/api -> target/openapi-venv
+    let target = bin_path("api")
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target dir")
+        .to_owned();
+    let venv = target.join("openapi-venv");
+    let marker = venv.join("receipt-requirements.txt");
+    // One maker at a time, should two test processes get here together.
+    let lock = fs::File::create(target.join("openapi-venv.lock")).expect("the venv lock file");
+    lock.lock().expect("lock the venv");
+    if fs::read_to_string(&marker).is_ok_and(|made_from| made_from == REQUIREMENTS) {
+        return venv;
+    }
+    let _ = fs::remove_dir_all(&venv);
+    run(
+        "making a virtualenv (this test needs python3 with venv, 3.10 or newer)",
+        Command::new("python3").arg("-m").arg("venv").arg(&venv),
+    );
+    let requirements = target.join("openapi-requirements.txt");
+    fs::write(&requirements, REQUIREMENTS).expect("write the requirements");
+    run(
+        "installing openapi-spec-validator and openapi-python-client from PyPI",
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&requirements),
+    );
+    fs::write(&marker, REQUIREMENTS).expect("write the venv marker");
+    venv
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_tools_accept_the_openapi_document_and_its_generated_client_round_trips() {
+    // Arrange: the tools, and a running service with the diagnostic kind.
+    let venv = tools_venv();
+    let bin = venv.join("bin");
+    let env = TestEnv::new(Backend::Sqlite).await;
+    let api = env.start_embedded().await;
+    let reply = Api::read(api.client.get(api.url("/openapi.json"))).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let work = tempfile::tempdir().expect("temp dir");
+    let document = work.path().join("openapi.json");
+    fs::write(&document, &reply.text).expect("write the document");
+    // The generator formats its output with ruff, installed beside it.
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    // Act and assert: the validator accepts the document ...
+    run(
+        "openapi-spec-validator on /openapi.json",
+        Command::new(bin.join("openapi-spec-validator")).arg(&document),
+    );
+
+    // ... the generator makes a client from it without a warning ...
+    let package = work.path().join("receipt_client");
+    run(
+        "openapi-python-client generate",
+        Command::new(bin.join("openapi-python-client"))
+            .args(["generate", "--meta", "none", "--fail-on-warning", "--path"])
+            .arg(&document)
+            .arg("--output-path")
+            .arg(&package)
+            .env("PATH", &path),
+    );
+
+    // ... and that client submits, long-polls, fetches the result, and
+    // reads the 404's and the 422's problems.
+    let output = run(
+        "the generated client's round trip (api/tests/openapi/roundtrip.py)",
+        Command::new(bin.join("python"))
+            .arg(ROUNDTRIP)
+            .arg(&api.base)
+            .arg(KEY_A)
+            .env("PYTHONPATH", work.path()),
+    );
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains("round trip ok"), "{said}");
+}
