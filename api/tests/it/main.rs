@@ -8,6 +8,7 @@ mod exactly_once;
 mod idempotency;
 mod lifecycle;
 mod reports;
+mod retention;
 mod scale;
 mod webhooks;
 mod worker_behaviour;
