@@ -673,7 +673,8 @@ async fn prune(shape: Shape, args: &Args) -> Result<Value> {
         after > 0,
         "the pruner finished its backlog before the measurement ended: write more rows (--rows)"
     );
-    let ratio = |p: &str| busy[p].as_f64().unwrap_or(f64::NAN) / idle[p].as_f64().unwrap_or(f64::NAN);
+    let ratio =
+        |p: &str| busy[p].as_f64().unwrap_or(f64::NAN) / idle[p].as_f64().unwrap_or(f64::NAN);
     Ok(json!({
         "rows": args.rows, "rate": args.prune_rate, "secs": args.submit_secs,
         "idle": idle, "pruning": busy,

@@ -139,6 +139,15 @@ impl WorkerPool {
             std::process::id(),
             ulid::Ulid::generate()
         );
+        let webhook_retries: Duration = settings.webhook_retry_schedule.0.iter().sum();
+        if settings.job_retention < webhook_retries {
+            warn!(
+                job_retention = ?settings.job_retention,
+                ?webhook_retries,
+                "JOB_RETENTION is shorter than WEBHOOK_RETRY_SCHEDULE: a job may be deleted, \
+                 with its events, while a receiver is still being retried"
+            );
+        }
         Self {
             dispatcher: Dispatcher::new(store.clone(), settings),
             runner: Arc::new(Runner::new(store, signals, settings, worker_id)),
