@@ -5,10 +5,10 @@
 //! (`Queue::forget_finished`). Both run in every worker pool, beside the
 //! lease sweeper, and are safe to run in many processes at once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shared::{
-    store::{Dialect, Store},
+    store::{Dialect, Pruned, Store},
     time::{duration_ms, now_ms},
 };
 use tokio_util::sync::CancellationToken as Shutdown;
@@ -21,7 +21,7 @@ use crate::Queue;
 const PRUNE_IDLE: Duration = Duration::from_secs(5);
 /// Jobs per transaction: between these, sized so that one transaction
 /// takes about [`prune_target`].
-const PRUNE_MIN_BATCH: i64 = 10;
+const PRUNE_MIN_BATCH: i64 = 50;
 const PRUNE_MAX_BATCH: i64 = 1_000;
 
 /// How long one pruning transaction should take. On SQLite it holds the one
@@ -55,17 +55,15 @@ pub async fn run_pruner(store: Store, retention: Duration, shutdown: Shutdown) {
     let target = prune_target(store.dialect());
     let mut batch = 100;
     loop {
-        let started = Instant::now();
         let rest = match store
             .prune_finished_jobs(now_ms().saturating_sub(retention_ms), batch)
             .await
         {
-            Ok(deleted) => {
-                let took = started.elapsed();
-                if deleted > 0 {
-                    debug!(deleted, batch, ?took, "pruned finished jobs");
+            Ok(Pruned { jobs, held: took }) => {
+                if jobs > 0 {
+                    debug!(jobs, batch, ?took, "pruned finished jobs");
                 }
-                if (deleted as i64) < batch {
+                if (jobs as i64) < batch {
                     PRUNE_IDLE
                 } else {
                     if took < target / 2 {

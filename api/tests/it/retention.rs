@@ -359,9 +359,11 @@ async fn the_pruner_works_through_a_backlog_larger_than_a_batch(backend: Backend
         if left == 0 {
             break;
         }
+        // Generous: the pruner paces itself, and the whole suite shares
+        // the machine meanwhile.
         assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{left} of {BACKLOG} old jobs are left after a minute"
+            started.elapsed() < Duration::from_secs(180),
+            "{left} of {BACKLOG} old jobs are left after three minutes"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

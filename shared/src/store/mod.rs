@@ -24,7 +24,7 @@ pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
 pub use keys::{hash_key, new_key};
 pub use ledger::{GstRow, ImportOutcome};
 pub use retention::{
-    delete_finished_postgres_messages, delete_finished_sqlite_messages,
+    Pruned, delete_finished_postgres_messages, delete_finished_sqlite_messages,
     index_finished_postgres_messages,
 };
 pub use submit::{Submission, SubmissionKey, Submitted};

@@ -13,12 +13,22 @@ use sqlx::Row;
 use super::{Dialect, Store, built, placeholders};
 use crate::Result;
 
+/// What one round of [`Store::prune_finished_jobs`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct Pruned {
+    /// Jobs deleted.
+    pub jobs: usize,
+    /// How long its transaction ran, not counting the wait for its turn to
+    /// write: what it cost the writers that came after it.
+    pub held: std::time::Duration,
+}
+
 impl Store {
     /// Deletes up to `limit` jobs that reached a final status before
     /// `finished_before` (unix ms), oldest first, with their results,
     /// webhook events, delivery log and per-job webhooks, in one short
-    /// transaction; returns how many jobs it deleted. The partial index
-    /// `jobs_finished` finds them without reading any other job.
+    /// transaction. The partial index `jobs_finished` finds them without
+    /// reading any other job.
     ///
     /// Safe beside everything else, and in several processes at once: on
     /// Postgres the jobs are taken `FOR UPDATE SKIP LOCKED`, so two pruners
@@ -26,11 +36,9 @@ impl Store {
     /// being registered for it, a cancel reading it) is left for the next
     /// round; on SQLite the transaction takes its turn on the write gate
     /// like every other writer, so a submit waits at most one batch.
-    pub async fn prune_finished_jobs(&self, finished_before: i64, limit: i64) -> Result<usize> {
-        if limit <= 0 {
-            return Ok(0);
-        }
+    pub async fn prune_finished_jobs(&self, finished_before: i64, limit: i64) -> Result<Pruned> {
         let mut tx = self.begin_write().await?;
+        let began = std::time::Instant::now();
         let job_ids = sqlx::query(built(&format!(
             "SELECT job_id FROM jobs
              WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < $1
@@ -45,7 +53,10 @@ impl Store {
         .map(|row| Ok(row.try_get::<String, _>("job_id")?))
         .collect::<Result<Vec<String>>>()?;
         if job_ids.is_empty() {
-            return Ok(0);
+            return Ok(Pruned {
+                jobs: 0,
+                held: began.elapsed(),
+            });
         }
         let in_jobs = placeholders(1, job_ids.len());
         let run = |sql: String| {
@@ -94,7 +105,10 @@ impl Store {
             .await?
             .rows_affected();
         tx.commit().await?;
-        Ok(deleted as usize)
+        Ok(Pruned {
+            jobs: deleted as usize,
+            held: began.elapsed(),
+        })
     }
 }
 
