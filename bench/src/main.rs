@@ -23,8 +23,8 @@ const KEY: &str = "bench-key-0123456789abcdef";
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
-    /// Scenarios, comma-separated: e2e, submit, pickup, scale, report, bullmq.
-    #[arg(long, default_value = "e2e,submit,pickup,scale,report,bullmq")]
+    /// Scenarios, comma-separated: e2e, submit, pickup, scale, prune, report, bullmq.
+    #[arg(long, default_value = "e2e,submit,pickup,scale,prune,report,bullmq")]
     scenarios: String,
     /// embedded, production, or both.
     #[arg(long, default_value = "both")]
@@ -38,13 +38,18 @@ struct Args {
     /// Open-loop arrival rate of the submit scenario, per second.
     #[arg(long, default_value_t = 1_000)]
     rate: u64,
-    /// Seconds of the submit scenario.
+    /// Seconds of the submit scenario (and of each half of prune).
     #[arg(long, default_value_t = 20)]
     submit_secs: u64,
+    /// Open-loop arrival rate of the prune scenario, per second: below what
+    /// the production shape sustains on two cores, so that the figure is
+    /// the pruner's cost and not the saturation's.
+    #[arg(long, default_value_t = 200)]
+    prune_rate: u64,
     /// Jobs of the pickup scenario, submitted one at a time.
     #[arg(long, default_value_t = 500)]
     pickup_jobs: usize,
-    /// Finished jobs (scale) and ledger entries (report) written beforehand.
+    /// Finished jobs (scale, prune) and ledger entries (report) written beforehand.
     #[arg(long, default_value_t = 1_000_000)]
     rows: i64,
     /// Alternating rounds of Receipt and BullMQ in the side-by-side run.
@@ -564,25 +569,40 @@ async fn pickup(service: &Service, count: usize) -> Result<Value> {
     )
 }
 
-/// Writes `rows` finished jobs straight into the table (ids sort before
-/// any real one), as a service that has run for a while would have.
-async fn prefill_jobs(service: &Service, rows: i64) -> Result<()> {
+/// Writes `rows` SUCCEEDED jobs with their results straight into the
+/// tables (ids sort before any real one), finished at `finished_at` (unix
+/// ms): now, as a service that has run for a while holds within its
+/// retention; or long ago, as one holds after an upgrade that brings the
+/// pruner to years of jobs. Each chunk's jobs and results commit together,
+/// so a pruner at work never finds a job without its result.
+async fn prefill_jobs(service: &Service, rows: i64, finished_at: i64) -> Result<()> {
     let pool = service.pool().await?;
-    let values = "'job_00000000' || substr('000000000000000000000000' || i, -24, 24), 'bench', 'sleep', '{\"ms\":0}',
-        'SUCCEEDED', 1, 5, 1.0, 0, 0, 0, 0, 0";
+    let id = match service.shape {
+        Shape::Production => "'job_00000000' || lpad(i::text, 24, '0')",
+        Shape::Embedded => "'job_00000000' || substr('000000000000000000000000' || i, -24, 24)",
+    };
+    let values = format!(
+        "{id}, 'bench', 'sleep', '{{\"ms\":0}}', 'SUCCEEDED', 1, 5, 1.0, 0, 0, {finished_at}, 0, 0"
+    );
     let columns = "job_id, tenant_id, kind, params, status, attempts, max_attempts, progress, created_at, started_at, finished_at, run_after, cancel_requested";
     for start in (0..rows).step_by(100_000) {
         let end = (start + 100_000).min(rows) - 1;
-        let sql = match service.shape {
-            Shape::Production => format!(
-                "INSERT INTO jobs ({columns}) SELECT {} FROM generate_series({start}::bigint, {end}) AS s(i)",
-                values.replace("substr('000000000000000000000000' || i, -24, 24)", "lpad(i::text, 24, '0')")
-            ),
+        let series = match service.shape {
+            Shape::Production => format!("generate_series({start}::bigint, {end}) AS s(i)"),
+            Shape::Embedded => "s".to_owned(),
+        };
+        let with = match service.shape {
+            Shape::Production => String::new(),
             Shape::Embedded => format!(
-                "WITH RECURSIVE s(i) AS (SELECT {start} UNION ALL SELECT i + 1 FROM s WHERE i < {end})
-                 INSERT INTO jobs ({columns}) SELECT {values} FROM s"
+                "WITH RECURSIVE s(i) AS (SELECT {start} UNION ALL SELECT i + 1 FROM s WHERE i < {end})"
             ),
         };
+        let sql = format!(
+            "BEGIN;
+             {with} INSERT INTO jobs ({columns}) SELECT {values} FROM {series};
+             {with} INSERT INTO job_results (job_id, body) SELECT {id}, '{{}}' FROM {series};
+             COMMIT;"
+        );
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
             .execute(&pool)
             .await?;
@@ -592,6 +612,63 @@ async fn prefill_jobs(service: &Service, rows: i64) -> Result<()> {
     }
     pool.close().await;
     Ok(())
+}
+
+/// Finished jobs the pruner has yet to delete (finished before 2000).
+async fn old_jobs(pool: &AnyPool) -> Result<i64> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n FROM jobs
+         WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < 946684800000",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(row.try_get("n")?)
+}
+
+/// Scenario 6: submit latency at a fixed rate while the retention pruner
+/// works through `rows` jobs that finished long ago, against the same rate
+/// on a service holding as many finished jobs that are all within the
+/// retention (nothing to prune). Two services, so that the table sizes
+/// match and only the pruning differs.
+async fn prune(shape: Shape, args: &Args) -> Result<Value> {
+    let idle = {
+        let service = Service::start(shape, args.workers, args.concurrency).await?;
+        prefill_jobs(&service, args.rows, chrono::Utc::now().timestamp_millis()).await?;
+        let result = submit_only(&service, args.prune_rate, args.submit_secs).await?;
+        service.stop().await?;
+        result
+    };
+    let service = Service::start(shape, args.workers, args.concurrency).await?;
+    // Finished in 1970: all of them are past any retention. The pruner
+    // starts on them while they are written.
+    prefill_jobs(&service, args.rows, 0).await?;
+    let pool = service.pool().await?;
+    // The pruner looks every few seconds when idle: measure once it works.
+    let waited = Instant::now();
+    while old_jobs(&pool).await? >= args.rows {
+        anyhow::ensure!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the pruner did not start within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = old_jobs(&pool).await?;
+    let busy = submit_only(&service, args.prune_rate, args.submit_secs).await?;
+    let after = old_jobs(&pool).await?;
+    pool.close().await;
+    service.stop().await?;
+    anyhow::ensure!(
+        after > 0,
+        "the pruner finished its backlog before the measurement ended: write more rows (--rows)"
+    );
+    let ratio =
+        |p: &str| busy[p].as_f64().unwrap_or(f64::NAN) / idle[p].as_f64().unwrap_or(f64::NAN);
+    Ok(json!({
+        "rows": args.rows, "rate": args.prune_rate, "secs": args.submit_secs,
+        "idle": idle, "pruning": busy,
+        "pruned_during": before - after, "pruned_per_s": (before - after) as f64 / args.submit_secs as f64,
+        "left_after": after, "p99_ratio": ratio("p99_ms"), "p50_ratio": ratio("p50_ms"),
+    }))
 }
 
 /// Scenario 5: gst-summary over a month of `rows` entries, against the same
@@ -759,7 +836,8 @@ async fn main() -> Result<()> {
             let empty = end_to_end(&service, args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
-            prefill_jobs(&service, args.rows).await?;
+            // Within the retention: the pruner leaves them alone.
+            prefill_jobs(&service, args.rows, chrono::Utc::now().timestamp_millis()).await?;
             let full = end_to_end(&service, args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
@@ -774,6 +852,29 @@ async fn main() -> Result<()> {
                     100.0 * full / empty
                 ),
             );
+        }
+        if wants("prune") {
+            let result = prune(shape, &args).await?;
+            let line = |r: &Value| {
+                format!(
+                    "p50 {:.1} ms  p99 {:.1} ms  p99.9 {:.1} ms  errors {}",
+                    r["p50_ms"].as_f64().unwrap_or_default(),
+                    r["p99_ms"].as_f64().unwrap_or_default(),
+                    r["p999_ms"].as_f64().unwrap_or_default(),
+                    r["errors"]
+                )
+            };
+            let summary = format!(
+                "submit at {}/s, {} finished jobs: nothing to prune {}\n{:>25}pruning {} ({:.0} jobs/s deleted): p99 {:.2}x idle",
+                args.prune_rate,
+                args.rows,
+                line(&result["idle"]),
+                "",
+                line(&result["pruning"]),
+                result["pruned_per_s"].as_f64().unwrap_or_default(),
+                result["p99_ratio"].as_f64().unwrap_or_default(),
+            );
+            print_result("prune", shape.name(), result, &summary);
         }
         if wants("report") {
             let service = Service::start(shape, args.workers, args.concurrency).await?;

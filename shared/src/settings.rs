@@ -67,6 +67,13 @@ pub struct Settings {
     #[arg(long, env = "SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
 
+    /// How long a job is kept once final (SUCCEEDED, FAILED, CANCELLED):
+    /// then it is deleted with its result, webhook events, delivery log and
+    /// per-job webhooks, and `GET` answers 404. Idempotency keys keep their
+    /// own TTL. Ledger entries are never deleted.
+    #[arg(long, env = "JOB_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub job_retention: Duration,
+
     /// The queue's name, and the prefix of every Redis key the service
     /// writes. Deployments sharing one Redis use different names.
     #[arg(long, env = "QUEUE_NAME", default_value = "receipt")]

@@ -20,7 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    BoxError, Dispatcher, Queue, queue::Message, relay::run_relay, runner::Runner,
+    BoxError, Dispatcher, Queue,
+    queue::Message,
+    relay::run_relay,
+    retention::{run_pruner, run_queue_vacuum},
+    runner::Runner,
     sweeper::run_sweeper,
 };
 
@@ -122,14 +126,17 @@ async fn handle_message(message: Message, runner: Data<Arc<Runner>>) -> Result<(
     Ok(())
 }
 
-/// A worker pool with its relay, lease sweeper and webhook dispatcher.
+/// A worker pool with its relay, lease sweeper, webhook dispatcher,
+/// retention pruner and queue vacuum.
 pub struct WorkerPool {
     pub runner: Arc<Runner>,
     queue: Queue,
+    queue_name: String,
     concurrency: usize,
     grace: Duration,
     republish_after: Duration,
     sweep_every: Duration,
+    job_retention: Duration,
     dispatcher: Dispatcher,
 }
 
@@ -141,20 +148,32 @@ impl WorkerPool {
             std::process::id(),
             ulid::Ulid::generate()
         );
+        let webhook_retries: Duration = settings.webhook_retry_schedule.0.iter().sum();
+        if settings.job_retention < webhook_retries {
+            warn!(
+                job_retention = ?settings.job_retention,
+                ?webhook_retries,
+                "JOB_RETENTION is shorter than WEBHOOK_RETRY_SCHEDULE: a job may be deleted, \
+                 with its events, while a receiver is still being retried"
+            );
+        }
         Self {
             dispatcher: Dispatcher::new(store.clone(), settings),
             runner: Arc::new(Runner::new(store, signals, settings, worker_id)),
             queue,
+            queue_name: Queue::apalis_queue_name(settings),
             concurrency: settings.worker_concurrency(),
             grace: settings.shutdown_grace,
             republish_after: settings.republish_after,
             sweep_every: (settings.job_lease / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            job_retention: settings.job_retention,
         }
     }
 
-    /// Runs the relay, the sweeper, the dispatcher and the apalis workers until `shutdown`
-    /// is cancelled, then drains for the grace period.
+    /// Runs the relay, the sweeper, the dispatcher, the pruner, the queue
+    /// vacuum and the apalis workers until `shutdown` is cancelled, then
+    /// drains for the grace period.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), BoxError> {
         let store = self.runner.store.clone();
         let signals = self.runner.signals.clone();
@@ -185,6 +204,16 @@ impl WorkerPool {
                 .clone()
                 .run(signals.clone(), background.clone()),
         );
+        let pruner = tokio::spawn(run_pruner(
+            store.clone(),
+            self.job_retention,
+            background.clone(),
+        ));
+        let vacuum = tokio::spawn(run_queue_vacuum(
+            self.queue.clone(),
+            self.queue_name.clone(),
+            background.clone(),
+        ));
         let wake_ups = {
             let queue = self.queue.clone();
             tokio::spawn(async move { queue.forward_published(signals).await })
@@ -194,7 +223,7 @@ impl WorkerPool {
         background.cancel();
         wake_ups.abort();
         stopping.abort();
-        let _ = tokio::join!(relay, sweeper, dispatcher);
+        let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum);
         let unfinished = self.runner.running_attempts();
         if !unfinished.is_empty() {
             match store.release_attempts(&unfinished).await {

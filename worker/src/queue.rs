@@ -119,6 +119,10 @@ impl std::fmt::Debug for Queue {
     }
 }
 
+/// See [`Queue::forget_finished`].
+static FORGET_FINISHED: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/forget_finished.lua")));
+
 /// apalis's heartbeat: its own orphan recovery re-delivers a dead worker's
 /// messages after `HEARTBEAT * MISSED_HEARTBEATS`; our lease does the real
 /// recovery, so this only needs to be well above any stall.
@@ -136,9 +140,15 @@ impl Queue {
         Self::connect(settings, store).await
     }
 
+    /// The name of the apalis queue the settings name: in Redis, the prefix
+    /// of its keys; in apalis's tables, the `job_type` of its rows.
+    pub fn apalis_queue_name(settings: &Settings) -> String {
+        format!("{}:jobs", settings.queue_name)
+    }
+
     /// Connects to the queue the settings name and prepares its tables.
     pub async fn connect(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
-        let queue_name = format!("{}:jobs", settings.queue_name);
+        let queue_name = Self::apalis_queue_name(settings);
         if let Some(url) = &settings.redis_url {
             let client = redis::Client::open(url.as_str())?;
             // redis-rs's 500 ms default response timeout turns one slow
@@ -195,6 +205,7 @@ impl Queue {
                     .connect(store.url())
                     .await?;
                 PostgresStorage::setup(&pool).await?;
+                shared::store::index_finished_postgres_messages(&pool).await?;
                 Ok(Queue::Postgres(
                     PostgresStorage::new(&pool).with_config(
                         apalis_postgres::Config::default()
@@ -353,6 +364,55 @@ impl Queue {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Deletes what the queue keeps of up to `limit` finished messages
+    /// (per kind of record); returns how many it looked at, so a caller
+    /// knows whether more wait. apalis keeps every acknowledged message
+    /// until someone deletes it: in Redis its payload, a metadata hash and
+    /// an entry in the done set (`lua/forget_finished.lua`); in its SQLite
+    /// and Postgres storages a row. Only messages whose handler has
+    /// returned and been acknowledged are touched, never one waiting or in
+    /// flight. The in-process queue keeps nothing.
+    ///
+    /// apalis's own `Vacuum` is not used: on Redis it reads the whole
+    /// payload hash in one script (Redis does nothing else meanwhile), also
+    /// deletes `Failed` messages still waiting for a retry, and leaves the
+    /// done set growing; on SQLite it deletes every finished row in one
+    /// statement and then rebuilds the file (`VACUUM`); Postgres has none.
+    pub async fn forget_finished(&self, queue_name: &str, limit: usize) -> Result<u64, BoxError> {
+        let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(match self {
+            Queue::Redis { storage, conn, .. } => {
+                let config = storage.get_config();
+                let (taken, _forgotten): (u64, u64) = FORGET_FINISHED
+                    .key(config.done_jobs_set())
+                    .key(config.dead_jobs_set())
+                    .key(config.job_data_hash())
+                    .key(config.job_meta_hash())
+                    .arg(limit)
+                    .invoke_async(&mut conn.clone())
+                    .await?;
+                taken
+            }
+            Queue::Sqlite(storage) => {
+                shared::store::delete_finished_sqlite_messages(
+                    storage.pool(),
+                    queue_name,
+                    limit_sql,
+                )
+                .await?
+            }
+            Queue::Postgres(storage) => {
+                shared::store::delete_finished_postgres_messages(
+                    storage.pool(),
+                    queue_name,
+                    limit_sql,
+                )
+                .await?
+            }
+            Queue::Memory(_) => 0,
+        })
     }
 
     /// Whether the queue answers (for `/readyz`).

@@ -41,6 +41,9 @@ pub struct TestEnv {
     pg_database: Option<String>,
     /// False on servers a test started for itself, which go away with it.
     shared_servers: bool,
+    /// Postgres only: whether the processes are given `REDIS_URL` (see
+    /// [`TestEnv::without_redis`]).
+    redis: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -70,6 +73,7 @@ impl TestEnv {
             extra_env: Vec::new(),
             pg_database,
             shared_servers: true,
+            redis: backend == Backend::PgRedis,
             _dir: dir,
         }
     }
@@ -94,8 +98,15 @@ impl TestEnv {
             extra_env: Vec::new(),
             pg_database: None,
             shared_servers: false,
+            redis: true,
             _dir: tempfile::tempdir().expect("temp dir"),
         }
+    }
+
+    /// Postgres without Redis: the queue is apalis's Postgres storage.
+    pub fn without_redis(mut self) -> Self {
+        self.redis = false;
+        self
     }
 
     /// The environment of a process of this test, before its own additions.
@@ -113,7 +124,7 @@ impl TestEnv {
             ("WORKER_CONCURRENCY", "4".into()),
             ("RUST_LOG", "warn".into()),
         ];
-        if self.backend == Backend::PgRedis {
+        if self.redis {
             env.push(("REDIS_URL", self.redis_url.clone()));
         }
         env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
@@ -214,6 +225,11 @@ impl TestEnv {
         pool.close().await;
     }
 
+    /// One number read with SQL from the test's database (a `COUNT(*)`).
+    pub async fn count(&self, sql: &str) -> i64 {
+        count_at(&self.database_url, sql).await
+    }
+
     /// The store, for assertions on what was written.
     pub async fn store(&self) -> shared::store::Store {
         let url = match self.backend {
@@ -250,6 +266,22 @@ impl Drop for TestEnv {
         });
         let _ = cleanup.join();
     }
+}
+
+/// One number read with SQL from the database at `url`.
+pub async fn count_at(url: &str, sql: &str) -> i64 {
+    use sqlx::Row;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(url)
+        .await
+        .expect("the test database");
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let n = row.try_get::<i64, _>(0).expect("a number");
+    pool.close().await;
+    n
 }
 
 async fn admin_sql(sql: &str) {

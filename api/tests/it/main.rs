@@ -13,6 +13,7 @@ mod limits;
 mod observability;
 mod openapi_client;
 mod reports;
+mod retention;
 mod scale;
 mod webhooks;
 mod worker_behaviour;

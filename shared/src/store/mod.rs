@@ -7,6 +7,7 @@ mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
+mod retention;
 mod submit;
 mod webhooks;
 
@@ -24,6 +25,10 @@ pub use keys::{
     ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
 };
 pub use ledger::{GstRow, ImportOutcome};
+pub use retention::{
+    Pruned, delete_finished_postgres_messages, delete_finished_sqlite_messages,
+    index_finished_postgres_messages,
+};
 pub use submit::{Submission, SubmissionKey, Submitted};
 pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
 

@@ -189,7 +189,19 @@ impl Store {
         let mut tx = self.begin_write().await?;
         // Events first, as a delivery being recorded locks its event before
         // its webhook: the same order here, so the two queue instead of
-        // deadlocking (the cascade would take the webhook row first).
+        // deadlocking (the cascade would take the webhook row first). In id
+        // order, as the retention pruner takes a job's events.
+        if self.dialect == super::Dialect::Postgres {
+            sqlx::query(
+                "SELECT event_id FROM webhook_events WHERE webhook_id = $1
+                   AND webhook_id IN (SELECT webhook_id FROM webhooks WHERE tenant_id = $2)
+                 ORDER BY event_id FOR UPDATE",
+            )
+            .bind(webhook_id)
+            .bind(tenant_id)
+            .fetch_all(&mut *tx)
+            .await?;
+        }
         sqlx::query(
             "DELETE FROM webhook_events WHERE webhook_id = $1
                AND webhook_id IN (SELECT webhook_id FROM webhooks WHERE tenant_id = $2)",
@@ -409,11 +421,12 @@ async fn insert_event(
     })
     .to_string();
     sqlx::query(
-        "INSERT INTO webhook_events (event_id, webhook_id, event_type, body, created_at, attempts, state, next_attempt_at)
-         VALUES ($1, $2, $3, $4, $5, 0, 'pending', $5)",
+        "INSERT INTO webhook_events (event_id, webhook_id, job_id, event_type, body, created_at, attempts, state, next_attempt_at)
+         VALUES ($1, $2, $3, $4, $5, $6, 0, 'pending', $6)",
     )
     .bind(new_id("evt_"))
     .bind(webhook_id)
+    .bind(&job.job_id)
     .bind(event_type)
     .bind(body)
     .bind(now)

@@ -1,0 +1,123 @@
+//! Bounded storage. The pruner deletes jobs that have been final for longer
+//! than `JOB_RETENTION` (with their results, webhook events, delivery log
+//! and per-job webhooks: `Store::prune_finished_jobs`); the queue vacuum
+//! deletes what apalis keeps of every acknowledged message
+//! (`Queue::forget_finished`). Both run in every worker pool, beside the
+//! lease sweeper, and are safe to run in many processes at once.
+
+use std::time::Duration;
+
+use shared::{
+    store::{Dialect, Pruned, Store},
+    time::{duration_ms, now_ms},
+};
+use tokio_util::sync::CancellationToken as Shutdown;
+use tracing::{debug, warn};
+
+use crate::Queue;
+
+/// How often the pruner looks when it found less than a batch: a job is
+/// gone at most this long (plus one batch) after its retention ends.
+const PRUNE_IDLE: Duration = Duration::from_secs(5);
+/// Jobs per transaction: between these, sized so that one transaction
+/// takes about [`prune_target`].
+const PRUNE_MIN_BATCH: i64 = 50;
+const PRUNE_MAX_BATCH: i64 = 1_000;
+
+/// How long one pruning transaction should take. On SQLite it holds the one
+/// write lock, and a submit arriving meanwhile waits for it: keep it to a
+/// few milliseconds. On Postgres it locks only the jobs it deletes, which
+/// nothing else wants, and what others feel is its share of the cores, not
+/// its length: let it carry its fixed cost (seven statements, each a round
+/// trip) over the most rows.
+fn prune_target(dialect: Dialect) -> Duration {
+    match dialect {
+        Dialect::Sqlite => Duration::from_millis(5),
+        Dialect::Postgres => Duration::from_millis(100),
+    }
+}
+
+/// After a full batch the pruner rests this many times as long as the
+/// batch took, so it holds the database (SQLite's one writer, Postgres's
+/// cores) at most a tenth of the time while it works through a backlog. (A
+/// fifth tripled the submit p99 on Postgres on two busy cores; a tenth
+/// still deletes thousands of jobs a second, far more than a service
+/// finishes.)
+const PRUNE_REST_FACTOR: u32 = 9;
+
+/// Deletes jobs final for longer than `retention`, in short transactions
+/// (see [`prune_target`]), until `shutdown`. A submit waits for at most
+/// one of them (on SQLite, which has one writer); a backlog (a service
+/// upgraded with millions of old jobs) is worked through at a pace that
+/// leaves the rest of the service most of the database.
+pub async fn run_pruner(store: Store, retention: Duration, shutdown: Shutdown) {
+    let retention_ms = duration_ms(retention);
+    let target = prune_target(store.dialect());
+    let mut batch = 100;
+    loop {
+        let rest = match store
+            .prune_finished_jobs(now_ms().saturating_sub(retention_ms), batch)
+            .await
+        {
+            Ok(Pruned { jobs, held: took }) => {
+                if jobs > 0 {
+                    debug!(jobs, batch, ?took, "pruned finished jobs");
+                }
+                if (jobs as i64) < batch {
+                    PRUNE_IDLE
+                } else {
+                    if took < target / 2 {
+                        batch = (batch * 2).min(PRUNE_MAX_BATCH);
+                    } else if took > target * 2 {
+                        batch = (batch / 2).max(PRUNE_MIN_BATCH);
+                    }
+                    (took * PRUNE_REST_FACTOR).max(Duration::from_millis(10))
+                }
+            }
+            Err(error) => {
+                warn!(%error, "pruning finished jobs failed; trying again shortly");
+                PRUNE_IDLE
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(rest) => {}
+        }
+    }
+}
+
+/// How often the queue vacuum runs, and how many finished messages it
+/// takes per call.
+const VACUUM_EVERY: Duration = Duration::from_secs(5);
+const VACUUM_BATCH: usize = 500;
+
+/// Deletes what the queue keeps of finished messages, every
+/// [`VACUUM_EVERY`], until `shutdown`; returns at once for the in-process
+/// queue, which keeps nothing.
+pub async fn run_queue_vacuum(queue: Queue, queue_name: String, shutdown: Shutdown) {
+    if let Queue::Memory(_) = queue {
+        return;
+    }
+    loop {
+        loop {
+            match queue.forget_finished(&queue_name, VACUUM_BATCH).await {
+                Ok(taken) if taken as usize >= VACUUM_BATCH => {
+                    // More wait; let other work in between.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(_) => break,
+                Err(error) => {
+                    warn!(%error, "deleting finished queue messages failed; trying again later");
+                    break;
+                }
+            }
+            if shutdown.is_cancelled() {
+                return;
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(VACUUM_EVERY) => {}
+        }
+    }
+}
