@@ -7,6 +7,7 @@ mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
+mod results;
 mod submit;
 mod webhooks;
 
@@ -22,6 +23,7 @@ pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
 pub use keys::{hash_key, new_key};
 pub use ledger::{GstRow, ImportOutcome};
+pub use results::StoredResult;
 pub use submit::{Submission, SubmissionKey, Submitted};
 pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
 
@@ -99,6 +101,13 @@ impl Dialect {
     fn for_update(self) -> &'static str {
         match self {
             Dialect::Postgres => " FOR UPDATE",
+            Dialect::Sqlite => "",
+        }
+    }
+
+    fn for_share(self) -> &'static str {
+        match self {
+            Dialect::Postgres => " FOR SHARE",
             Dialect::Sqlite => "",
         }
     }
