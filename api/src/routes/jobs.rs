@@ -253,7 +253,7 @@ impl ChunkedResult {
             (self, renderer, Piece::Head),
             |(result, mut renderer, mut next)| async move {
                 loop {
-                    let (text, after) = match next {
+                    let (piece, after) = match next {
                         Piece::Head => (
                             renderer.head(),
                             if result.count > 0 {
@@ -262,27 +262,27 @@ impl ChunkedResult {
                                 Piece::Tail
                             },
                         ),
-                        Piece::Chunk(seq) => {
-                            let after = if seq + 1 < result.count {
+                        Piece::Chunk(seq) => (
+                            result.read(seq, renderer.as_mut()).await,
+                            if seq + 1 < result.count {
                                 Piece::Chunk(seq + 1)
                             } else {
                                 Piece::Tail
-                            };
-                            match result.read(seq, renderer.as_mut()).await {
-                                Ok(text) => (text, after),
-                                Err(error) => {
-                                    tracing::error!(job_id = result.job_id, seq, %error, "cannot send a result chunk; cutting the answer");
-                                    return Some((Err(error), (result, renderer, Piece::Done)));
-                                }
-                            }
-                        }
+                            },
+                        ),
                         Piece::Tail => (renderer.tail(), Piece::Done),
                         Piece::Done => return None,
                     };
-                    next = after;
-                    // An empty piece would read as the end of a chunked body.
-                    if !text.is_empty() {
-                        return Some((Ok(Bytes::from(text)), (result, renderer, next)));
+                    match piece {
+                        // An empty piece would read as the end of a chunked body.
+                        Ok(text) if text.is_empty() => next = after,
+                        Ok(text) => {
+                            return Some((Ok(Bytes::from(text)), (result, renderer, after)));
+                        }
+                        Err(error) => {
+                            tracing::error!(job_id = result.job_id, %error, "cannot send the rest of a result; cutting the answer");
+                            return Some((Err(error), (result, renderer, Piece::Done)));
+                        }
                     }
                 }
             },

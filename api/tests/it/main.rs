@@ -2,6 +2,7 @@
 //! suite is a module; `on_both_backends!` runs a scenario on the embedded
 //! SQLite default and on Postgres + Redis.
 
+mod big_results;
 mod common;
 mod errors;
 mod exactly_once;

@@ -24,14 +24,14 @@ pub enum ResultFormat {
 
 /// Serves a result written in chunks, piece by piece, in one format. The
 /// answer is `head`, then each chunk in order, then `tail`.
+/// An error means the stored result cannot be rendered (a corrupt chunk).
 pub trait ChunkRenderer: Send {
-    fn head(&mut self) -> String;
+    fn head(&mut self) -> crate::Result<String>;
 
-    /// One stored chunk, in the answer's format; an error when the stored
-    /// chunk cannot be read as this kind's rows.
+    /// One stored chunk, in the answer's format.
     fn chunk(&mut self, body: &str) -> crate::Result<String>;
 
-    fn tail(&mut self) -> String;
+    fn tail(&mut self) -> crate::Result<String>;
 }
 
 /// Collects an attempt's result rows and writes them in chunks of about

@@ -197,8 +197,8 @@ struct JsonRenderer {
 }
 
 impl ChunkRenderer for JsonRenderer {
-    fn head(&mut self) -> String {
-        std::mem::take(&mut self.head)
+    fn head(&mut self) -> crate::Result<String> {
+        Ok(std::mem::take(&mut self.head))
     }
 
     fn chunk(&mut self, body: &str) -> crate::Result<String> {
@@ -210,8 +210,8 @@ impl ChunkRenderer for JsonRenderer {
         Ok(text)
     }
 
-    fn tail(&mut self) -> String {
-        "]}".to_owned()
+    fn tail(&mut self) -> crate::Result<String> {
+        Ok("]}".to_owned())
     }
 }
 
@@ -219,30 +219,32 @@ impl ChunkRenderer for JsonRenderer {
 struct CsvRenderer;
 
 impl ChunkRenderer for CsvRenderer {
-    fn head(&mut self) -> String {
-        // What the csv crate writes for this record: no column name needs quoting.
-        COLUMNS.join(",") + "\r\n"
+    fn head(&mut self) -> crate::Result<String> {
+        let mut csv = CsvRows::new();
+        csv.header().map_err(|e| unwritable(&e))?;
+        csv.take().ok_or_else(|| unwritable(&"the header row"))
     }
 
     fn chunk(&mut self, body: &str) -> crate::Result<String> {
-        let corrupt = |e: &dyn std::fmt::Display| {
-            crate::Error::Corrupt(format!("a ledger-export result chunk: {e}"))
-        };
         let mut array = String::with_capacity(body.len() + 2);
         array.push('[');
         array.push_str(body);
         array.push(']');
-        let rows: Vec<Row> = serde_json::from_str(&array).map_err(|e| corrupt(&e))?;
+        let rows: Vec<Row> = serde_json::from_str(&array).map_err(|e| unwritable(&e))?;
         let mut csv = CsvRows::new();
         for row in &rows {
-            csv.row(row).map_err(|e| corrupt(&e))?;
+            csv.row(row).map_err(|e| unwritable(&e))?;
         }
-        csv.take().ok_or_else(|| corrupt(&"not writable as CSV"))
+        csv.take().ok_or_else(|| unwritable(&"a chunk"))
     }
 
-    fn tail(&mut self) -> String {
-        String::new()
+    fn tail(&mut self) -> crate::Result<String> {
+        Ok(String::new())
     }
+}
+
+fn unwritable(cause: &dyn std::fmt::Display) -> crate::Error {
+    crate::Error::Corrupt(format!("a ledger-export result as CSV: {cause}"))
 }
 
 /// CSV text of rows, with the `csv` crate's quoting and CRLF line ends.
