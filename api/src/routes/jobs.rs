@@ -129,11 +129,13 @@ async fn finished_signal(finished: &mut broadcast::Receiver<String>, job_id: &st
 }
 
 /// The report of a `SUCCEEDED` job; `Accept: text/csv` for tabular kinds.
+/// A report stored in chunks (`ledger-export`) is streamed as it is read,
+/// without a `Content-Length`.
 #[utoipa::path(
     get, path = "/v1/jobs/{job_id}/result", tag = "jobs",
     params(("job_id" = String, Path)),
     responses(
-        (status = 200, description = "the report", content(
+        (status = 200, description = "the report; a big one is streamed (chunked transfer coding), and an answer cut short means a failure, to retry", content(
             (Object = "application/json"),
             (String = "text/csv"),
         )),
