@@ -153,8 +153,44 @@ pub fn new_job_id() -> String {
 /// How an attempt ended, as the worker reports it to the store.
 #[derive(Debug, Clone)]
 pub enum AttemptOutcome {
-    Succeeded { result: String },
-    Failed { error: JobErrorObject },
-    RetryAt { at: i64, error: JobErrorObject },
+    /// The whole result, one JSON document.
+    Succeeded {
+        result: String,
+    },
+    /// The result is the `chunks` chunks this attempt wrote while it ran
+    /// (`job_result_chunks`).
+    SucceededInChunks {
+        chunks: i64,
+    },
+    Failed {
+        error: JobErrorObject,
+    },
+    RetryAt {
+        at: i64,
+        error: JobErrorObject,
+    },
     Cancelled,
+}
+
+/// What the success write of an attempt stores in `job_results`. It stays
+/// small either way: a big result is written in chunks while the attempt
+/// runs, and only their count is stored here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResultBody {
+    /// The whole result, one JSON document.
+    Document(String),
+    /// The attempt's chunks `0..count` are the result.
+    Chunks(i64),
+}
+
+impl From<String> for ResultBody {
+    fn from(document: String) -> Self {
+        ResultBody::Document(document)
+    }
+}
+
+impl From<&str> for ResultBody {
+    fn from(document: &str) -> Self {
+        ResultBody::Document(document.to_owned())
+    }
 }

@@ -8,9 +8,9 @@ use rand::Rng;
 use serde_json::Value;
 use shared::{
     batch::Batcher,
-    model::{AttemptOutcome, JobErrorObject},
+    model::{AttemptOutcome, JobErrorObject, ResultBody},
     notify::Signals,
-    reports::{JobContext, JobFailure, ProgressSink, Registry},
+    reports::{JobContext, JobFailure, ProgressSink, Registry, ReportOutput},
     settings::Settings,
     store::{Claim, LeaseCheck, Store},
     time::{duration_ms, now_ms},
@@ -35,7 +35,9 @@ pub struct Runner {
     /// Group commits of the two writes every job makes (`docs/design.md`,
     /// Group commit: batching is how throughput grows).
     claims: Batcher<String, Option<Claim>>,
-    successes: Batcher<(String, i64, String), bool>,
+    /// Each success answers on its own: one write the database refuses
+    /// does not fail the others of its batch.
+    successes: Batcher<(String, i64, ResultBody), shared::Result<bool>>,
 }
 
 /// Writes per group commit: enough to amortize a commit over a busy
@@ -70,10 +72,13 @@ impl Runner {
         };
         let successes = {
             let store = store.clone();
-            Batcher::spawn(MAX_BATCH, move |attempts: Vec<(String, i64, String)>| {
-                let store = store.clone();
-                async move { store.finish_succeeded(&attempts).await }
-            })
+            Batcher::spawn(
+                MAX_BATCH,
+                move |attempts: Vec<(String, i64, ResultBody)>| {
+                    let store = store.clone();
+                    async move { store.finish_succeeded_each(&attempts).await }
+                },
+            )
         };
         Self {
             claims,
@@ -229,9 +234,10 @@ impl Runner {
             () = self.heartbeat(claim, &flags) => Err(JobFailure::Superseded),
         };
         match result {
-            Ok(value) => Some(AttemptOutcome::Succeeded {
+            Ok(ReportOutput::Document(value)) => Some(AttemptOutcome::Succeeded {
                 result: value.to_string(),
             }),
+            Ok(ReportOutput::Chunks(chunks)) => Some(AttemptOutcome::SucceededInChunks { chunks }),
             Err(JobFailure::Superseded) => {
                 info!(
                     job_id = claim.job_id,
@@ -298,11 +304,24 @@ impl Runner {
         let mut other_errors = 0;
         loop {
             let written = match outcome {
-                AttemptOutcome::Succeeded { result } => {
-                    self.successes
-                        .call((claim.job_id.clone(), claim.attempt, result.clone()))
-                        .await
-                }
+                AttemptOutcome::Succeeded { result } => self
+                    .successes
+                    .call((
+                        claim.job_id.clone(),
+                        claim.attempt,
+                        ResultBody::Document(result.clone()),
+                    ))
+                    .await
+                    .and_then(|applied| applied),
+                AttemptOutcome::SucceededInChunks { chunks } => self
+                    .successes
+                    .call((
+                        claim.job_id.clone(),
+                        claim.attempt,
+                        ResultBody::Chunks(*chunks),
+                    ))
+                    .await
+                    .and_then(|applied| applied),
                 _ => {
                     self.store
                         .finish_attempt(&claim.job_id, claim.attempt, outcome)
@@ -349,7 +368,7 @@ impl Runner {
 /// `worker` process on `METRICS_ADDR`.
 fn record_attempt(kind: &str, outcome: &AttemptOutcome, took: Duration) {
     let outcome = match outcome {
-        AttemptOutcome::Succeeded { .. } => "succeeded",
+        AttemptOutcome::Succeeded { .. } | AttemptOutcome::SucceededInChunks { .. } => "succeeded",
         AttemptOutcome::Failed { .. } => "failed",
         AttemptOutcome::RetryAt { .. } => "retry",
         AttemptOutcome::Cancelled => "cancelled",

@@ -1,5 +1,6 @@
 use std::{collections::HashMap, time::Duration};
 
+use actix_web::web::Bytes;
 use actix_web::{
     HttpRequest, HttpResponse,
     http::{StatusCode, header},
@@ -8,7 +9,8 @@ use actix_web::{
 use serde::Serialize;
 use shared::{
     model::{Job, JobObject, JobStatus},
-    store::{CancelOutcome, JobFilter},
+    reports::{ChunkRenderer, ResultFormat},
+    store::{CancelOutcome, JobFilter, Store, StoredResult},
 };
 use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
@@ -130,11 +132,13 @@ async fn finished_signal(finished: &mut broadcast::Receiver<String>, job_id: &st
 }
 
 /// The report of a `SUCCEEDED` job; `Accept: text/csv` for tabular kinds.
+/// A report stored in chunks (`ledger-export`) is streamed as it is read,
+/// without a `Content-Length`.
 #[utoipa::path(
     get, path = "/v1/jobs/{job_id}/result", tag = "jobs", operation_id = "getJobResult",
     params(("job_id" = String, Path)),
     responses(
-        (status = 200, description = "the report: JSON, or CSV for a tabular kind asked with `Accept: text/csv`", content(
+        (status = 200, description = "the report: JSON, or CSV for a tabular kind asked with `Accept: text/csv`; a big one is streamed (chunked transfer coding), and an answer cut short means a failure, to retry", content(
             (Object = "application/json"),
             (String = "text/csv"),
         )),
@@ -166,25 +170,143 @@ pub async fn result(
             ids: None,
         });
     }
-    let body = state
+    let stored = state
         .store
-        .job_result(&tenant.0, &job_id)
+        .stored_result(&tenant.0, &job_id)
         .await?
         .ok_or_else(|| ApiError::Internal(format!("job {job_id} succeeded without a result")))?;
-    if wants_csv(&request)
-        && let Some(kind) = state.registry.get(&job.kind)
-    {
-        let value: serde_json::Value = serde_json::from_str(&body)
-            .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
-        if let Some(csv) = kind.to_csv(&value) {
+    let kind = state.registry.get(&job.kind);
+    let (attempt, count) = match stored {
+        StoredResult::Document(body) => {
+            if wants_csv(&request)
+                && let Some(kind) = kind
+            {
+                let value: serde_json::Value = serde_json::from_str(&body)
+                    .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
+                if let Some(csv) = kind.to_csv(&value) {
+                    return Ok(HttpResponse::Ok().content_type(CSV).body(csv));
+                }
+            }
             return Ok(HttpResponse::Ok()
-                .content_type("text/csv; charset=utf-8")
-                .body(csv));
+                .content_type("application/json")
+                .body(body));
         }
-    }
+        StoredResult::Chunks { attempt, count } => (attempt, count),
+    };
+    let kind = kind.ok_or_else(|| {
+        ApiError::Internal(format!(
+            "job {job_id} is of kind {:?}, which this process cannot render",
+            job.kind
+        ))
+    })?;
+    let params: serde_json::Value = serde_json::from_str(&job.params)
+        .map_err(|e| ApiError::Internal(format!("stored parameters of {job_id}: {e}")))?;
+    let csv = wants_csv(&request)
+        .then(|| kind.chunk_renderer(&params, ResultFormat::Csv))
+        .flatten();
+    let (content_type, renderer) = match csv {
+        Some(renderer) => (CSV, renderer),
+        None => (
+            "application/json",
+            kind.chunk_renderer(&params, ResultFormat::Json)
+                .ok_or_else(|| {
+                    ApiError::Internal(format!("job {job_id}: its kind renders no JSON"))
+                })?,
+        ),
+    };
+    let chunks = ChunkedResult {
+        store: state.store.clone(),
+        job_id: job_id.into_inner(),
+        attempt,
+        count,
+    };
     Ok(HttpResponse::Ok()
-        .content_type("application/json")
-        .body(body))
+        .content_type(content_type)
+        .streaming(chunks.stream(renderer)))
+}
+
+const CSV: &str = "text/csv; charset=utf-8";
+
+/// A result stored in chunks, on its way to a client.
+struct ChunkedResult {
+    store: Store,
+    job_id: String,
+    attempt: i64,
+    count: i64,
+}
+
+/// Where a streamed answer is: what to send next.
+enum Piece {
+    Head,
+    Chunk(i64),
+    Tail,
+    Done,
+}
+
+impl ChunkedResult {
+    /// The answer, rendered one chunk at a time as the client takes it
+    /// (actix polls for the next piece once the last has been written), so
+    /// the process holds about one chunk of it at once. A chunk that cannot
+    /// be read ends the stream with an error: the connection is cut, and
+    /// the client sees an incomplete answer, never a shorter one that looks
+    /// whole.
+    fn stream(
+        self,
+        renderer: Box<dyn ChunkRenderer>,
+    ) -> impl futures::Stream<Item = Result<Bytes, shared::Error>> + 'static {
+        futures::stream::unfold(
+            (self, renderer, Piece::Head),
+            |(result, mut renderer, mut next)| async move {
+                loop {
+                    let (piece, after) = match next {
+                        Piece::Head => (
+                            renderer.head(),
+                            if result.count > 0 {
+                                Piece::Chunk(0)
+                            } else {
+                                Piece::Tail
+                            },
+                        ),
+                        Piece::Chunk(seq) => (
+                            result.read(seq, renderer.as_mut()).await,
+                            if seq + 1 < result.count {
+                                Piece::Chunk(seq + 1)
+                            } else {
+                                Piece::Tail
+                            },
+                        ),
+                        Piece::Tail => (renderer.tail(), Piece::Done),
+                        Piece::Done => return None,
+                    };
+                    match piece {
+                        // An empty piece would read as the end of a chunked body.
+                        Ok(text) if text.is_empty() => next = after,
+                        Ok(text) => {
+                            return Some((Ok(Bytes::from(text)), (result, renderer, after)));
+                        }
+                        Err(error) => {
+                            tracing::error!(job_id = result.job_id, %error, "cannot send the rest of a result; cutting the answer");
+                            return Some((Err(error), (result, renderer, Piece::Done)));
+                        }
+                    }
+                }
+            },
+        )
+    }
+
+    async fn read(&self, seq: i64, renderer: &mut dyn ChunkRenderer) -> shared::Result<String> {
+        let body = self
+            .store
+            .result_chunk(&self.job_id, self.attempt, seq)
+            .await?
+            .ok_or_else(|| {
+                shared::Error::Corrupt(format!(
+                    "chunk {seq} of {} of the result of {} is missing",
+                    self.count, self.job_id
+                ))
+            })?;
+        renderer.chunk(&body)
+    }
 }
 
 fn wants_csv(request: &HttpRequest) -> bool {

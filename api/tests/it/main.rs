@@ -3,6 +3,7 @@
 //! SQLite default and on Postgres + Redis.
 
 mod api_keys;
+mod big_results;
 mod common;
 mod errors;
 mod exactly_once;

@@ -615,6 +615,97 @@ async fn an_empty_ledger_export_in_csv_is_the_header_row_alone(backend: Backend)
     );
 }
 
+/// Client text a spreadsheet would run as a formula (OWASP's CSV
+/// injection), each opening a cell.
+const FORMULA_STARTS: [&str; 6] = [
+    "=HYPERLINK(\"http://evil.example\",\"Click\")",
+    "+1-555-0100",
+    "-2+3",
+    "@SUM(A1:A9)",
+    "\t=1+1",
+    "\r=1+1",
+];
+
+async fn csv_cells_a_spreadsheet_would_run_as_formulas_are_exported_as_text(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let mut entries = Vec::new();
+    for (i, text) in FORMULA_STARTS.iter().enumerate() {
+        entries.push(entry(
+            &format!("f-{i}"),
+            "2026-10-02",
+            "sale",
+            "100.00",
+            "18",
+            false,
+            text,
+            text,
+        ));
+    }
+    entries.push(entry(
+        "=id",
+        "2026-10-03",
+        "purchase",
+        "0",
+        "0",
+        true,
+        "Plain, \"safe\" = fine",
+        "a-b",
+    ));
+    import_ok(&api, Value::Array(entries)).await;
+    let october = json!({"from": "2026-10-01", "to": "2026-10-31"});
+
+    let (_, csv) = run_report(&api, "ledger-export", october.clone(), Some("text/csv")).await;
+    let (_, json) = run_report(&api, "ledger-export", october, None).await;
+
+    // Read back as a spreadsheet imports CSV: quoted cells, one record per row.
+    let mut reader = csv::Reader::from_reader(csv.text.as_bytes());
+    let header = reader.headers().expect("a header row").clone();
+    let records: Vec<csv::StringRecord> = reader
+        .records()
+        .collect::<Result<_, _>>()
+        .expect("valid CSV");
+    let cell = |record: &csv::StringRecord, column: &str| -> String {
+        let at = header.iter().position(|h| h == column).expect(column);
+        record[at].to_owned()
+    };
+    assert_eq!(records.len(), FORMULA_STARTS.len() + 1);
+    for (record, text) in records.iter().zip(FORMULA_STARTS) {
+        assert_eq!(cell(record, "party"), format!("'{text}"));
+        assert_eq!(cell(record, "description"), format!("'{text}"));
+    }
+    let plain = &records[FORMULA_STARTS.len()];
+    assert_eq!(cell(plain, "id"), "'=id");
+    assert_eq!(cell(plain, "party"), "Plain, \"safe\" = fine");
+    assert_eq!(cell(plain, "description"), "a-b");
+    for record in &records {
+        for (column, value) in header.iter().zip(record.iter()) {
+            assert!(
+                !value.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                "{column} {value:?} would be read as a formula"
+            );
+        }
+        for column in ["amount", "igst", "cgst", "sgst"] {
+            let amount = cell(record, column);
+            assert!(
+                amount.bytes().all(|b| b.is_ascii_digit() || b == b'.'),
+                "{column} {amount:?}"
+            );
+        }
+    }
+    // The JSON answer carries the text exactly as stored.
+    let exported = json.json();
+    let parties: Vec<&str> = exported["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["party"].as_str().expect("party"))
+        .collect();
+    let mut expected: Vec<&str> = FORMULA_STARTS.to_vec();
+    expected.push("Plain, \"safe\" = fine");
+    assert_eq!(parties, expected);
+}
+
 async fn gst_summary_is_not_served_as_csv(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_embedded().await;
@@ -1153,6 +1244,7 @@ crate::on_both_backends!(
     ledger_export_of_one_day_includes_both_bounds,
     ledger_export_answers_csv_with_a_header_row_and_quoting,
     an_empty_ledger_export_in_csv_is_the_header_row_alone,
+    csv_cells_a_spreadsheet_would_run_as_formulas_are_exported_as_text,
     gst_summary_is_not_served_as_csv,
     report_parameters_of_the_right_type_that_make_no_sense_are_422_and_store_nothing,
     ledger_entries_of_the_right_type_that_make_no_sense_are_422_and_store_nothing,

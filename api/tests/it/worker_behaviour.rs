@@ -529,7 +529,7 @@ async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Bac
 /// Takes the running job's lease away from the test, as the sweeper would
 /// after a stall; retries because a heartbeat landing between the two
 /// steps extends the lease again.
-async fn force_lease_lapse(store: &Store, job_id: &str) {
+pub(crate) async fn force_lease_lapse(store: &Store, job_id: &str) {
     for _ in 0..100 {
         store.expire_lease_now(job_id).await.unwrap();
         store.requeue_lapsed_leases(100).await.unwrap();

@@ -74,6 +74,21 @@ impl JobContext {
         Ok(())
     }
 
+    /// Writes chunk `seq` of this attempt's result, fenced by the attempt;
+    /// also a checkpoint. A refused write means the attempt was superseded.
+    pub async fn write_chunk(&self, seq: i64, body: &str) -> Result<(), JobFailure> {
+        self.checkpoint()?;
+        let written = self
+            .store
+            .write_result_chunk(&self.job_id, self.attempt, seq, body)
+            .await?;
+        if !written {
+            self.flags.observe(LeaseCheck::Lost);
+            return Err(JobFailure::Superseded);
+        }
+        Ok(())
+    }
+
     /// Reports progress (0.0 to 1.0), written at most every 250 ms; also a checkpoint.
     pub async fn progress(&self, fraction: f64) -> Result<(), JobFailure> {
         self.checkpoint()?;

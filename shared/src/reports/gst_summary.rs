@@ -54,7 +54,7 @@ impl ReportKind for GstSummary {
             let (from, to) = month_bounds(&params.month);
             let rows = ctx.store.gst_rows(&ctx.tenant_id, &from, &to).await?;
             ctx.checkpoint()?;
-            Ok(summary(&params.month, &rows))
+            Ok(summary(&params.month, &rows).into())
         })
     }
 }

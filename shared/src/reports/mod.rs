@@ -2,6 +2,7 @@
 //! its name, its parameters (a closed schema, then validation), its attempt
 //! limit and timeout, and how it runs.
 
+mod chunks;
 mod context;
 mod gst_summary;
 mod ledger_export;
@@ -13,6 +14,7 @@ use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde_json::{Number, Value};
 
+pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
 pub use context::{JobContext, ProgressSink};
 pub use gst_summary::{GstSummary, GstSummaryParams};
 pub use ledger_export::{LedgerExport, LedgerExportParams};
@@ -90,7 +92,23 @@ impl From<ParamsError> for JobFailure {
     }
 }
 
-pub type RunResult = Result<Value, JobFailure>;
+/// What a successful run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReportOutput {
+    /// The whole result, one JSON document: for results that are small.
+    Document(Value),
+    /// The run wrote its result in this many chunks as it went
+    /// ([`ChunkWriter`]): for results that may not fit in memory.
+    Chunks(i64),
+}
+
+impl From<Value> for ReportOutput {
+    fn from(document: Value) -> Self {
+        ReportOutput::Document(document)
+    }
+}
+
+pub type RunResult = Result<ReportOutput, JobFailure>;
 
 pub trait ReportKind: Send + Sync + 'static {
     /// The stable name clients use in `POST /v1/reports/{kind}`.
@@ -112,8 +130,19 @@ pub trait ReportKind: Send + Sync + 'static {
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult>;
 
-    /// The result as CSV, for tabular kinds.
+    /// A result stored as one document, as CSV, for tabular kinds.
     fn to_csv(&self, _result: &Value) -> Option<String> {
+        None
+    }
+
+    /// For kinds that write their result in chunks: how to serve it in
+    /// `format`, given the job's parameters. `None` when the kind has no
+    /// such format (a client asking for CSV then gets JSON).
+    fn chunk_renderer(
+        &self,
+        _params: &Value,
+        _format: ResultFormat,
+    ) -> Option<Box<dyn ChunkRenderer>> {
         None
     }
 }

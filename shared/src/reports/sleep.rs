@@ -104,7 +104,7 @@ impl ReportKind for Sleep {
                     JobFailure::retryable("diagnostic_failure", message)
                 });
             }
-            Ok(json!({"slept_ms": params.ms, "attempt": ctx.attempt}))
+            Ok(json!({"slept_ms": params.ms, "attempt": ctx.attempt}).into())
         })
     }
 }

@@ -6,10 +6,12 @@
 
 use sqlx::{Row, any::AnyRow};
 
-use super::{Store, WriteTx, built, pairs_equal, placeholders, value_rows};
+use super::{
+    Store, WriteTx, built, pairs_equal, placeholders, results::discard_all_chunks, value_rows,
+};
 use crate::{
     Result,
-    model::{AttemptOutcome, Job, JobStatus},
+    model::{AttemptOutcome, Job, JobStatus, ResultBody},
     time::now_ms,
 };
 
@@ -244,18 +246,6 @@ impl Store {
         Ok(row.try_get("n")?)
     }
 
-    pub async fn job_result(&self, tenant_id: &str, job_id: &str) -> Result<Option<String>> {
-        let row = sqlx::query(
-            "SELECT r.body FROM job_results r JOIN jobs j ON j.job_id = r.job_id
-             WHERE r.job_id = $1 AND j.tenant_id = $2",
-        )
-        .bind(job_id)
-        .bind(tenant_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| r.try_get("body")).transpose()?)
-    }
-
     /// The cancel of `docs/api.md`: a queued job is cancelled at once, a
     /// running one is asked to stop at its next checkpoint.
     pub async fn cancel_job(
@@ -286,6 +276,8 @@ impl Store {
                 .fetch_one(&mut **tx)
                 .await?;
                 delete_outbox(tx, job_id).await?;
+                // A lapsed attempt may have left chunks for its successor.
+                discard_all_chunks(tx, job_id).await?;
                 self.announce_final(tx, job_id).await?;
                 CancelOutcome::Done(job_from_row(&row)?)
             }
@@ -534,9 +526,14 @@ impl Store {
         outcome: &AttemptOutcome,
     ) -> Result<bool> {
         let (status, run_after, error) = match outcome {
-            AttemptOutcome::Succeeded { result } => {
+            AttemptOutcome::Succeeded { .. } | AttemptOutcome::SucceededInChunks { .. } => {
+                let body = match outcome {
+                    AttemptOutcome::SucceededInChunks { chunks } => ResultBody::Chunks(*chunks),
+                    AttemptOutcome::Succeeded { result } => ResultBody::Document(result.clone()),
+                    _ => unreachable!("matched above"),
+                };
                 let mut applied = self
-                    .finish_succeeded(&[(job_id.to_owned(), attempt, result.clone())])
+                    .finish_succeeded(&[(job_id.to_owned(), attempt, body)])
                     .await?;
                 return Ok(applied.pop() == Some(true));
             }
@@ -562,6 +559,7 @@ impl Store {
             .rows_affected()
                 == 1;
             if cancelled {
+                discard_all_chunks(&mut tx, job_id).await?;
                 self.announce_final(&mut tx, job_id).await?;
                 tx.commit().await?;
                 return Ok(true);
@@ -596,6 +594,10 @@ impl Store {
             upsert_outbox(&mut tx, job_id, *at).await?;
         }
         if status.is_final() {
+            // No attempt follows to clear them: an attempt that ends the
+            // job without a result takes its chunks with it. (A retry's are
+            // cleared by the next attempt, see `discard_chunks_before`.)
+            discard_all_chunks(&mut tx, job_id).await?;
             self.announce_final(&mut tx, job_id).await?;
         }
         tx.commit().await?;
@@ -607,7 +609,10 @@ impl Store {
     /// each only while its attempt is the current one and still running.
     /// Answers in input order whether each applied (`false`: a stale or
     /// duplicate attempt, whose result is dropped: the fence).
-    pub async fn finish_succeeded(&self, attempts: &[(String, i64, String)]) -> Result<Vec<bool>> {
+    pub async fn finish_succeeded(
+        &self,
+        attempts: &[(String, i64, ResultBody)],
+    ) -> Result<Vec<bool>> {
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
@@ -632,22 +637,36 @@ impl Store {
             .iter()
             .map(|row| Ok((row.try_get("job_id")?, row.try_get("attempts")?)))
             .collect::<Result<_>>()?;
-        let results: Vec<&(String, i64, String)> = attempts
+        let results: Vec<&(String, i64, ResultBody)> = attempts
             .iter()
             .filter(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
             .collect();
         if !results.is_empty() {
             // The fence above lets one attempt per job get here, so each
             // result is written once; the conflict clause is a second guard
-            // for a row left by an interrupted earlier write.
+            // for a row left by an interrupted earlier write. A chunked
+            // result is named by its attempt: chunks of any other attempt
+            // are never served.
             let sql = format!(
-                "INSERT INTO job_results (job_id, body) VALUES {}
-                 ON CONFLICT (job_id) DO UPDATE SET body = excluded.body",
-                value_rows(1, results.len(), 2)
+                "INSERT INTO job_results (job_id, body, chunk_attempt, chunk_count) VALUES {}
+                 ON CONFLICT (job_id) DO UPDATE SET body = excluded.body,
+                     chunk_attempt = excluded.chunk_attempt, chunk_count = excluded.chunk_count",
+                value_rows(1, results.len(), 4)
             );
             let mut query = sqlx::query(built(&sql));
-            for (job_id, _, result) in &results {
-                query = query.bind(job_id).bind(result);
+            for (job_id, attempt, result) in &results {
+                query = match result {
+                    ResultBody::Document(body) => query
+                        .bind(job_id)
+                        .bind(body.as_str())
+                        .bind(None::<i64>)
+                        .bind(None::<i64>),
+                    ResultBody::Chunks(count) => query
+                        .bind(job_id)
+                        .bind("")
+                        .bind(Some(*attempt))
+                        .bind(Some(*count)),
+                };
             }
             query.execute(&mut *tx).await?;
             let finished: Vec<String> = results.iter().map(|(id, ..)| id.clone()).collect();
@@ -658,6 +677,30 @@ impl Store {
             .iter()
             .map(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
             .collect())
+    }
+
+    /// [`Store::finish_succeeded`] for a group commit whose writes must not
+    /// fail one another: when the group's transaction fails for anything
+    /// but an outage (a result the database refuses, say), each write is
+    /// tried again in a transaction of its own, so only the refused one
+    /// fails. Answers in input order.
+    pub async fn finish_succeeded_each(
+        &self,
+        attempts: &[(String, i64, ResultBody)],
+    ) -> Result<Vec<Result<bool>>> {
+        match self.finish_succeeded(attempts).await {
+            Ok(applied) => Ok(applied.into_iter().map(Ok).collect()),
+            Err(error) if attempts.len() > 1 && !error.is_unavailable() => {
+                tracing::warn!(%error, writes = attempts.len(), "a group commit of successes failed; writing each alone");
+                let mut answers = Vec::with_capacity(attempts.len());
+                for attempt in attempts {
+                    let applied = self.finish_succeeded(std::slice::from_ref(attempt)).await;
+                    answers.push(applied.map(|applied| applied.first() == Some(&true)));
+                }
+                Ok(answers)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Running jobs whose lease lapsed (their worker died or hung): back to
@@ -708,6 +751,7 @@ impl Store {
                 .bind(&message)
                 .execute(&mut *tx)
                 .await?;
+                discard_all_chunks(&mut tx, &job_id).await?;
                 self.announce_final(&mut tx, &job_id).await?;
                 failed.push(job_id);
             }

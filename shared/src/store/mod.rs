@@ -7,6 +7,7 @@ mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
+mod results;
 mod retention;
 mod submit;
 mod webhooks;
@@ -25,6 +26,7 @@ pub use keys::{
     ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
 };
 pub use ledger::{GstRow, ImportOutcome};
+pub use results::StoredResult;
 pub use retention::{
     Pruned, delete_finished_postgres_messages, delete_finished_sqlite_messages,
     index_finished_postgres_messages,
@@ -106,6 +108,13 @@ impl Dialect {
     fn for_update(self) -> &'static str {
         match self {
             Dialect::Postgres => " FOR UPDATE",
+            Dialect::Sqlite => "",
+        }
+    }
+
+    fn for_share(self) -> &'static str {
+        match self {
+            Dialect::Postgres => " FOR SHARE",
             Dialect::Sqlite => "",
         }
     }
