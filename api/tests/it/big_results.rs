@@ -453,7 +453,11 @@ async fn an_export_whose_lease_lapses_mid_run_serves_the_next_attempts_result_wh
     backend: Backend,
 ) {
     let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
+    // A lease long enough that only the forced lapse below ends one, however
+    // busy the machine.
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "true"), ("JOB_LEASE", "30s")])
+        .await;
     let store = env.store().await;
     insert_generated(&env, LONG_EXPORT).await;
     let job_id = export_october(&api).await;

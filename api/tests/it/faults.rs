@@ -285,7 +285,7 @@ async fn every_job_succeeds_soon_after_postgres_crashes_and_returns() {
     let redis = PrivateRedis::start();
     let mut shape = production_shape(&postgres, &redis).await;
 
-    let stream = Stream::start(&shape.api.base, 8, 50, 50);
+    let stream = Stream::start(&shape.api.base, 8, 25, 20);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     postgres.crash();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -293,7 +293,7 @@ async fn every_job_succeeds_soon_after_postgres_crashes_and_returns() {
     let back = Instant::now();
 
     let accepted = stream.accepted().await;
-    assert_eq!(accepted.len(), 400);
+    assert_eq!(accepted.len(), 200);
     assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
     assert_up("worker", &mut shape.worker);
     assert_up("api", shape.api.process.as_mut().expect("api"));
