@@ -173,13 +173,17 @@ async fn count_jobs(env: &TestEnv) -> i64 {
     count_where(env, "1 = 1").await
 }
 
-async fn count_status(env: &TestEnv, status: &str) -> i64 {
-    count_where(env, &format!("status = '{status}'")).await
+async fn count_status_in(database_url: &str, status: &str) -> i64 {
+    count_where_in(database_url, &format!("status = '{status}'")).await
 }
 
 async fn count_where(env: &TestEnv, condition: &str) -> i64 {
+    count_where_in(&env.database_url, condition).await
+}
+
+async fn count_where_in(database_url: &str, condition: &str) -> i64 {
     sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&env.database_url)
+    let pool = sqlx::AnyPool::connect(database_url)
         .await
         .expect("the test database");
     let sql = format!("SELECT COUNT(*) FROM jobs WHERE {condition}");
@@ -230,24 +234,13 @@ async fn production_shape_with(
 /// these tests shorten it so they need not wait minutes.
 const SHORT_REPUBLISH: (&str, &str) = ("REPUBLISH_AFTER", "5s");
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_job_succeeds_soon_after_redis_comes_back_empty() {
-    let postgres = PrivatePostgres::start();
-    let mut redis = PrivateRedis::start();
-    let mut shape = production_shape(&postgres, &redis).await;
-
-    // Jobs of 100 ms on 4 slots: a backlog waits in Redis when it dies.
-    let stream = Stream::start(&shape.api.base, 8, 25, 100);
+/// 200 `sleep` jobs of `ms` from retrying clients, with `fault` injected
+/// 1.5 s in; once it returns (the server answers again), every accepted job
+/// must succeed within 30 s, one per key, with api and worker still up.
+async fn every_job_succeeds_through(shape: &mut Shape, ms: u64, fault: impl AsyncFnOnce()) {
+    let stream = Stream::start(&shape.api.base, 8, 25, ms);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let waiting = count_status(&shape.env, "QUEUED").await;
-    assert!(
-        waiting >= 20,
-        "a backlog in the queue when Redis dies ({waiting})"
-    );
-    // Redis keeps nothing on disk: what the queue held is gone.
-    redis.kill();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    redis.start_again();
+    fault().await;
     let back = Instant::now();
 
     let accepted = stream.accepted().await;
@@ -255,6 +248,27 @@ async fn every_job_succeeds_soon_after_redis_comes_back_empty() {
     assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
     assert_up("worker", &mut shape.worker);
     assert_up("api", shape.api.process.as_mut().expect("api"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_succeeds_soon_after_redis_comes_back_empty() {
+    let postgres = PrivatePostgres::start();
+    let mut redis = PrivateRedis::start();
+    let mut shape = production_shape(&postgres, &redis).await;
+    // Jobs of 100 ms on 4 slots: a backlog waits in Redis when it dies.
+    let database = shape.env.database_url.clone();
+    every_job_succeeds_through(&mut shape, 100, async || {
+        let waiting = count_status_in(&database, "QUEUED").await;
+        assert!(
+            waiting >= 20,
+            "a backlog in the queue when Redis dies ({waiting})"
+        );
+        // Redis keeps nothing on disk: what the queue held is gone.
+        redis.kill();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        redis.start_again();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,21 +276,14 @@ async fn every_job_succeeds_after_redis_restarts_with_its_data() {
     let postgres = PrivatePostgres::start();
     let mut redis = PrivateRedis::start_persistent();
     let mut shape = production_shape(&postgres, &redis).await;
-
-    let stream = Stream::start(&shape.api.base, 8, 25, 100);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // Killed, so nothing is flushed at exit: the append-only file, synced
-    // on every write, is what brings the queue back.
-    redis.kill();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    redis.start_again();
-    let back = Instant::now();
-
-    let accepted = stream.accepted().await;
-    assert_eq!(accepted.len(), 200);
-    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
-    assert_up("worker", &mut shape.worker);
-    assert_up("api", shape.api.process.as_mut().expect("api"));
+    every_job_succeeds_through(&mut shape, 100, async || {
+        // Killed, so nothing is flushed at exit: the append-only file,
+        // synced on every write, is what brings the queue back.
+        redis.kill();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        redis.start_again();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,19 +291,12 @@ async fn every_job_succeeds_soon_after_postgres_crashes_and_returns() {
     let postgres = PrivatePostgres::start();
     let redis = PrivateRedis::start();
     let mut shape = production_shape(&postgres, &redis).await;
-
-    let stream = Stream::start(&shape.api.base, 8, 25, 20);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    postgres.crash();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    postgres.start_again();
-    let back = Instant::now();
-
-    let accepted = stream.accepted().await;
-    assert_eq!(accepted.len(), 200);
-    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
-    assert_up("worker", &mut shape.worker);
-    assert_up("api", shape.api.process.as_mut().expect("api"));
+    every_job_succeeds_through(&mut shape, 20, async || {
+        postgres.crash();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        postgres.start_again();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
