@@ -19,17 +19,17 @@ use crate::Queue;
 /// How often the pruner looks when it found less than a batch: a job is
 /// gone at most this long (plus one batch) after its retention ends.
 const PRUNE_IDLE: Duration = Duration::from_secs(5);
-/// Jobs per transaction: between these, sized so that one transaction
-/// takes about [`prune_target`].
-const PRUNE_MIN_BATCH: i64 = 50;
-const PRUNE_MAX_BATCH: i64 = 1_000;
+/// Jobs per transaction: at least this many, at most
+/// `Store::max_prune_batch` (1,000 on SQLite, 250 on Postgres), sized so
+/// that one transaction takes about [`prune_target`].
+const PRUNE_MIN_BATCH: usize = 50;
 
 /// How long one pruning transaction should take. On SQLite it holds the one
 /// write lock, and a submit arriving meanwhile waits for it: keep it to a
 /// few milliseconds. On Postgres it locks only the jobs it deletes, which
 /// nothing else wants, and what others feel is its share of the cores, not
-/// its length: let it carry its fixed cost (seven statements, each a round
-/// trip) over the most rows.
+/// its length: let it carry its fixed cost (a round trip per statement)
+/// over as many rows as it may.
 fn prune_target(dialect: Dialect) -> Duration {
     match dialect {
         Dialect::Sqlite => Duration::from_millis(5),
@@ -53,7 +53,8 @@ const PRUNE_REST_FACTOR: u32 = 9;
 pub async fn run_pruner(store: Store, retention: Duration, shutdown: Shutdown) {
     let retention_ms = duration_ms(retention);
     let target = prune_target(store.dialect());
-    let mut batch = 100;
+    let most = store.max_prune_batch().max(PRUNE_MIN_BATCH);
+    let mut batch = 100.min(most);
     loop {
         let rest = match store
             .prune_finished_jobs(now_ms().saturating_sub(retention_ms), batch)
@@ -63,11 +64,11 @@ pub async fn run_pruner(store: Store, retention: Duration, shutdown: Shutdown) {
                 if jobs > 0 {
                     debug!(jobs, batch, ?took, "pruned finished jobs");
                 }
-                if (jobs as i64) < batch {
+                if jobs < batch {
                     PRUNE_IDLE
                 } else {
                     if took < target / 2 {
-                        batch = (batch * 2).min(PRUNE_MAX_BATCH);
+                        batch = (batch * 2).min(most);
                     } else if took > target * 2 {
                         batch = (batch / 2).max(PRUNE_MIN_BATCH);
                     }
