@@ -1,12 +1,14 @@
 //! `api keys create | list | revoke`: managing the stored API keys from the
-//! command line. Only `create` ever shows a key, once; nothing shows a
-//! key's hash.
+//! command line, and the keys a starting server makes or matches to
+//! `API_KEYS`. Only `create` and the first start ever show a key, once;
+//! nothing shows a key's hash.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use shared::{
     settings::{Settings, check_tenant},
-    store::{ApiKeyRecord, Revocation, RevokeOutcome, Store},
+    store::{ApiKeyRecord, KeySync, Revocation, RevokeOutcome, Store},
 };
+use tracing::info;
 use worker::BoxError;
 
 use crate::auth::KEY_REFRESH;
@@ -36,6 +38,46 @@ pub async fn create(settings: &Settings, tenant: &str) -> Result<(), BoxError> {
         eprintln!(
             "note: API_KEYS is set here; an api started with API_KEYS revokes every key it does \
              not list, this one included"
+        );
+    }
+    Ok(())
+}
+
+/// Makes the stored keys match `API_KEYS` when it is set (the complete
+/// list: every other key is revoked); with it unset and no key stored at
+/// all, makes a key for tenant `default` and prints it, once.
+pub async fn ensure_api_keys(
+    store: &Store,
+    configured: &[(String, String)],
+    public_addr: &str,
+) -> Result<(), BoxError> {
+    if !configured.is_empty() {
+        let sync = store.sync_configured_api_keys(configured).await?;
+        if sync != KeySync::default() {
+            info!(
+                added = sync.added,
+                moved = sync.moved,
+                restored = sync.restored,
+                revoked = sync.revoked,
+                "stored API keys now match API_KEYS"
+            );
+        }
+        return Ok(());
+    }
+    // Revoked keys count: revoking every key must not mint a new one.
+    if store.count_api_keys().await? == 0 {
+        let key = store.create_api_key("default").await?.key;
+        println!("API key: {key}");
+        println!(
+            "Try: curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' -d '{{\"month\":\"2026-10\"}}' http://{public_addr}/v1/reports/gst-summary"
+        );
+    } else if store.valid_api_keys().await?.1.is_empty() {
+        println!(
+            "API key: none is valid (all are revoked); `api keys create --tenant T` makes one"
+        );
+    } else {
+        println!(
+            "API key: (made at first start and printed then; `api keys create --tenant T` makes another)"
         );
     }
     Ok(())

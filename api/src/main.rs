@@ -1,4 +1,4 @@
-use api::key_commands;
+use api::{Application, key_commands};
 use clap::{Parser, Subcommand};
 use shared::{
     logging::{self, LogFormat, LogStream},
@@ -59,7 +59,7 @@ async fn main() -> std::process::ExitCode {
     let command = cli.command.unwrap_or(Command::Serve);
     let serving = matches!(command, Command::Serve);
     let result = match command {
-        Command::Serve => api::run(cli.settings).await,
+        Command::Serve => serve(cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,
         Command::CreateKey { tenant } | Command::Keys(KeysCommand::Create { tenant }) => {
             key_commands::create(&cli.settings, &tenant).await
@@ -82,6 +82,13 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+async fn serve(settings: Settings) -> Result<(), worker::BoxError> {
+    Application::build(settings)
+        .await?
+        .run_until_stopped()
+        .await
 }
 
 async fn migrate(settings: &Settings) -> Result<(), worker::BoxError> {

@@ -5,8 +5,48 @@ pub mod reports;
 pub mod service;
 pub mod webhooks;
 
-use actix_web::{HttpResponse, http::header};
+use actix_web::{HttpResponse, http::header, web};
 use shared::model::Job;
+
+/// Body limit of every route but the ledger import (`docs/api.md`).
+const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Registers every route the server serves.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    // One resource per path, so a wrong method answers 405 with `Allow`.
+    cfg.service(web::resource("/healthz").get(service::healthz))
+        .service(web::resource("/readyz").get(service::readyz))
+        .service(web::resource("/metrics").get(service::metrics))
+        .service(web::resource("/openapi.json").get(service::openapi))
+        .service(
+            web::scope("/v1")
+                .app_data(web::PayloadConfig::new(DEFAULT_BODY_LIMIT))
+                .service(web::resource("/reports/{kind}").post(reports::submit))
+                .service(web::resource("/jobs").get(jobs::list))
+                .service(web::resource("/jobs/{job_id}").get(jobs::get))
+                .service(web::resource("/jobs/{job_id}/result").get(jobs::result))
+                .service(web::resource("/jobs/{job_id}/cancel").post(jobs::cancel))
+                .service(
+                    web::resource("/webhooks")
+                        .post(webhooks::register)
+                        .get(webhooks::list),
+                )
+                .service(
+                    web::resource("/webhooks/{webhook_id}")
+                        .get(webhooks::get)
+                        .delete(webhooks::delete),
+                )
+                .service(
+                    web::resource("/webhooks/{webhook_id}/deliveries").get(webhooks::deliveries),
+                )
+                .service(
+                    web::resource("/ledger/entries")
+                        .app_data(web::PayloadConfig::new(LEDGER_BODY_LIMIT))
+                        .post(ledger::import),
+                ),
+        );
+}
 
 /// `Retry-After` while a job is not final, in seconds.
 pub const POLL_AFTER_SECS: &str = "1";

@@ -1177,7 +1177,7 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 // ---------------------------------------------------------------- OpenAPI
 
-/// Every route the server serves (see `api::configure`).
+/// Every route the server serves (see `api::routes::configure`).
 const SERVED: [(&str, &str); 15] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
