@@ -5,7 +5,8 @@
 //! key's lookup and the stored response: a retried request replays the
 //! first answer byte for byte, a concurrent one waits for the first to
 //! commit and replays it, and a request with another body under the same
-//! key is refused with 422.
+//! key is refused with 422. Submits take the same steps in groups
+//! (`crate::submits::submit`).
 
 use actix_web::{
     FromRequest, HttpRequest, HttpResponse, ResponseError,
@@ -14,7 +15,7 @@ use actix_web::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use shared::store::{KeyLookup, StoredResponse, Submission, SubmissionKey, Submitted, WriteTx};
+use shared::store::{KeyLookup, StoredResponse, WriteTx};
 
 use crate::{
     error::{ApiError, ApiResult},
@@ -158,7 +159,7 @@ impl Answer {
         })
     }
 
-    fn into_response(self, replayed: bool) -> HttpResponse {
+    pub(crate) fn into_response(self, replayed: bool) -> HttpResponse {
         let status =
             StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut builder = HttpResponse::build(status);
@@ -172,6 +173,51 @@ impl Answer {
     }
 }
 
+/// What a request with an `Idempotency-Key` does next, by what its key
+/// holds.
+#[derive(Debug)]
+pub enum NextStep {
+    /// The key is new (or expired): run the effect and store its answer.
+    Run,
+    /// The same request was answered before: send that answer again.
+    Replay(StoredResponse),
+    /// The key cannot serve this request: answer with this problem.
+    Refuse(ApiError),
+}
+
+impl NextStep {
+    pub fn of(found: KeyLookup, key: &str) -> Self {
+        match found {
+            KeyLookup::New => NextStep::Run,
+            KeyLookup::Replay(stored) => NextStep::Replay(stored),
+            KeyLookup::Mismatch => NextStep::Refuse(ApiError::Validation {
+                detail: format!(
+                    "the Idempotency-Key {key:?} was used with a different request (method, path or body)"
+                ),
+                errors: vec![shared::ledger::FieldError::new(
+                    "Idempotency-Key",
+                    "was already used with a different request",
+                )],
+            }),
+        }
+    }
+
+    /// The answer of a request whose effect does not run: the stored
+    /// answer, or the refusal. `Run` is reached here only when the key was
+    /// found taken and then its row vanished before it could be read (it
+    /// expired and was swept): the client may simply retry.
+    pub fn answer_without_running(self, key: &str) -> ApiResult<HttpResponse> {
+        match self {
+            NextStep::Replay(stored) => Ok(Answer(stored).into_response(true)),
+            NextStep::Refuse(problem) => Err(problem),
+            NextStep::Run => Err(ApiError::Conflict {
+                detail: format!("the Idempotency-Key {key:?} is being processed; retry"),
+                ids: None,
+            }),
+        }
+    }
+}
+
 /// Runs `effect` once per key. Without a key it simply runs, in a
 /// transaction. A 5xx (an `Err` that is not a client error) rolls
 /// everything back and stores nothing, so a retry runs again.
@@ -182,7 +228,7 @@ pub async fn execute<F>(
     request: &HttpRequest,
     body: &[u8],
     effect: F,
-) -> ApiResult<(HttpResponse, bool)>
+) -> ApiResult<HttpResponse>
 where
     F: AsyncFnOnce(&mut WriteTx) -> ApiResult<Answer>,
 {
@@ -190,12 +236,12 @@ where
     let fingerprint = key.0.as_ref().map(|_| fingerprint(request, body));
     let mut tx = store.begin_write().await?;
     if let (Some(key), Some(fingerprint)) = (&key.0, &fingerprint) {
-        match store
+        let found = store
             .lookup_idempotency_key(&mut tx, tenant_id, key, fingerprint)
-            .await?
-        {
-            KeyLookup::New => {}
-            found => return replay_or_refuse(found, key),
+            .await?;
+        match NextStep::of(found, key) {
+            NextStep::Run => {}
+            step => return step.answer_without_running(key),
         }
     }
     let answer = match effect(&mut tx).await {
@@ -216,77 +262,11 @@ where
             let found = store
                 .lookup_idempotency_key(&mut tx, tenant_id, key, fingerprint)
                 .await?;
-            return replay_or_refuse(found, key);
+            return NextStep::of(found, key).answer_without_running(key);
         }
     }
     tx.commit().await.map_err(shared::Error::from)?;
-    let ran = true;
-    Ok((answer.into_response(false), ran))
-}
-
-/// [`execute`] for a submit, through the group commit of submits
-/// (`AppState::submits`): the same guarantees, with one transaction for
-/// all the submits waiting at that moment. `answer` is the 202 the job
-/// gets; a batch that fails (on one bad row, say) sends it through
-/// `fallback`, the single-submit effect, in a transaction of its own.
-pub async fn execute_submit<F>(
-    state: &AppState,
-    key: &IdempotencyKey,
-    request: &HttpRequest,
-    body: &[u8],
-    mut submission: Submission,
-    answer: Answer,
-    fallback: F,
-) -> ApiResult<(HttpResponse, bool)>
-where
-    F: AsyncFnOnce(&mut WriteTx) -> ApiResult<Answer>,
-{
-    submission.key = key.0.as_ref().map(|key| SubmissionKey {
-        tenant_id: submission.job.tenant_id.clone(),
-        key: key.clone(),
-        fingerprint: fingerprint(request, body),
-        expires_at: submission
-            .created_at
-            .saturating_add(shared::time::duration_ms(state.idempotency_ttl)),
-        response: answer.0.clone(),
-    });
-    let tenant_id = submission.job.tenant_id.clone();
-    match state.submits.call(submission).await {
-        Ok(Submitted::Inserted) => Ok((answer.into_response(false), true)),
-        Ok(Submitted::Found(found)) => {
-            replay_or_refuse(found, key.0.as_deref().unwrap_or_default())
-        }
-        Err(error) if error.is_unavailable() => Err(error.into()),
-        Err(_) => {
-            let (response, ran) = execute(state, &tenant_id, key, request, body, fallback).await?;
-            if ran {
-                // The single path writes a due outbox row: the relay's.
-                state.signals.outbox_changed();
-            }
-            Ok((response, ran))
-        }
-    }
-}
-
-fn replay_or_refuse(found: KeyLookup, key: &str) -> ApiResult<(HttpResponse, bool)> {
-    match found {
-        KeyLookup::Replay(stored) => Ok((Answer(stored).into_response(true), false)),
-        KeyLookup::Mismatch => Err(ApiError::Validation {
-            detail: format!(
-                "the Idempotency-Key {key:?} was used with a different request (method, path or body)"
-            ),
-            errors: vec![shared::ledger::FieldError::new(
-                "Idempotency-Key",
-                "was already used with a different request",
-            )],
-        }),
-        // The row vanished between the two reads (it expired): the client
-        // may simply retry.
-        KeyLookup::New => Err(ApiError::Conflict {
-            detail: format!("the Idempotency-Key {key:?} is being processed; retry"),
-            ids: None,
-        }),
-    }
+    Ok(answer.into_response(false))
 }
 
 #[cfg(test)]

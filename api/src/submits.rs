@@ -1,15 +1,78 @@
-//! The group commit of submits, and the publishing of the jobs it makes.
+//! Submits: the `Idempotency-Key` steps of `crate::idempotency` taken
+//! for a group of submits at once (group commit), and the publishing of
+//! the jobs they make.
 
+use actix_web::{HttpRequest, HttpResponse};
 use shared::{
     batch::Batcher,
     notify::Signals,
-    store::{Store, Submission, Submitted},
+    store::{Store, Submission, SubmissionKey, Submitted},
 };
 use tracing::warn;
 use worker::Queue;
 
-/// Submits per group commit (see `idempotency::execute_submit`).
+use crate::{
+    error::{ApiError, ApiResult},
+    idempotency::{Answer, IdempotencyKey, NextStep, fingerprint},
+    state::AppState,
+};
+
+/// Submits per group commit.
 const SUBMIT_BATCH: usize = 64;
+
+/// Submits a job, with the guarantees of `idempotency::execute`, through
+/// the group commit of submits (`AppState::submits`): one transaction for
+/// all the submits waiting at that moment. `answer` is the 202 the job
+/// gets, stored against the key with it.
+pub async fn submit(
+    state: &AppState,
+    key: &IdempotencyKey,
+    request: &HttpRequest,
+    body: &[u8],
+    mut submission: Submission,
+    answer: Answer,
+) -> ApiResult<HttpResponse> {
+    submission.key = key.0.as_ref().map(|key| SubmissionKey {
+        tenant_id: submission.job.tenant_id.clone(),
+        key: key.clone(),
+        fingerprint: fingerprint(request, body),
+        expires_at: submission
+            .created_at
+            .saturating_add(shared::time::duration_ms(state.idempotency_ttl)),
+        response: answer.0.clone(),
+    });
+    let submitted = match state.submits.call(submission.clone()).await {
+        Ok(submitted) => submitted,
+        Err(error) if error.is_unavailable() => return Err(error.into()),
+        // A batch fails as a whole (on one bad row, say): this submit is
+        // written again as a batch of its own, so that only its own row
+        // can fail it.
+        Err(_) => {
+            let submitted = state
+                .store
+                .submit_batch(std::slice::from_ref(&submission), None)
+                .await?
+                .pop()
+                .ok_or_else(|| ApiError::Internal("a batch of one answered nothing".into()))?;
+            if submitted == Submitted::Inserted {
+                // Written due, without publishing: the relay's.
+                state.signals.outbox_changed();
+            }
+            submitted
+        }
+    };
+    match submitted {
+        Submitted::Inserted => {
+            metrics::counter!("receipt_jobs_submitted_total", "kind" => submission.job.kind)
+                .increment(1);
+            Ok(answer.into_response(false))
+        }
+        Submitted::Found(found) => {
+            let key = key.0.as_deref().unwrap_or_default();
+            NextStep::of(found, key).answer_without_running(key)
+        }
+    }
+}
 
 /// Starts the batcher every submit goes through (`AppState::submits`).
 pub fn spawn_batcher(

@@ -349,7 +349,7 @@ pub async fn cancel(
         return Err(not_found(&job_id));
     }
     // A cancel has no body: its fingerprint is its method and path.
-    let (response, _) = execute(
+    let response = execute(
         &state,
         &tenant.0,
         &key,

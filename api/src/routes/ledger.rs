@@ -68,7 +68,7 @@ pub async fn import(
         ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
     })?;
     let entries = validate(&import.entries)?;
-    let (response, _) = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
+    let response = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
         import_validated(&state, tx, &tenant.0, &entries).await
     })
     .await?;

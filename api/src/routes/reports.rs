@@ -7,7 +7,7 @@ use serde_json::Value;
 use shared::{
     model::{Job, JobObject, new_job_id},
     reports::ParamsError,
-    store::{NewJob, Submission, WriteTx},
+    store::{NewJob, Submission},
 };
 use utoipa::{
     PartialSchema, ToSchema,
@@ -19,8 +19,9 @@ use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute_submit},
+    idempotency::{Answer, IdempotencyKey},
     state::AppState,
+    submits,
 };
 
 /// The body of a submit in the OpenAPI document: the parameters of one of
@@ -88,30 +89,18 @@ pub async fn submit(
     let new_job = NewJob {
         job_id: new_job_id(),
         tenant_id: tenant.0.clone(),
-        kind: kind_name.clone(),
+        kind: kind_name,
         params: params.to_string(),
         max_attempts: kind.max_attempts(),
     };
     let created_at = shared::time::now_ms();
     let answer = accepted(&new_job.queued(created_at))?;
     let submission = Submission {
-        job: new_job.clone(),
+        job: new_job,
         created_at,
         key: None,
     };
-    let fallback = async |tx: &mut WriteTx| {
-        // The job row, its outbox row and (in `execute`) the key's stored
-        // answer commit together: a 202 is never sent for a job that is
-        // not durable, nor stored for one that is not.
-        let job = state.store.insert_job(tx, &new_job).await?;
-        accepted(&job)
-    };
-    let (response, ran) =
-        execute_submit(&state, &key, &request, &body, submission, answer, fallback).await?;
-    if ran {
-        metrics::counter!("receipt_jobs_submitted_total", "kind" => kind_name).increment(1);
-    }
-    Ok(response)
+    submits::submit(&state, &key, &request, &body, submission, answer).await
 }
 
 /// The 202 of a submit.

@@ -190,7 +190,7 @@ pub async fn register(
         events,
         job_id: registration.job_id.clone(),
     };
-    let (response, _) = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
+    let response = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
         if new.job_id.as_deref().is_some_and(|id| !is_id(id, "job_")) {
             return Err(ApiError::NotFound(format!(
                 "there is no job {}",

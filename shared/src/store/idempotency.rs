@@ -30,6 +30,21 @@ pub enum KeyLookup {
     Mismatch,
 }
 
+impl KeyLookup {
+    /// The key-reuse rule, written once: a live key answers the request
+    /// it was stored for (the same fingerprint) with its stored response,
+    /// and no other request; a key with no live row is new.
+    pub(super) fn of(live: Option<(&str, &StoredResponse)>, fingerprint: &str) -> Self {
+        match live {
+            None => KeyLookup::New,
+            Some((stored, response)) if stored == fingerprint => {
+                KeyLookup::Replay(response.clone())
+            }
+            Some(_) => KeyLookup::Mismatch,
+        }
+    }
+}
+
 /// The response stored in an `idempotency_keys` row.
 pub(super) fn stored_response(row: &AnyRow) -> Result<StoredResponse> {
     let headers: String = row.try_get("response_headers")?;
@@ -61,16 +76,18 @@ impl Store {
         .bind(key)
         .fetch_optional(&mut **tx)
         .await?;
-        let Some(row) = row else {
-            return Ok(KeyLookup::New);
+        let live = match row {
+            Some(row) if row.try_get::<i64, _>("expires_at")? > now_ms() => Some((
+                row.try_get::<String, _>("fingerprint")?,
+                stored_response(&row)?,
+            )),
+            _ => None,
         };
-        if row.try_get::<i64, _>("expires_at")? <= now_ms() {
-            return Ok(KeyLookup::New);
-        }
-        if row.try_get::<String, _>("fingerprint")? != fingerprint {
-            return Ok(KeyLookup::Mismatch);
-        }
-        Ok(KeyLookup::Replay(stored_response(&row)?))
+        Ok(KeyLookup::of(
+            live.as_ref()
+                .map(|(stored, response)| (stored.as_str(), response)),
+            fingerprint,
+        ))
     }
 
     /// Records the key with its response, in the transaction that made the

@@ -120,35 +120,6 @@ pub enum CancelOutcome {
 }
 
 impl Store {
-    /// The job row and its outbox row, in the caller's transaction.
-    pub async fn insert_job(&self, tx: &mut WriteTx, job: &NewJob) -> Result<Job> {
-        let now = now_ms();
-        let row = sqlx::query(built(&format!(
-            "INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
-                               created_at, run_after, cancel_requested)
-             VALUES ($1, $2, $3, $4, 'QUEUED', 0, $5, $6, $6, 0)
-             RETURNING {JOB_COLUMNS}"
-        )))
-        .bind(&job.job_id)
-        .bind(&job.tenant_id)
-        .bind(&job.kind)
-        .bind(&job.params)
-        .bind(job.max_attempts)
-        .bind(now)
-        .fetch_one(&mut **tx)
-        .await?;
-        upsert_outbox(tx, &job.job_id, now).await?;
-        job_from_row(&row)
-    }
-
-    /// Submits one job in its own transaction.
-    pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
-        let mut tx = self.begin_write().await?;
-        let job = self.insert_job(&mut tx, job).await?;
-        tx.commit().await?;
-        Ok(job)
-    }
-
     pub async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<Job>> {
         let row = sqlx::query(built(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2"

@@ -17,6 +17,7 @@ use super::{KeyLookup, NewJob, Store, StoredResponse, WriteTx, built, pairs_equa
 use crate::{
     Result,
     model::{Job, JobStatus},
+    time::now_ms,
 };
 
 /// One submit, with the answer it will get if it makes its job.
@@ -72,6 +73,19 @@ impl NewJob {
 }
 
 impl Store {
+    /// Submits one job without an idempotency key: a batch of one, due
+    /// for the relay at once.
+    pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
+        let submission = Submission {
+            job: job.clone(),
+            created_at: now_ms(),
+            key: None,
+        };
+        self.submit_batch(std::slice::from_ref(&submission), None)
+            .await?;
+        Ok(job.queued(submission.created_at))
+    }
+
     /// Writes a batch of submits in one transaction; answers in order.
     /// With `published_for_ms`, the caller publishes the inserted jobs
     /// itself right after the commit (the embedded queue), so their outbox
@@ -141,23 +155,18 @@ impl Store {
                     inserting.push(submission);
                     Submitted::Inserted
                 } else {
-                    Submitted::Found(replay_or_mismatch(
-                        &first.fingerprint,
+                    Submitted::Found(KeyLookup::of(
+                        Some((&first.fingerprint, &first.response)),
                         &key.fingerprint,
-                        &first.response,
                     ))
                 }
             } else {
-                match stored.get(&(key.tenant_id.as_str(), key.key.as_str())) {
-                    Some((fingerprint, response)) => Submitted::Found(replay_or_mismatch(
-                        fingerprint,
-                        &key.fingerprint,
-                        response,
-                    )),
-                    // Gone between the two statements (it expired and was
-                    // swept): the client may retry.
-                    None => Submitted::Found(KeyLookup::New),
-                }
+                // A key gone between the two statements (it expired and
+                // was swept) is found new: the client may retry.
+                let live = stored
+                    .get(&(key.tenant_id.as_str(), key.key.as_str()))
+                    .map(|(fingerprint, response)| (fingerprint.as_str(), response));
+                Submitted::Found(KeyLookup::of(live, &key.fingerprint))
             };
             outcomes.push(outcome);
         }
@@ -205,14 +214,6 @@ async fn stored_keys_of<'batch>(
         );
     }
     Ok(stored)
-}
-
-fn replay_or_mismatch(stored: &str, asked: &str, response: &StoredResponse) -> KeyLookup {
-    if stored == asked {
-        KeyLookup::Replay(response.clone())
-    } else {
-        KeyLookup::Mismatch
-    }
 }
 
 async fn insert_jobs(
@@ -271,7 +272,7 @@ async fn upsert_keys(tx: &mut WriteTx, keys: &[&SubmissionKey]) -> Result<Vec<(S
          RETURNING tenant_id, idem_key",
         value_rows(1, keys.len(), 8)
     );
-    let now = crate::time::now_ms();
+    let now = now_ms();
     let mut query = sqlx::query(built(&sql));
     for key in keys {
         let headers = serde_json::to_string(&key.response.headers)
