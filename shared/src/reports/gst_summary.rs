@@ -24,9 +24,15 @@ pub struct GstSummaryParams {
     pub month: String,
 }
 
-impl GstSummaryParams {
-    fn parse(params: &Value) -> Result<Self, ParamsError> {
-        let params: Self = decode_params(params)?;
+impl ReportKind for GstSummary {
+    type Params = GstSummaryParams;
+
+    fn name(&self) -> &'static str {
+        "gst-summary"
+    }
+
+    fn parse(&self, params: &Value) -> Result<GstSummaryParams, ParamsError> {
+        let params: GstSummaryParams = decode_params(params)?;
         if valid_month(&params.month) {
             Ok(params)
         } else {
@@ -36,20 +42,13 @@ impl GstSummaryParams {
             )]))
         }
     }
-}
 
-impl ReportKind for GstSummary {
-    fn name(&self) -> &'static str {
-        "gst-summary"
-    }
-
-    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
-        GstSummaryParams::parse(params).map(drop)
-    }
-
-    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
+    fn run<'a>(
+        &'a self,
+        ctx: &'a JobContext,
+        params: GstSummaryParams,
+    ) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
-            let params = GstSummaryParams::parse(&params)?;
             ctx.progress(0.0).await?;
             let (from, to) = month_bounds(&params.month);
             let rows = ctx.store.gst_rows(&ctx.tenant_id, &from, &to).await?;

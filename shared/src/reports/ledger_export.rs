@@ -46,9 +46,19 @@ pub struct LedgerExportParams {
     pub to: String,
 }
 
-impl LedgerExportParams {
-    fn parse(params: &Value) -> Result<Self, ParamsError> {
-        let params: Self = decode_params(params)?;
+impl ReportKind for LedgerExport {
+    type Params = LedgerExportParams;
+
+    fn name(&self) -> &'static str {
+        "ledger-export"
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(15 * 60)
+    }
+
+    fn parse(&self, params: &Value) -> Result<LedgerExportParams, ParamsError> {
+        let params: LedgerExportParams = decode_params(params)?;
         let mut errors = Vec::new();
         for (field, value) in [("from", &params.from), ("to", &params.to)] {
             if !valid_date(value) {
@@ -67,24 +77,13 @@ impl LedgerExportParams {
             Err(ParamsError::Invalid(errors))
         }
     }
-}
 
-impl ReportKind for LedgerExport {
-    fn name(&self) -> &'static str {
-        "ledger-export"
-    }
-
-    fn timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(15 * 60)
-    }
-
-    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
-        LedgerExportParams::parse(params).map(drop)
-    }
-
-    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
+    fn run<'a>(
+        &'a self,
+        ctx: &'a JobContext,
+        params: LedgerExportParams,
+    ) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
-            let params = LedgerExportParams::parse(&params)?;
             ctx.progress(0.0).await?;
             let total = ctx
                 .store
@@ -135,10 +134,9 @@ impl ReportKind for LedgerExport {
 
     fn chunk_renderer(
         &self,
-        params: &Value,
+        params: &LedgerExportParams,
         format: ResultFormat,
     ) -> Option<Box<dyn ChunkRenderer>> {
-        let params = LedgerExportParams::parse(params).ok()?;
         Some(match format {
             ResultFormat::Json => Box::new(JsonRenderer {
                 head: format!(

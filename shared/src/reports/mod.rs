@@ -1,6 +1,7 @@
 //! Report kinds. A kind is a file here plus one line in [`Registry::new`]:
-//! its name, its parameters (a closed schema, then validation), its attempt
-//! limit and timeout, and how it runs.
+//! its name, its parameters (a closed schema, then validation, decoded
+//! once into a typed value), its attempt limit and timeout, and how it
+//! runs.
 
 mod chunks;
 mod context;
@@ -18,7 +19,7 @@ pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
 pub use context::{JobContext, ProgressSink};
 pub use gst_summary::{GstSummary, GstSummaryParams};
 pub use ledger_export::{LedgerExport, LedgerExportParams};
-pub use sleep::{Sleep, SleepParams};
+pub use sleep::{Sleep, SleepParams, SleepPlan};
 
 use crate::ledger::FieldError;
 
@@ -110,7 +111,14 @@ impl From<Value> for ReportOutput {
 
 pub type RunResult = Result<ReportOutput, JobFailure>;
 
+/// A report kind, as its file writes it: its parameters are decoded and
+/// checked in one place, [`ReportKind::parse`], into [`ReportKind::Params`],
+/// and everything else works from that typed value. The registry serves
+/// each kind as an [`AnyReportKind`], whose parameters are still JSON.
 pub trait ReportKind: Send + Sync + 'static {
+    /// The parameters once decoded and checked.
+    type Params: Send + Sync;
+
     /// The stable name clients use in `POST /v1/reports/{kind}`.
     fn name(&self) -> &'static str;
 
@@ -124,11 +132,11 @@ pub trait ReportKind: Send + Sync + 'static {
         Duration::from_secs(300)
     }
 
-    /// Checks parameters before anything is stored (each kind parses them
-    /// with the same function its `run` uses).
-    fn validate(&self, params: &Value) -> Result<(), ParamsError>;
+    /// Decodes and checks parameters: at submit, where a refusal stores
+    /// nothing, and again wherever stored parameters are used.
+    fn parse(&self, params: &Value) -> Result<Self::Params, ParamsError>;
 
-    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult>;
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Self::Params) -> BoxFuture<'a, RunResult>;
 
     /// A result stored as one document, as CSV, for tabular kinds.
     fn to_csv(&self, _result: &Value) -> Option<String> {
@@ -136,14 +144,77 @@ pub trait ReportKind: Send + Sync + 'static {
     }
 
     /// For kinds that write their result in chunks: how to serve it in
-    /// `format`, given the job's parameters. `None` when the kind has no
-    /// such format (a client asking for CSV then gets JSON).
+    /// `format`. `None` when the kind has no such format (a client asking
+    /// for CSV then gets JSON).
     fn chunk_renderer(
         &self,
-        _params: &Value,
+        _params: &Self::Params,
         _format: ResultFormat,
     ) -> Option<Box<dyn ChunkRenderer>> {
         None
+    }
+}
+
+/// A report kind with its parameters as JSON, as the API receives them and
+/// the store keeps them: every [`ReportKind`] is one.
+pub trait AnyReportKind: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    fn max_attempts(&self) -> i64;
+
+    fn timeout(&self) -> Duration;
+
+    /// Checks parameters before anything is stored.
+    fn validate(&self, params: &Value) -> Result<(), ParamsError>;
+
+    /// Runs on stored parameters; ones that no longer parse (the kind
+    /// changed under its job) fail the job permanently.
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult>;
+
+    fn to_csv(&self, result: &Value) -> Option<String>;
+
+    /// [`ReportKind::chunk_renderer`], given the job's stored parameters.
+    fn chunk_renderer(
+        &self,
+        params: &Value,
+        format: ResultFormat,
+    ) -> Option<Box<dyn ChunkRenderer>>;
+}
+
+impl<K: ReportKind> AnyReportKind for K {
+    fn name(&self) -> &'static str {
+        ReportKind::name(self)
+    }
+
+    fn max_attempts(&self) -> i64 {
+        ReportKind::max_attempts(self)
+    }
+
+    fn timeout(&self) -> Duration {
+        ReportKind::timeout(self)
+    }
+
+    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
+        self.parse(params).map(drop)
+    }
+
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
+        match self.parse(&params) {
+            Ok(params) => ReportKind::run(self, ctx, params),
+            Err(error) => Box::pin(std::future::ready(Err(error.into()))),
+        }
+    }
+
+    fn to_csv(&self, result: &Value) -> Option<String> {
+        ReportKind::to_csv(self, result)
+    }
+
+    fn chunk_renderer(
+        &self,
+        params: &Value,
+        format: ResultFormat,
+    ) -> Option<Box<dyn ChunkRenderer>> {
+        ReportKind::chunk_renderer(self, &self.parse(params).ok()?, format)
     }
 }
 
@@ -180,12 +251,12 @@ pub fn whole_number(field: &str, number: &Number, max: u64, errors: &mut Vec<Fie
 /// The kinds this process serves.
 #[derive(Clone)]
 pub struct Registry {
-    kinds: BTreeMap<&'static str, &'static dyn ReportKind>,
+    kinds: BTreeMap<&'static str, &'static dyn AnyReportKind>,
 }
 
 impl Registry {
     pub fn new(enable_diagnostic_kinds: bool) -> Self {
-        let mut kinds: Vec<&'static dyn ReportKind> = vec![&GstSummary, &LedgerExport];
+        let mut kinds: Vec<&'static dyn AnyReportKind> = vec![&GstSummary, &LedgerExport];
         if enable_diagnostic_kinds {
             kinds.push(&Sleep);
         }
@@ -194,7 +265,8 @@ impl Registry {
         }
     }
 
-    pub fn get(&self, name: &str) -> Option<&'static dyn ReportKind> {
+    pub fn get(&self, name: &str) -> Option<&'static dyn AnyReportKind> {
         self.kinds.get(name).copied()
     }
 }
+

@@ -21,7 +21,7 @@ const MAX_MS: u64 = 600_000;
 
 /// The parameters of `sleep`, a diagnostic kind (served only with
 /// `ENABLE_DIAGNOSTIC_KINDS=true`).
-// Numbers are decoded as JSON numbers and checked after (`Plan::parse`),
+// Numbers are decoded as JSON numbers and checked after (`Sleep::parse`),
 // so `-1` or `1.5` is a 422 that names its field, not a 400.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -44,31 +44,16 @@ fn zero() -> Number {
     Number::from(0u8)
 }
 
-/// The parameters once checked.
-struct Plan {
+/// The parameters of `sleep` once checked.
+pub struct SleepPlan {
     ms: u64,
     fail_times: u64,
     permanent: bool,
 }
 
-impl Plan {
-    fn parse(params: &Value) -> Result<Self, ParamsError> {
-        let params: SleepParams = decode_params(params)?;
-        let mut errors = Vec::new();
-        let ms = whole_number("ms", &params.ms, MAX_MS, &mut errors);
-        let fail_times = whole_number("fail_times", &params.fail_times, u64::MAX, &mut errors);
-        if !errors.is_empty() {
-            return Err(ParamsError::Invalid(errors));
-        }
-        Ok(Plan {
-            ms,
-            fail_times,
-            permanent: params.permanent,
-        })
-    }
-}
-
 impl ReportKind for Sleep {
+    type Params = SleepPlan;
+
     fn name(&self) -> &'static str {
         "sleep"
     }
@@ -77,13 +62,23 @@ impl ReportKind for Sleep {
         Duration::from_secs(60)
     }
 
-    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
-        Plan::parse(params).map(drop)
+    fn parse(&self, params: &Value) -> Result<SleepPlan, ParamsError> {
+        let params: SleepParams = decode_params(params)?;
+        let mut errors = Vec::new();
+        let ms = whole_number("ms", &params.ms, MAX_MS, &mut errors);
+        let fail_times = whole_number("fail_times", &params.fail_times, u64::MAX, &mut errors);
+        if !errors.is_empty() {
+            return Err(ParamsError::Invalid(errors));
+        }
+        Ok(SleepPlan {
+            ms,
+            fail_times,
+            permanent: params.permanent,
+        })
     }
 
-    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: SleepPlan) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
-            let params = Plan::parse(&params)?;
             let total = Duration::from_millis(params.ms);
             let started = tokio::time::Instant::now();
             ctx.checkpoint()?;
