@@ -11,16 +11,16 @@ use shared::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
-use worker::{BoxError, Queue, WorkerPool, run_relay};
+use worker::{Queue, WorkerPool, run_relay};
 
-use crate::auth::ApiKeys;
+use crate::{auth::ApiKeys, error::BoxError};
 
 /// The background tasks of a running api. Each stops when `shutdown` is
 /// cancelled.
 pub struct BackgroundTasks {
     /// The embedded worker pool, the one task whose end matters: it
     /// finishes its running jobs before the process exits.
-    embedded_pool: Option<JoinHandle<Result<(), BoxError>>>,
+    embedded_pool: Option<JoinHandle<worker::Result<()>>>,
 }
 
 impl BackgroundTasks {
@@ -81,9 +81,7 @@ impl BackgroundTasks {
                 Ok(Ok(()))
             }
         };
-        result
-            .map_err(|e| -> BoxError { Box::new(e) })
-            .and_then(|r| r)
+        Ok(result??)
     }
 }
 

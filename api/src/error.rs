@@ -19,6 +19,10 @@ use utoipa::ToSchema;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// What stops the api process or one of its commands (`main.rs`) before
+/// or after serving: told to the operator, never to a client.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400: malformed JSON, a wrong JSON type, an unknown field, a bad header.

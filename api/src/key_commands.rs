@@ -3,15 +3,13 @@
 //! `API_KEYS`. Only `create` and the first start ever show a key, once;
 //! nothing shows a key's hash.
 
+use crate::{auth::KEY_REFRESH, error::BoxError};
 use chrono::{DateTime, SecondsFormat, Utc};
 use shared::{
     settings::{Settings, check_tenant},
     store::{ApiKeyRecord, KeySync, Revocation, RevokeOutcome, Store},
 };
 use tracing::info;
-use worker::BoxError;
-
-use crate::auth::KEY_REFRESH;
 
 async fn store(settings: &Settings) -> Result<Store, BoxError> {
     let store = Store::connect(&settings.database_url).await?;

@@ -84,14 +84,14 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn serve(settings: Settings) -> Result<(), worker::BoxError> {
+async fn serve(settings: Settings) -> Result<(), api::error::BoxError> {
     Application::build(settings)
         .await?
         .run_until_stopped()
         .await
 }
 
-async fn migrate(settings: &Settings) -> Result<(), worker::BoxError> {
+async fn migrate(settings: &Settings) -> Result<(), api::error::BoxError> {
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
     Ok(())

@@ -6,11 +6,17 @@ use actix_web::{App, HttpServer, dev::Server, middleware::ErrorHandlers, web};
 use shared::{notify::Signals, reports::Registry, settings::Settings, store::Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-use worker::{BoxError, Queue, cancel_on_signal};
+use worker::{Queue, cancel_on_signal};
 
 use crate::{
-    auth::ApiKeys, background::BackgroundTasks, error::problem_fallback,
-    key_commands::ensure_api_keys, limits::Limits, metrics, routes, state::AppState, submits,
+    auth::ApiKeys,
+    background::BackgroundTasks,
+    error::{BoxError, problem_fallback},
+    key_commands::ensure_api_keys,
+    limits::Limits,
+    metrics, routes,
+    state::AppState,
+    submits,
 };
 
 /// How long an idle keep-alive connection stays open. Longer than the idle

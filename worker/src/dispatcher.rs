@@ -20,6 +20,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::{Error, Result};
+
 /// Deliveries one process makes at once.
 const CONCURRENT_DELIVERIES: usize = 64;
 const IDLE_POLL: Duration = Duration::from_millis(200);
@@ -104,7 +106,7 @@ impl Dispatcher {
         let started = Instant::now();
         let (status, error) = match self.send(&event).await {
             Ok(status) => (Some(status), None),
-            Err(error) => (None, Some(error)),
+            Err(error) => (None, Some(error.to_string())),
         };
         let delivered = status.is_some_and(|s| (200..300).contains(&s));
         let gone = status == Some(410);
@@ -129,11 +131,13 @@ impl Dispatcher {
     }
 
     /// One signed POST; the status, or why there was none.
-    async fn send(&self, event: &DueEvent) -> Result<u16, String> {
-        let url = parse_url(&event.url)?;
+    async fn send(&self, event: &DueEvent) -> Result<u16> {
+        let url = parse_url(&event.url).map_err(Error::WebhookRefused)?;
         // Checked again at delivery (DNS can change), and the connection
         // goes to the very address that was checked.
-        let addrs = resolve_checked(&url, self.allow_private).await?;
+        let addrs = resolve_checked(&url, self.allow_private)
+            .await
+            .map_err(Error::WebhookRefused)?;
         // No proxy, whatever HTTP_PROXY, HTTPS_PROXY or ALL_PROXY say
         // (reqwest honours them by default): through a proxy, the address
         // connected to would be the proxy's choice, not the one checked.
@@ -145,9 +149,10 @@ impl Dispatcher {
         if let Some(url::Host::Domain(domain)) = url.host() {
             client = client.resolve_to_addrs(domain, &addrs);
         }
-        let client = client.build().map_err(|e| e.to_string())?;
+        let client = client.build()?;
         let timestamp = now_ms() / 1000;
-        let signature = sign(&event.secret, &event.event_id, timestamp, &event.body)?;
+        let signature = sign(&event.secret, &event.event_id, timestamp, &event.body)
+            .map_err(Error::WebhookRefused)?;
         let response = client
             .post(url)
             .header("content-type", "application/json")
@@ -159,9 +164,9 @@ impl Dispatcher {
             .await
             .map_err(|e| {
                 if e.is_timeout() {
-                    format!("no answer within {}s", self.timeout.as_secs_f64())
+                    Error::WebhookTimeout(self.timeout)
                 } else {
-                    format!("{e}")
+                    Error::Http(e)
                 }
             })?;
         Ok(response.status().as_u16())

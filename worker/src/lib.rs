@@ -5,6 +5,7 @@
 //! change is made, and fenced, in the store.
 
 mod dispatcher;
+mod error;
 mod pool;
 mod queue;
 mod relay;
@@ -13,11 +14,10 @@ mod runner;
 mod sweeper;
 
 pub use dispatcher::Dispatcher;
+pub use error::{Error, Result};
 pub use pool::{WorkerPool, cancel_on_signal, run_worker_process};
 pub use queue::{Queue, Room};
 pub use relay::run_relay;
 pub use retention::{run_pruner, run_queue_vacuum};
 pub use runner::{Runner, backoff_delay};
 pub use sweeper::run_sweeper;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    BoxError, Dispatcher, Queue,
+    Dispatcher, Error, Queue, Result,
     queue::Message,
     relay::run_relay,
     retention::{run_pruner, run_queue_vacuum},
@@ -174,7 +174,7 @@ impl WorkerPool {
     /// Runs the relay, the sweeper, the dispatcher, the pruner, the queue
     /// vacuum and the apalis workers until `shutdown` is cancelled, then
     /// drains for the grace period.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), BoxError> {
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let store = self.runner.store.clone();
         let signals = self.runner.signals.clone();
         self.queue.recover(&store).await?;
@@ -241,10 +241,7 @@ impl WorkerPool {
     /// a message apalis cannot decode), and the next one starts after a
     /// pause. Jobs are never lost meanwhile: the outbox holds them, and the
     /// relay publishes them again.
-    async fn run_apalis_until_shutdown(
-        &self,
-        shutdown: &CancellationToken,
-    ) -> Result<(), BoxError> {
+    async fn run_apalis_until_shutdown(&self, shutdown: &CancellationToken) -> Result<()> {
         let mut pause = RESTART_PAUSE.0;
         for generation in 0.. {
             let started = std::time::Instant::now();
@@ -273,11 +270,7 @@ impl WorkerPool {
         Ok(())
     }
 
-    async fn run_apalis(
-        &self,
-        shutdown: CancellationToken,
-        generation: u64,
-    ) -> Result<(), BoxError> {
+    async fn run_apalis(&self, shutdown: CancellationToken, generation: u64) -> Result<()> {
         let base = format!("{}-g{generation}", self.runner.worker_id);
         let runner = self.runner.clone();
         let concurrency = self.concurrency;
@@ -309,7 +302,7 @@ impl WorkerPool {
                     })
                     .run_with_signal(signal)
                     .await
-                    .map_err(|e| -> BoxError { Box::new(e) })
+                    .map_err(Error::apalis)
             }};
         }
         match self.queue.clone() {
@@ -333,7 +326,7 @@ impl WorkerPool {
 }
 
 /// The `worker` binary: connect, migrate, run the pool until SIGTERM/SIGINT.
-pub async fn run_worker_process(settings: Settings) -> Result<(), BoxError> {
+pub async fn run_worker_process(settings: Settings) -> Result<()> {
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
     let queue = Queue::connect(&settings, &store).await?;
@@ -353,14 +346,20 @@ pub async fn run_worker_process(settings: Settings) -> Result<(), BoxError> {
 
 /// Serves `GET /metrics` (Prometheus text) on `addr` and prints
 /// `metrics on http://{addr}` once it listens.
-fn serve_metrics(addr: &str) -> Result<actix_web::dev::ServerHandle, BoxError> {
+fn serve_metrics(addr: &str) -> Result<actix_web::dev::ServerHandle> {
     use actix_web::{App, HttpResponse, HttpServer, http::header, web};
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
-        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
-    let listener = std::net::TcpListener::bind(addr)
-        .map_err(|e| format!("cannot listen on METRICS_ADDR {addr}: {e}"))?;
-    let bound = listener.local_addr()?;
+        .map_err(|e| Error::Metrics {
+            addr: addr.to_owned(),
+            detail: format!("cannot install the recorder: {e}"),
+        })?;
+    let metrics_error = |e: std::io::Error| Error::Metrics {
+        addr: addr.to_owned(),
+        detail: e.to_string(),
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(metrics_error)?;
+    let bound = listener.local_addr().map_err(metrics_error)?;
     let server = HttpServer::new(move || {
         let handle = handle.clone();
         App::new().route(
@@ -377,7 +376,8 @@ fn serve_metrics(addr: &str) -> Result<actix_web::dev::ServerHandle, BoxError> {
     })
     .workers(1)
     .disable_signals()
-    .listen(listener)?
+    .listen(listener)
+    .map_err(metrics_error)?
     .run();
     let stop = server.handle();
     tokio::spawn(server);

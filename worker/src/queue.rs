@@ -16,7 +16,7 @@ use shared::{
     store::{Dialect, Store},
 };
 
-use crate::BoxError;
+use crate::{Error, Result};
 
 /// The payload type: decoded as any JSON value, so a malformed message
 /// is dropped by our handler instead of killing the apalis worker at fetch.
@@ -133,7 +133,7 @@ impl Queue {
     /// The queue of a process that runs its own worker pool: for the
     /// embedded default (SQLite, no Redis) a channel inside the process,
     /// otherwise the shared queue of [`Queue::connect`].
-    pub async fn connect_in_process(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
+    pub async fn connect_in_process(settings: &Settings, store: &Store) -> Result<Self> {
         if settings.redis_url.is_none() && store.dialect() == Dialect::Sqlite {
             return Ok(Queue::Memory(MemoryQueue::new()));
         }
@@ -147,7 +147,7 @@ impl Queue {
     }
 
     /// Connects to the queue the settings name and prepares its tables.
-    pub async fn connect(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
+    pub async fn connect(settings: &Settings, store: &Store) -> Result<Self> {
         let queue_name = Self::apalis_queue_name(settings);
         if let Some(url) = &settings.redis_url {
             let client = redis::Client::open(url.as_str())?;
@@ -178,7 +178,9 @@ impl Queue {
                 // apalis's setup turns `synchronous` OFF on the connection it
                 // runs on: run it on a pool of its own and throw that away.
                 let setup_pool = apalis_sqlite::SqlitePool::connect(url).await?;
-                SqliteStorage::setup(&setup_pool).await?;
+                SqliteStorage::setup(&setup_pool)
+                    .await
+                    .map_err(Error::apalis)?;
                 setup_pool.close().await;
                 let options: apalis_sqlite::SqliteConnectOptions = url.parse()?;
                 let options = options
@@ -204,7 +206,7 @@ impl Queue {
                     .max_connections(8)
                     .connect(store.url())
                     .await?;
-                PostgresStorage::setup(&pool).await?;
+                PostgresStorage::setup(&pool).await.map_err(Error::apalis)?;
                 shared::store::index_finished_postgres_messages(&pool).await?;
                 Ok(Queue::Postgres(
                     PostgresStorage::new(&pool).with_config(
@@ -225,7 +227,7 @@ impl Queue {
     }
 
     /// Publishes one message per job id.
-    pub async fn publish(&self, job_ids: &[String]) -> Result<(), BoxError> {
+    pub async fn publish(&self, job_ids: &[String]) -> Result<()> {
         let messages: Vec<Message> = job_ids.iter().map(|id| Self::message(id)).collect();
         match self.clone() {
             Queue::Redis {
@@ -234,7 +236,7 @@ impl Queue {
                 published_channel,
                 ..
             } => {
-                storage.push_bulk(messages).await?;
+                storage.push_bulk(messages).await.map_err(Error::apalis)?;
                 // Wakes idle workers in every process now, instead of at
                 // their next poll.
                 redis::cmd("PUBLISH")
@@ -243,15 +245,19 @@ impl Queue {
                     .query_async::<i64>(&mut conn)
                     .await?;
             }
-            Queue::Sqlite(mut storage) => storage.push_bulk(messages).await?,
-            Queue::Postgres(mut storage) => storage.push_bulk(messages).await?,
+            Queue::Sqlite(mut storage) => {
+                storage.push_bulk(messages).await.map_err(Error::apalis)?
+            }
+            Queue::Postgres(mut storage) => {
+                storage.push_bulk(messages).await.map_err(Error::apalis)?
+            }
             Queue::Memory(queue) => {
                 for message in messages {
                     queue
                         .sender
                         .send(message)
                         .await
-                        .map_err(|_| "the in-process queue is closed")?;
+                        .map_err(|_| Error::QueueClosed)?;
                 }
             }
         }
@@ -318,7 +324,7 @@ impl Queue {
     /// After a start, makes jobs whose messages only this queue could have
     /// held due for publishing again: an in-process queue starts empty, so
     /// messages a previous process published into it died with it.
-    pub async fn recover(&self, store: &Store) -> Result<(), BoxError> {
+    pub async fn recover(&self, store: &Store) -> Result<()> {
         if let Queue::Memory(_) = self {
             let due = store.make_outbox_due_now().await?;
             if due > 0 {
@@ -336,7 +342,7 @@ impl Queue {
     /// `REPUBLISH_AFTER`. Always `false` for the other queues: the
     /// database's queue tables are as durable as the jobs themselves, and
     /// the in-process queue is recovered at start ([`Queue::recover`]).
-    pub async fn lost_messages(&self) -> Result<bool, BoxError> {
+    pub async fn lost_messages(&self) -> Result<bool> {
         let Queue::Redis {
             conn, intact_key, ..
         } = self
@@ -352,7 +358,7 @@ impl Queue {
 
     /// Records that everything unclaimed has been made due for publishing
     /// since the queue was last found to have lost its messages.
-    pub async fn mark_intact(&self) -> Result<(), BoxError> {
+    pub async fn mark_intact(&self) -> Result<()> {
         if let Queue::Redis {
             conn, intact_key, ..
         } = self
@@ -380,7 +386,7 @@ impl Queue {
     /// deletes `Failed` messages still waiting for a retry, and leaves the
     /// done set growing; on SQLite it deletes every finished row in one
     /// statement and then rebuilds the file (`VACUUM`); Postgres has none.
-    pub async fn forget_finished(&self, queue_name: &str, limit: usize) -> Result<u64, BoxError> {
+    pub async fn forget_finished(&self, queue_name: &str, limit: usize) -> Result<u64> {
         let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
         Ok(match self {
             Queue::Redis { storage, conn, .. } => {
@@ -416,7 +422,7 @@ impl Queue {
     }
 
     /// Whether the queue answers (for `/readyz`).
-    pub async fn ping(&self) -> Result<(), BoxError> {
+    pub async fn ping(&self) -> Result<()> {
         match self {
             Queue::Redis { conn, .. } => {
                 let mut conn = conn.clone();
@@ -429,7 +435,7 @@ impl Queue {
                 sqlx::query("SELECT 1").execute(storage.pool()).await?;
             }
             Queue::Memory(queue) if queue.sender.is_closed() => {
-                return Err("the in-process queue is closed".into());
+                return Err(Error::QueueClosed);
             }
             Queue::Memory(_) => {}
         }

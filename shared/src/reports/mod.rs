@@ -78,10 +78,16 @@ impl JobFailure {
     }
 }
 
-/// A store error inside a handler is worth retrying: the database may be back.
+/// A store error inside a handler: an outage is worth another attempt
+/// (the database may be back); anything else (stored data that does not
+/// decode, a refused write) is a bug that would fail the same way again.
 impl From<crate::Error> for JobFailure {
     fn from(error: crate::Error) -> Self {
-        JobFailure::retryable("store_error", error.to_string())
+        if error.is_unavailable() {
+            JobFailure::retryable("store_error", error.to_string())
+        } else {
+            JobFailure::permanent("store_error", error.to_string())
+        }
     }
 }
 
@@ -270,3 +276,31 @@ impl Registry {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::JobFailure;
+    use crate::Error;
+
+    fn is_retryable(error: Error) -> bool {
+        match JobFailure::from(error) {
+            JobFailure::Retryable { .. } => true,
+            JobFailure::Permanent { .. } => false,
+            other => panic!("a store error became {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_store_outage_in_a_handler_retries_and_a_bug_fails_for_good() {
+        assert!(is_retryable(Error::from(sqlx::Error::PoolTimedOut)));
+        assert!(is_retryable(Error::Batch(Arc::new(Error::from(
+            sqlx::Error::PoolTimedOut
+        )))));
+        assert!(!is_retryable(Error::Corrupt("stored headers".into())));
+        assert!(!is_retryable(Error::from(sqlx::Error::RowNotFound)));
+        assert!(!is_retryable(Error::Batch(Arc::new(Error::Corrupt(
+            "a batch of 2 writes answered 1".into()
+        )))));
+    }
+}

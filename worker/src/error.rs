@@ -1,0 +1,46 @@
+//! The worker crate's one error type.
+
+use std::time::Duration;
+
+/// Why a worker operation failed. Job attempts do not fail with it: their
+/// failures are `shared::reports::JobFailure`, recorded on the job.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database, through the store.
+    #[error(transparent)]
+    Store(#[from] shared::Error),
+    /// The database that holds apalis's queue tables.
+    #[error("queue database: {0}")]
+    QueueDatabase(#[from] sqlx::Error),
+    /// Redis, as the queue.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// apalis: pushing a message, or running its workers.
+    #[error("queue: {0}")]
+    Apalis(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The in-process queue's workers have stopped.
+    #[error("the in-process queue is closed")]
+    QueueClosed,
+    /// `METRICS_ADDR` could not be served.
+    #[error("cannot serve metrics on METRICS_ADDR {addr}: {detail}")]
+    Metrics { addr: String, detail: String },
+    /// A webhook's address was refused, or its secret is unusable: the
+    /// delivery was not sent.
+    #[error("{0}")]
+    WebhookRefused(String),
+    /// A webhook receiver did not answer in time.
+    #[error("no answer within {}s", .0.as_secs_f64())]
+    WebhookTimeout(Duration),
+    /// A webhook delivery failed on the way (connection, TLS, protocol).
+    #[error("{0}")]
+    Http(#[from] reqwest::Error),
+}
+
+impl Error {
+    /// An apalis error, whatever its type.
+    pub fn apalis(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Apalis(Box::new(error))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
