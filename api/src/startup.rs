@@ -111,25 +111,23 @@ impl Application {
     /// pool), until SIGTERM/SIGINT or until the embedded pool ends on its
     /// own; then drains both within `SHUTDOWN_GRACE`.
     pub async fn run_until_stopped(self) -> Result<(), BoxError> {
-        let Self {
-            addr,
-            server,
-            settings,
-            store,
-            queue,
-            signals,
-            keys,
-            shutdown,
-        } = self;
-        let server_handle = server.handle();
+        let (addr, shutdown) = (self.addr, self.shutdown);
+        let server_handle = self.server.handle();
         println!("listening on http://{addr}");
 
         tokio::spawn(cancel_on_signal(shutdown.clone()));
-        let background =
-            BackgroundTasks::start(&settings, &store, &queue, &signals, &keys, &shutdown);
+        let background = BackgroundTasks::start(
+            &self.settings,
+            &self.store,
+            &self.queue,
+            &self.signals,
+            &self.keys,
+            &shutdown,
+        );
         info!(%addr, embedded_worker = background.runs_embedded_pool(), "api started");
 
-        let server = tokio::spawn(server);
+        let server = tokio::spawn(self.server);
+        let (store, keys) = (self.store, self.keys);
         // The server stops taking requests and finishes those in flight
         // (long polls answer at once) while the pool finishes its running
         // jobs: both within SHUTDOWN_GRACE, side by side.
