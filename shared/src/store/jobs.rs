@@ -161,7 +161,8 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Any tenant's job: for the worker and for tests.
+    /// Any tenant's job.
+    #[cfg(feature = "test-hooks")]
     pub async fn get_job_unscoped(&self, job_id: &str) -> Result<Option<Job>> {
         let row = sqlx::query(built(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"
@@ -766,6 +767,7 @@ impl Store {
 
     /// Forces the lease of a running attempt to lapse now: for tests of the
     /// sweeper and of fencing.
+    #[cfg(feature = "test-hooks")]
     pub async fn expire_lease_now(&self, job_id: &str) -> Result<()> {
         let _turn = self.write_turn().await;
         sqlx::query("UPDATE jobs SET lease_expires_at = $2 WHERE job_id = $1")
@@ -776,6 +778,8 @@ impl Store {
         Ok(())
     }
 
+    /// How many results the job has stored (0 or 1).
+    #[cfg(feature = "test-hooks")]
     pub async fn count_results(&self, job_id: &str) -> Result<i64> {
         let row = sqlx::query("SELECT COUNT(*) AS n FROM job_results WHERE job_id = $1")
             .bind(job_id)

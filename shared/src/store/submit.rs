@@ -75,6 +75,7 @@ impl NewJob {
 impl Store {
     /// Submits one job without an idempotency key: a batch of one, due
     /// for the relay at once.
+    #[cfg(feature = "test-hooks")]
     pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
         let submission = Submission {
             job: job.clone(),
