@@ -261,12 +261,7 @@ async fn submit_in_one_statement(
              SELECT key_tenant, idem_key, fingerprint, $1, expires_at, response_status,
                     response_headers, response_body
              FROM submitted WHERE idem_key IS NOT NULL ORDER BY key_tenant, idem_key
-             ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
-                 fingerprint = excluded.fingerprint, created_at = excluded.created_at,
-                 expires_at = excluded.expires_at, response_status = excluded.response_status,
-                 response_headers = excluded.response_headers, response_body = excluded.response_body
-             WHERE idempotency_keys.expires_at <= excluded.created_at
-             RETURNING tenant_id, idem_key
+             {KEY_CONFLICT}
          ), inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
                                run_after, status)
@@ -287,13 +282,7 @@ async fn submit_in_one_statement(
         .bind(crate::time::now_ms())
         .bind(published_for_ms.unwrap_or(0));
     for s in candidates {
-        query = query
-            .bind(&s.job.job_id)
-            .bind(&s.job.tenant_id)
-            .bind(&s.job.kind)
-            .bind(&s.job.params)
-            .bind(s.job.max_attempts)
-            .bind(s.created_at);
+        query = bind_job(query, s);
         query = match &s.key {
             Some(key) => query
                 .bind(&key.tenant_id)
@@ -303,31 +292,18 @@ async fn submit_in_one_statement(
                 .bind(i64::from(key.response.status))
                 .bind(headers_json(&key.response)?)
                 .bind(key.response.body.as_slice()),
-            None => query
-                .bind(None::<String>)
-                .bind(None::<String>)
-                .bind(None::<String>)
-                .bind(None::<i64>)
-                .bind(None::<i64>)
-                .bind(None::<String>)
-                .bind(None::<Vec<u8>>),
+            None => bind_no_key(query),
         };
     }
     for _ in candidates.len()..listed {
-        query = query
+        let no_job = query
             .bind(None::<String>)
             .bind(None::<String>)
             .bind(None::<String>)
             .bind(None::<String>)
             .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(None::<String>)
-            .bind(None::<Vec<u8>>);
+            .bind(None::<i64>);
+        query = bind_no_key(no_job);
     }
     query
         .fetch_all(&store.pool)
@@ -335,6 +311,18 @@ async fn submit_in_one_statement(
         .iter()
         .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("idem_key")?)))
         .collect()
+}
+
+/// NULL for each key column of a submit's row: a submit without a key.
+fn bind_no_key(query: AnyQuery<'_>) -> AnyQuery<'_> {
+    query
+        .bind(None::<String>)
+        .bind(None::<String>)
+        .bind(None::<String>)
+        .bind(None::<i64>)
+        .bind(None::<i64>)
+        .bind(None::<String>)
+        .bind(None::<Vec<u8>>)
 }
 
 fn headers_json(response: &StoredResponse) -> Result<String> {
@@ -401,13 +389,7 @@ async fn insert_jobs(
     );
     let mut query = sqlx::query(built(&sql));
     for s in submissions {
-        query = query
-            .bind(&s.job.job_id)
-            .bind(&s.job.tenant_id)
-            .bind(&s.job.kind)
-            .bind(&s.job.params)
-            .bind(s.job.max_attempts)
-            .bind(s.created_at)
+        query = bind_job(query, s)
             .bind(s.created_at)
             .bind(JobStatus::Queued.as_str());
     }
@@ -428,6 +410,29 @@ async fn insert_jobs(
     Ok(())
 }
 
+/// A new key is inserted, an expired one taken over in place, a live one
+/// left alone; the keys written are returned.
+const KEY_CONFLICT: &str = "ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
+        fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+        expires_at = excluded.expires_at, response_status = excluded.response_status,
+        response_headers = excluded.response_headers, response_body = excluded.response_body
+    WHERE idempotency_keys.expires_at <= excluded.created_at
+    RETURNING tenant_id, idem_key";
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+/// Binds a submit's job columns: id, tenant, kind, params, max attempts,
+/// created at.
+fn bind_job<'q>(query: AnyQuery<'q>, s: &'q Submission) -> AnyQuery<'q> {
+    query
+        .bind(&s.job.job_id)
+        .bind(&s.job.tenant_id)
+        .bind(&s.job.kind)
+        .bind(&s.job.params)
+        .bind(s.job.max_attempts)
+        .bind(s.created_at)
+}
+
 /// Writes the keys with their answers: a new key is inserted, an expired
 /// one taken over in place, a live one left alone. Returns the keys
 /// written, as (tenant, key).
@@ -435,13 +440,7 @@ async fn upsert_keys(tx: &mut WriteTx, keys: &[&SubmissionKey]) -> Result<Vec<(S
     let sql = format!(
         "INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at, expires_at,
              response_status, response_headers, response_body)
-         VALUES {}
-         ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
-             fingerprint = excluded.fingerprint, created_at = excluded.created_at,
-             expires_at = excluded.expires_at, response_status = excluded.response_status,
-             response_headers = excluded.response_headers, response_body = excluded.response_body
-         WHERE idempotency_keys.expires_at <= excluded.created_at
-         RETURNING tenant_id, idem_key",
+         VALUES {} {KEY_CONFLICT}",
         value_rows(1, keys.len(), 8)
     );
     let now = crate::time::now_ms();
