@@ -7,7 +7,8 @@
 use sqlx::{Row, any::AnyRow};
 
 use super::{
-    Store, WriteTx, built, pairs_equal, placeholders, results::discard_all_chunks, value_rows,
+    Store, WriteTx, built, padded_len, pairs_equal, placeholders, results::discard_all_chunks,
+    value_rows,
 };
 use crate::{
     Result,
@@ -391,43 +392,77 @@ impl Store {
             return Ok(Vec::new());
         }
         let now = now_ms();
-        let mut tx = self.begin_write().await?;
         // `status = 'QUEUED'` is the guard: of two deliveries of one job,
         // in this batch or in two processes, one finds it RUNNING.
-        let sql = format!(
-            "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1,
+        let claim = "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1,
                  started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
-             WHERE job_id IN ({}) AND status = 'QUEUED' AND run_after <= $1
-             RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts",
-            placeholders(4, job_ids.len())
-        );
-        let mut query = sqlx::query(built(&sql))
-            .bind(now)
-            .bind(lease_until)
-            .bind(worker_id);
-        for job_id in job_ids {
-            query = query.bind(job_id);
-        }
-        let rows = query.fetch_all(&mut *tx).await?;
+             WHERE job_id IN ({ids}) AND status = 'QUEUED' AND run_after <= $1
+             RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts";
+        // On Postgres the IN list is padded to a size bucket (repeating the
+        // last id, which changes nothing), so a connection prepares and
+        // plans a few statements rather than one per batch size. SQLite
+        // prepares in the process, cheaply: no gain was measured there
+        // (embedded e2e, docs/performance.md).
+        let listed = match self.dialect {
+            super::Dialect::Postgres => padded_len(job_ids.len()),
+            super::Dialect::Sqlite => job_ids.len(),
+        };
+        let ids = placeholders(4, listed);
+        let padding = std::iter::repeat_n(&job_ids[job_ids.len() - 1], listed - job_ids.len());
+        let rows = match self.dialect {
+            // One statement, so one round trip and no BEGIN or COMMIT: the
+            // claim and its outbox delete commit together all the same.
+            super::Dialect::Postgres => {
+                let sql = format!(
+                    "WITH claimed AS ({}),
+                     cleared AS (DELETE FROM outbox WHERE job_id IN ({ids})
+                                 AND job_id IN (SELECT job_id FROM claimed))
+                     SELECT * FROM claimed",
+                    claim.replace("{ids}", &ids)
+                );
+                let mut query = sqlx::query(built(&sql))
+                    .bind(now)
+                    .bind(lease_until)
+                    .bind(worker_id);
+                for job_id in job_ids.iter().chain(padding) {
+                    query = query.bind(job_id);
+                }
+                query.fetch_all(&self.pool).await?
+            }
+            super::Dialect::Sqlite => {
+                let mut tx = self.begin_write().await?;
+                let mut query = sqlx::query(built(&claim.replace("{ids}", &ids)))
+                    .bind(now)
+                    .bind(lease_until)
+                    .bind(worker_id);
+                for job_id in job_ids.iter().chain(padding) {
+                    query = query.bind(job_id);
+                }
+                let rows = query.fetch_all(&mut *tx).await?;
+                let claimed: Vec<String> = rows
+                    .iter()
+                    .map(|row| Ok(row.try_get("job_id")?))
+                    .collect::<Result<_>>()?;
+                if !claimed.is_empty() {
+                    let sql = format!(
+                        "DELETE FROM outbox WHERE job_id IN ({})",
+                        placeholders(1, claimed.len())
+                    );
+                    let mut query = sqlx::query(built(&sql));
+                    for job_id in &claimed {
+                        query = query.bind(job_id);
+                    }
+                    query.execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                rows
+            }
+        };
         let mut claims = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
             let claim = claim_from_row(row)?;
             claims.insert(claim.job_id.clone(), claim);
         }
-        if claims.is_empty() {
-            return Ok(vec![None; job_ids.len()]);
-        }
-        let claimed: Vec<&String> = claims.keys().collect();
-        let sql = format!(
-            "DELETE FROM outbox WHERE job_id IN ({})",
-            placeholders(1, claimed.len())
-        );
-        let mut query = sqlx::query(built(&sql));
-        for job_id in claimed {
-            query = query.bind(job_id);
-        }
-        query.execute(&mut *tx).await?;
-        tx.commit().await?;
         Ok(job_ids.iter().map(|id| claims.remove(id)).collect())
     }
 
@@ -589,66 +624,30 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut tx = self.begin_write().await?;
-        let sql = format!(
-            "UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
-                 error_type = NULL, error_message = NULL, lease_expires_at = NULL,
-                 worker_id = NULL, cancel_requested = 0
-             WHERE status = 'RUNNING' AND ({})
-             RETURNING job_id, attempts",
-            pairs_equal(2, attempts.len(), "job_id", "attempts")
-        );
-        let mut query = sqlx::query(built(&sql)).bind(now_ms());
-        for (job_id, attempt, _) in attempts {
-            query = query.bind(job_id).bind(*attempt);
-        }
         // Keyed by attempt too: a stale attempt of a job may end in the
         // same batch as the current one.
-        let applied: std::collections::HashSet<(String, i64)> = query
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get("job_id")?, row.try_get("attempts")?)))
-            .collect::<Result<_>>()?;
-        let results: Vec<&(String, i64, ResultBody)> = attempts
+        let applied = match self.dialect {
+            super::Dialect::Postgres => succeed_in_one_statement(&mut tx, attempts).await?,
+            super::Dialect::Sqlite => succeed_in_statements(&mut tx, attempts).await?,
+        };
+        let finished: Vec<String> = attempts
             .iter()
             .filter(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
+            .map(|(job_id, ..)| job_id.clone())
             .collect();
-        if !results.is_empty() {
-            // The fence above lets one attempt per job get here, so each
-            // result is written once; the conflict clause is a second guard
-            // for a row left by an interrupted earlier write. A chunked
-            // result is named by its attempt: chunks of any other attempt
-            // are never served.
-            let sql = format!(
-                "INSERT INTO job_results (job_id, body, chunk_attempt, chunk_count) VALUES {}
-                 ON CONFLICT (job_id) DO UPDATE SET body = excluded.body,
-                     chunk_attempt = excluded.chunk_attempt, chunk_count = excluded.chunk_count",
-                value_rows(1, results.len(), 4)
-            );
-            let mut query = sqlx::query(built(&sql));
-            for (job_id, attempt, result) in &results {
-                query = match result {
-                    ResultBody::Document(body) => query
-                        .bind(job_id)
-                        .bind(body.as_str())
-                        .bind(None::<i64>)
-                        .bind(None::<i64>),
-                    ResultBody::Chunks(count) => query
-                        .bind(job_id)
-                        .bind("")
-                        .bind(Some(*attempt))
-                        .bind(Some(*count)),
-                };
+        if !finished.is_empty() {
+            // Webhooks are read in a statement of their own, after the
+            // update holds the jobs' rows: a webhook registered for one of
+            // them meanwhile is committed by then (its registration locks
+            // the job), or waits and sees the job final.
+            match self.dialect {
+                // The statement sent the NOTIFY.
+                super::Dialect::Postgres => self.create_events(&mut tx, &finished).await?,
+                super::Dialect::Sqlite => self.announce_final_all(&mut tx, &finished).await?,
             }
-            query.execute(&mut *tx).await?;
-            let finished: Vec<String> = results.iter().map(|(id, ..)| id.clone()).collect();
-            self.announce_final_all(&mut tx, &finished).await?;
         }
         tx.commit().await?;
-        Ok(attempts
-            .iter()
-            .map(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
-            .collect())
+        Ok(answer_in_order(attempts, &applied))
     }
 
     /// [`Store::finish_succeeded`] for a group commit whose writes must not
@@ -787,6 +786,164 @@ impl Store {
             .await?;
         Ok(row.try_get("n")?)
     }
+}
+
+/// Sets the batch's running attempts `SUCCEEDED` and stores their results,
+/// one statement each; returns the attempts that applied.
+async fn succeed_in_statements(
+    tx: &mut WriteTx,
+    attempts: &[(String, i64, ResultBody)],
+) -> Result<std::collections::HashSet<(String, i64)>> {
+    let sql = format!(
+        "UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
+                 error_type = NULL, error_message = NULL, lease_expires_at = NULL,
+                 worker_id = NULL, cancel_requested = 0
+             WHERE status = 'RUNNING' AND ({})
+             RETURNING job_id, attempts",
+        pairs_equal(2, attempts.len(), "job_id", "attempts")
+    );
+    let mut query = sqlx::query(built(&sql)).bind(now_ms());
+    for (job_id, attempt, _) in attempts {
+        query = query.bind(job_id).bind(*attempt);
+    }
+    // Keyed by attempt too: a stale attempt of a job may end in the
+    // same batch as the current one.
+    let applied: std::collections::HashSet<(String, i64)> = query
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get("job_id")?, row.try_get("attempts")?)))
+        .collect::<Result<_>>()?;
+    let results: Vec<&(String, i64, ResultBody)> = attempts
+        .iter()
+        .filter(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
+        .collect();
+    if !results.is_empty() {
+        // The fence above lets one attempt per job get here, so each
+        // result is written once; the conflict clause is a second guard
+        // for a row left by an interrupted earlier write. A chunked
+        // result is named by its attempt: chunks of any other attempt
+        // are never served.
+        let sql = format!(
+            "INSERT INTO job_results (job_id, body, chunk_attempt, chunk_count) VALUES {}
+                 ON CONFLICT (job_id) DO UPDATE SET body = excluded.body,
+                     chunk_attempt = excluded.chunk_attempt, chunk_count = excluded.chunk_count",
+            value_rows(1, results.len(), 4)
+        );
+        let mut query = sqlx::query(built(&sql));
+        for (job_id, attempt, result) in &results {
+            query = match result {
+                ResultBody::Document(body) => query
+                    .bind(job_id)
+                    .bind(body.as_str())
+                    .bind(None::<i64>)
+                    .bind(None::<i64>),
+                ResultBody::Chunks(count) => query
+                    .bind(job_id)
+                    .bind("")
+                    .bind(Some(*attempt))
+                    .bind(Some(*count)),
+            };
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(applied)
+}
+
+/// [`succeed_in_statements`] on Postgres as one statement, which also sends
+/// the batch's NOTIFY (delivered at commit): one round trip where there
+/// were three. The `IN` list and `VALUES` are padded like the claim's: the
+/// last pair repeated (no change), result rows of NULLs (they join nothing).
+async fn succeed_in_one_statement(
+    tx: &mut WriteTx,
+    attempts: &[(String, i64, ResultBody)],
+) -> Result<std::collections::HashSet<(String, i64)>> {
+    let listed = padded_len(attempts.len());
+    let pairs = pairs_equal(3, listed, "job_id", "attempts");
+    let first_result = 3 + 2 * listed;
+    let results = (0..listed)
+        .map(|row| {
+            let n = first_result + 5 * row;
+            format!(
+                "(${n}::text, ${}::bigint, ${}::text, ${}::bigint, ${}::bigint)",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The result insert joins the update's rows: only an attempt that
+    // applied stores its result (the fence), as in the statements above.
+    let sql = format!(
+        "WITH done AS (
+             UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
+                 error_type = NULL, error_message = NULL, lease_expires_at = NULL,
+                 worker_id = NULL, cancel_requested = 0
+             WHERE status = 'RUNNING' AND ({pairs})
+             RETURNING job_id, attempts
+         ), stored AS (
+             INSERT INTO job_results (job_id, body, chunk_attempt, chunk_count)
+             SELECT r.job_id, r.body, r.chunk_attempt, r.chunk_count
+             FROM (VALUES {results}) AS r (job_id, attempt, body, chunk_attempt, chunk_count)
+             JOIN done ON done.job_id = r.job_id AND done.attempts = r.attempt
+             ON CONFLICT (job_id) DO UPDATE SET body = excluded.body,
+                 chunk_attempt = excluded.chunk_attempt, chunk_count = excluded.chunk_count
+         ), notified AS (
+             SELECT pg_notify($2, string_agg(job_id, ',')) FROM done HAVING COUNT(*) > 0
+         )
+         SELECT done.job_id, done.attempts FROM done LEFT JOIN notified ON true"
+    );
+    let last = &attempts[attempts.len() - 1];
+    let padding = std::iter::repeat_n(last, listed - attempts.len());
+    let mut query = sqlx::query(built(&sql))
+        .bind(now_ms())
+        .bind(super::FINISHED_CHANNEL);
+    for (job_id, attempt, _) in attempts.iter().chain(padding) {
+        query = query.bind(job_id).bind(*attempt);
+    }
+    for (job_id, attempt, result) in attempts {
+        query = match result {
+            ResultBody::Document(body) => query
+                .bind(job_id)
+                .bind(*attempt)
+                .bind(body.as_str())
+                .bind(None::<i64>)
+                .bind(None::<i64>),
+            ResultBody::Chunks(count) => query
+                .bind(job_id)
+                .bind(*attempt)
+                .bind("")
+                .bind(Some(*attempt))
+                .bind(Some(*count)),
+        };
+    }
+    for _ in attempts.len()..listed {
+        query = query
+            .bind(None::<String>)
+            .bind(None::<i64>)
+            .bind(None::<String>)
+            .bind(None::<i64>)
+            .bind(None::<i64>);
+    }
+    query
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get("job_id")?, row.try_get("attempts")?)))
+        .collect()
+}
+
+/// For each of `attempts`, in order, whether it applied.
+fn answer_in_order(
+    attempts: &[(String, i64, ResultBody)],
+    applied: &std::collections::HashSet<(String, i64)>,
+) -> Vec<bool> {
+    attempts
+        .iter()
+        .map(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
+        .collect()
 }
 
 async fn upsert_outbox(tx: &mut WriteTx, job_id: &str, publish_at: i64) -> Result<()> {
