@@ -48,6 +48,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/jobs/{job_id}").get(jobs::get))
                 .service(web::resource("/jobs/{job_id}/result").get(jobs::result))
                 .service(web::resource("/jobs/{job_id}/cancel").post(jobs::cancel))
+                .service(web::resource("/jobs/{job_id}/retry").post(jobs::retry))
                 .service(
                     web::resource("/webhooks")
                         .post(webhooks::register)
@@ -60,6 +61,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 )
                 .service(
                     web::resource("/webhooks/{webhook_id}/deliveries").get(webhooks::deliveries),
+                )
+                .service(web::resource("/webhooks/{webhook_id}/enable").post(webhooks::enable))
+                .service(
+                    web::resource("/webhooks/{webhook_id}/rotate-secret")
+                        .post(webhooks::rotate_secret),
                 )
                 .service(
                     web::resource("/ledger/entries")

@@ -67,6 +67,7 @@ impl NewJob {
             error_type: None,
             error_message: None,
             cancel_requested: false,
+            retry_of: None,
         }
     }
 }

@@ -184,6 +184,47 @@ impl Store {
         rows.iter().map(webhook_from_row).collect()
     }
 
+    /// Enables a webhook again (a 410 answer disabled it). Only events of
+    /// jobs that end from now on are sent: those dropped while it was
+    /// disabled stay failed. `None`: no such webhook of the tenant.
+    pub async fn enable_webhook(
+        &self,
+        tx: &mut WriteTx,
+        tenant_id: &str,
+        webhook_id: &str,
+    ) -> Result<Option<Webhook>> {
+        let row = sqlx::query(built(&format!(
+            "UPDATE webhooks SET enabled = 1 WHERE webhook_id = $1 AND tenant_id = $2
+             RETURNING {WEBHOOK_COLUMNS}"
+        )))
+        .bind(webhook_id)
+        .bind(tenant_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.as_ref().map(webhook_from_row).transpose()
+    }
+
+    /// Gives a webhook a new secret; the old one stops signing at once,
+    /// pending events' next attempts included (each attempt is signed
+    /// when it is sent). `None`: no such webhook of the tenant.
+    pub async fn rotate_webhook_secret(
+        &self,
+        tx: &mut WriteTx,
+        tenant_id: &str,
+        webhook_id: &str,
+    ) -> Result<Option<Webhook>> {
+        let row = sqlx::query(built(&format!(
+            "UPDATE webhooks SET secret = $3 WHERE webhook_id = $1 AND tenant_id = $2
+             RETURNING {WEBHOOK_COLUMNS}"
+        )))
+        .bind(webhook_id)
+        .bind(tenant_id)
+        .bind(new_secret())
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.as_ref().map(webhook_from_row).transpose()
+    }
+
     /// Deletes a webhook and, with it, its pending events and its log.
     pub async fn delete_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<bool> {
         let mut tx = self.begin_write().await?;
