@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod dashboard;
 pub mod error;
 pub mod idempotency;
 pub mod key_commands;
@@ -40,6 +41,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/readyz").get(service::readyz))
         .service(web::resource("/metrics").get(service::metrics))
         .service(web::resource("/openapi.json").get(service::openapi))
+        .configure(dashboard::routes)
         .service(
             web::scope("/v1")
                 .app_data(web::PayloadConfig::new(DEFAULT_BODY_LIMIT))

@@ -190,8 +190,7 @@ pub async fn job_result(
     let kind = state.registry.get(&job.kind);
     let (attempt, count) = match stored {
         StoredResult::Document(body) => {
-            if csv && let Some(kind) = kind
-            {
+            if csv && let Some(kind) = kind {
                 let value: serde_json::Value = serde_json::from_str(&body)
                     .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
                 if let Some(csv) = kind.to_csv(&value) {
@@ -372,30 +371,27 @@ pub async fn cancel_job(
         return Err(not_found(job_id));
     }
     // A cancel has no body: its fingerprint is its method and path.
-    let (response, _) = execute(
-        state,
-        tenant_id,
-        key,
-        request,
-        &[],
-        async |tx| match state.store.cancel_job(tx, tenant_id, job_id).await? {
-            CancelOutcome::Done(job) => {
-                let mut headers = Vec::new();
-                if !job.status.is_final() {
-                    headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
-                }
-                Answer::json(StatusCode::OK, &job.to_object(), headers)
+    let (response, _) = execute(state, tenant_id, key, request, &[], async |tx| match state
+        .store
+        .cancel_job(tx, tenant_id, job_id)
+        .await?
+    {
+        CancelOutcome::Done(job) => {
+            let mut headers = Vec::new();
+            if !job.status.is_final() {
+                headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
             }
-            CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
-                detail: format!(
-                    "job {job_id} already {}; it cannot be cancelled",
-                    job.status.as_str()
-                ),
-                ids: None,
-            }),
-            CancelOutcome::NotFound => Err(not_found(job_id)),
-        },
-    )
+            Answer::json(StatusCode::OK, &job.to_object(), headers)
+        }
+        CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} already {}; it cannot be cancelled",
+                job.status.as_str()
+            ),
+            ids: None,
+        }),
+        CancelOutcome::NotFound => Err(not_found(job_id)),
+    })
     .await?;
     // Wakes this process's long polls; other processes hear the NOTIFY.
     state.signals.job_finished(job_id);
@@ -452,29 +448,27 @@ pub async fn retry_job(
     state.limits.admit_job(&state.store, tenant_id).await?;
     let retry_id = new_job_id();
     let max_attempts = |kind: &str| state.registry.get(kind).map(|kind| kind.max_attempts());
-    let (response, ran) = execute(state, tenant_id, key, request, &[], async |tx| {
-        match state
-            .store
-            .retry_job(tx, tenant_id, job_id, &retry_id, max_attempts)
-            .await?
-        {
-            RetryOutcome::Created(job) => accepted(&job),
-            RetryOutcome::NotRetryable(job) => Err(ApiError::Conflict {
-                detail: format!(
-                    "job {job_id} is {}; only a FAILED or CANCELLED job can be retried",
-                    job.status.as_str()
-                ),
-                ids: None,
-            }),
-            RetryOutcome::UnknownKind(job) => Err(ApiError::Conflict {
-                detail: format!(
-                    "job {job_id} is of kind {:?}, which this service does not run now",
-                    job.kind
-                ),
-                ids: None,
-            }),
-            RetryOutcome::NotFound => Err(not_found(job_id)),
-        }
+    let (response, ran) = execute(state, tenant_id, key, request, &[], async |tx| match state
+        .store
+        .retry_job(tx, tenant_id, job_id, &retry_id, max_attempts)
+        .await?
+    {
+        RetryOutcome::Created(job) => accepted(&job),
+        RetryOutcome::NotRetryable(job) => Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} is {}; only a FAILED or CANCELLED job can be retried",
+                job.status.as_str()
+            ),
+            ids: None,
+        }),
+        RetryOutcome::UnknownKind(job) => Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} is of kind {:?}, which this service does not run now",
+                job.kind
+            ),
+            ids: None,
+        }),
+        RetryOutcome::NotFound => Err(not_found(job_id)),
     })
     .await?;
     if ran {
