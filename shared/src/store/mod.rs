@@ -21,7 +21,9 @@ use sqlx::{
     migrate::Migrator,
 };
 
-pub use dashboard::{DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, WebhookHealth};
+pub use dashboard::{
+    DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, WebhookHealth,
+};
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob, RetryOutcome};
 pub use keys::{
