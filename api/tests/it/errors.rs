@@ -1177,8 +1177,9 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 // ---------------------------------------------------------------- OpenAPI
 
-/// Every route the server serves (see `api::configure`).
-const SERVED: [(&str, &str); 15] = [
+/// Every route of the API (see `api::configure`); the dashboard's pages
+/// (`/dashboard`) are HTML for people, not part of the API document.
+const SERVED: [(&str, &str); 18] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -1188,12 +1189,15 @@ const SERVED: [(&str, &str); 15] = [
     ("GET", "/v1/jobs/{job_id}"),
     ("GET", "/v1/jobs/{job_id}/result"),
     ("POST", "/v1/jobs/{job_id}/cancel"),
+    ("POST", "/v1/jobs/{job_id}/retry"),
     ("POST", "/v1/ledger/entries"),
     ("POST", "/v1/webhooks"),
     ("GET", "/v1/webhooks"),
     ("GET", "/v1/webhooks/{webhook_id}"),
     ("DELETE", "/v1/webhooks/{webhook_id}"),
     ("GET", "/v1/webhooks/{webhook_id}/deliveries"),
+    ("POST", "/v1/webhooks/{webhook_id}/enable"),
+    ("POST", "/v1/webhooks/{webhook_id}/rotate-secret"),
 ];
 
 const HTTP_METHODS: [&str; 8] = [
