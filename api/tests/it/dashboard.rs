@@ -513,6 +513,27 @@ async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
     assert!(secret.starts_with("whsec_"), "{secret}");
     assert_ne!(secret, webhook["secret"].as_str().unwrap());
     assert_eq!(rotated.header("cache-control"), Some("no-store"));
+    // A failed delivery shows as the last error, and in the success rate.
+    let job = api.submit("sleep", json!({"ms": 0})).await;
+    api.wait_final(job["job_id"].as_str().unwrap()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let list = visitor.get("/dashboard/webhooks").await;
+        if list.text.contains("class=\"error-text\"") {
+            assert!(list.text.contains(">0.0%<"), "{}", list.text);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed delivery shown: {}",
+            list.text
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let page = visitor.get(&format!("/dashboard/webhooks/{id}")).await;
+    assert!(page.text.contains("job.succeeded"), "{}", page.text);
+    assert!(page.text.contains("id=\"deliveries\""), "{}", page.text);
+
     let mut other = Visitor::new(&api);
     other.sign_in(KEY_B).await;
     assert_page(

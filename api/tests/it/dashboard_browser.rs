@@ -270,7 +270,15 @@ async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
 
     // History for the overview's chart: jobs run now, then moved back
     // over the last hour as if they had run then, so that the chart has
-    // bars in many minutes; and jobs waiting behind busy workers.
+    // bars in many minutes; and jobs waiting behind busy workers. A webhook
+    // whose receiver refuses connections gets their events.
+    let reply = api
+        .post(
+            "/v1/webhooks",
+            &json!({"url": "http://127.0.0.1:9/hooks/receipt", "events": ["job.failed"]}),
+        )
+        .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
     let mut history = Vec::new();
     for i in 0..90 {
         let params = if i % 7 == 3 {
@@ -297,11 +305,6 @@ async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
     for _ in 0..6 {
         api.submit("sleep", json!({"ms": 60000})).await;
     }
-    api.post(
-        "/v1/webhooks",
-        &json!({"url": "http://127.0.0.1:9/hooks/receipt"}),
-    )
-    .await;
     person.open("/dashboard").await;
     person.wait_text("#queue-depth", "2").await;
     let bars = person
@@ -316,8 +319,23 @@ async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
     person.open("/dashboard/jobs").await;
     person.find("#jobs").await;
     person.screenshot("jobs").await;
-    person.open("/dashboard/webhooks").await;
-    person.find("#webhooks").await;
+    // Its failed deliveries show, with their error.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        person.open("/dashboard/webhooks").await;
+        let row = person
+            .find("#webhooks tbody tr")
+            .await
+            .text()
+            .await
+            .unwrap_or_default();
+        if row.contains("0.0%") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed delivery shown: {row}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    person.find("#webhooks .error-text").await;
     person.screenshot("webhooks").await;
 
     // Signing out: the pages need a sign-in again.
