@@ -35,7 +35,7 @@ use crate::{
     routes::{
         jobs::{cancel_job, is_job_id, job_result, retry_job},
         paging::{cut, is_id, limit_and_cursor},
-        webhooks::{enable_webhook, rotate_webhook_secret},
+        webhooks::{WebhookChange, change_webhook},
     },
     state::AppState,
 };
@@ -299,6 +299,28 @@ fn see_other(location: String) -> HttpResponse {
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, location))
         .finish()
+}
+
+/// A form's action: checks the form, runs the API's code for it (`act`)
+/// with the form's Idempotency-Key, and answers with `then` of its answer,
+/// or with a page saying why it was refused.
+async fn form_action(
+    state: &AppState,
+    request: &HttpRequest,
+    body: &[u8],
+    act: impl AsyncFnOnce(&str, &IdempotencyKey) -> Result<HttpResponse, ApiError>,
+    then: impl AsyncFnOnce(&Viewer, serde_json::Value) -> PageResult,
+) -> HttpResponse {
+    respond(state, request, async |viewer| {
+        let form = form_of(body);
+        check_form(request, viewer, &form)?;
+        let key = form_key(&form)?;
+        match read_answer(act(&viewer.tenant_id, &key).await?).await? {
+            (status, answer) if status.is_success() => then(viewer, answer).await,
+            (status, answer) => Err(refused(status, &answer)),
+        }
+    })
+    .await
 }
 
 /// An API answer that is an error, as a page.
@@ -587,20 +609,14 @@ async fn job_cancel(
     job_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    respond(&state, &request, async |viewer| {
-        let form = form_of(&body);
-        check_form(&request, viewer, &form)?;
-        let key = form_key(&form)?;
-        let response = cancel_job(&state, &viewer.tenant_id, &key, &request, &job_id).await?;
-        match read_answer(response).await? {
-            (status, _) if status.is_success() => Ok(see_other(format!(
-                "{PATH}/jobs/{}?done=cancelled",
-                job_id.as_str()
-            ))),
-            (status, answer) => Err(refused(status, &answer)),
-        }
-    })
-    .await
+    let act = async |tenant_id: &str, key: &IdempotencyKey| {
+        cancel_job(&state, tenant_id, key, &request, &job_id).await
+    };
+    let then = async |_: &Viewer, _| {
+        let job_id = job_id.as_str();
+        Ok(see_other(format!("{PATH}/jobs/{job_id}?done=cancelled")))
+    };
+    form_action(&state, &request, &body, act, then).await
 }
 
 async fn job_retry(
@@ -609,20 +625,14 @@ async fn job_retry(
     job_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    respond(&state, &request, async |viewer| {
-        let form = form_of(&body);
-        check_form(&request, viewer, &form)?;
-        let key = form_key(&form)?;
-        let response = retry_job(&state, &viewer.tenant_id, &key, &request, &job_id).await?;
-        match read_answer(response).await? {
-            (status, answer) if status.is_success() => {
-                let new_id = answer["job_id"].as_str().unwrap_or_default();
-                Ok(see_other(format!("{PATH}/jobs/{new_id}?done=retried")))
-            }
-            (status, answer) => Err(refused(status, &answer)),
-        }
-    })
-    .await
+    let act = async |tenant_id: &str, key: &IdempotencyKey| {
+        retry_job(&state, tenant_id, key, &request, &job_id).await
+    };
+    let then = async |_: &Viewer, answer: serde_json::Value| {
+        let new_id = answer["job_id"].as_str().unwrap_or_default();
+        Ok(see_other(format!("{PATH}/jobs/{new_id}?done=retried")))
+    };
+    form_action(&state, &request, &body, act, then).await
 }
 
 async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
@@ -728,21 +738,17 @@ async fn webhook_enable(
     webhook_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    respond(&state, &request, async |viewer| {
-        let form = form_of(&body);
-        check_form(&request, viewer, &form)?;
-        let key = form_key(&form)?;
-        let response =
-            enable_webhook(&state, &viewer.tenant_id, &key, &request, &webhook_id).await?;
-        match read_answer(response).await? {
-            (status, _) if status.is_success() => Ok(see_other(format!(
-                "{PATH}/webhooks/{}?done=enabled",
-                webhook_id.as_str()
-            ))),
-            (status, answer) => Err(refused(status, &answer)),
-        }
-    })
-    .await
+    let act = async |tenant_id: &str, key: &IdempotencyKey| {
+        let change = WebhookChange::Enable;
+        change_webhook(&state, tenant_id, key, &request, &webhook_id, change).await
+    };
+    let then = async |_: &Viewer, _| {
+        let webhook_id = webhook_id.as_str();
+        Ok(see_other(format!(
+            "{PATH}/webhooks/{webhook_id}?done=enabled"
+        )))
+    };
+    form_action(&state, &request, &body, act, then).await
 }
 
 async fn webhook_rotate(
@@ -751,24 +757,18 @@ async fn webhook_rotate(
     webhook_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    respond(&state, &request, async |viewer| {
-        let form = form_of(&body);
-        check_form(&request, viewer, &form)?;
-        let key = form_key(&form)?;
-        let response =
-            rotate_webhook_secret(&state, &viewer.tenant_id, &key, &request, &webhook_id).await?;
-        let secret = match read_answer(response).await? {
-            (status, answer) if status.is_success() => {
-                answer["secret"].as_str().unwrap_or_default().to_owned()
-            }
-            (status, answer) => return Err(refused(status, &answer)),
-        };
+    let act = async |tenant_id: &str, key: &IdempotencyKey| {
+        let change = WebhookChange::RotateSecret;
+        change_webhook(&state, tenant_id, key, &request, &webhook_id, change).await
+    };
+    let then = async |viewer: &Viewer, answer: serde_json::Value| {
+        let secret = answer["secret"].as_str().unwrap_or_default();
         let (row, deliveries) = webhook_view(&state, &viewer.tenant_id, &webhook_id).await?;
         // Shown once, on this answer to the POST, which is never cached.
         Ok(html(
             StatusCode::OK,
-            pages::webhook(viewer, &row, &deliveries, None, Some(&secret)),
+            pages::webhook(viewer, &row, &deliveries, None, Some(secret)),
         ))
-    })
-    .await
+    };
+    form_action(&state, &request, &body, act, then).await
 }

@@ -374,31 +374,8 @@ pub async fn enable(
     webhook_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
-    enable_webhook(&state, &tenant.0, &key, &request, &webhook_id).await
-}
-
-/// The effect and answer of `POST /v1/webhooks/{id}/enable`, also the
-/// dashboard's.
-pub async fn enable_webhook(
-    state: &AppState,
-    tenant_id: &str,
-    key: &IdempotencyKey,
-    request: &HttpRequest,
-    webhook_id: &str,
-) -> ApiResult<HttpResponse> {
-    if !is_id(webhook_id, "wh_") {
-        return Err(not_found(webhook_id));
-    }
-    let (response, _) = execute(state, tenant_id, key, request, &[], async |tx| {
-        let webhook = state
-            .store
-            .enable_webhook(tx, tenant_id, webhook_id)
-            .await?
-            .ok_or_else(|| not_found(webhook_id))?;
-        Answer::json(StatusCode::OK, &WebhookObject::of(&webhook, false), vec![])
-    })
-    .await?;
-    Ok(response)
+    let change = WebhookChange::Enable;
+    change_webhook(&state, &tenant.0, &key, &request, &webhook_id, change).await
 }
 
 /// Give a webhook a new secret, shown only in this answer. The old secret
@@ -422,28 +399,48 @@ pub async fn rotate_secret(
     webhook_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
-    rotate_webhook_secret(&state, &tenant.0, &key, &request, &webhook_id).await
+    let change = WebhookChange::RotateSecret;
+    change_webhook(&state, &tenant.0, &key, &request, &webhook_id, change).await
 }
 
-/// The effect and answer of `POST /v1/webhooks/{id}/rotate-secret`, also
-/// the dashboard's.
-pub async fn rotate_webhook_secret(
+/// What `POST /v1/webhooks/{id}/enable` and `.../rotate-secret` change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookChange {
+    Enable,
+    /// The answer shows the new secret.
+    RotateSecret,
+}
+
+/// The effect and answer of `POST /v1/webhooks/{id}/enable` and
+/// `.../rotate-secret`, also the dashboard's.
+pub async fn change_webhook(
     state: &AppState,
     tenant_id: &str,
     key: &IdempotencyKey,
     request: &HttpRequest,
     webhook_id: &str,
+    change: WebhookChange,
 ) -> ApiResult<HttpResponse> {
     if !is_id(webhook_id, "wh_") {
         return Err(not_found(webhook_id));
     }
     let (response, _) = execute(state, tenant_id, key, request, &[], async |tx| {
-        let webhook = state
-            .store
-            .rotate_webhook_secret(tx, tenant_id, webhook_id)
-            .await?
-            .ok_or_else(|| not_found(webhook_id))?;
-        Answer::json(StatusCode::OK, &WebhookObject::of(&webhook, true), vec![])
+        let store = &state.store;
+        let webhook = match change {
+            WebhookChange::Enable => store.enable_webhook(tx, tenant_id, webhook_id).await?,
+            WebhookChange::RotateSecret => {
+                store
+                    .rotate_webhook_secret(tx, tenant_id, webhook_id)
+                    .await?
+            }
+        }
+        .ok_or_else(|| not_found(webhook_id))?;
+        let with_secret = change == WebhookChange::RotateSecret;
+        Answer::json(
+            StatusCode::OK,
+            &WebhookObject::of(&webhook, with_secret),
+            vec![],
+        )
     })
     .await?;
     Ok(response)

@@ -193,15 +193,7 @@ impl Store {
         tenant_id: &str,
         webhook_id: &str,
     ) -> Result<Option<Webhook>> {
-        let row = sqlx::query(built(&format!(
-            "UPDATE webhooks SET enabled = 1 WHERE webhook_id = $1 AND tenant_id = $2
-             RETURNING {WEBHOOK_COLUMNS}"
-        )))
-        .bind(webhook_id)
-        .bind(tenant_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-        row.as_ref().map(webhook_from_row).transpose()
+        update_webhook(tx, tenant_id, webhook_id, "enabled = 1", None).await
     }
 
     /// Gives a webhook a new secret; the old one stops signing at once,
@@ -213,16 +205,8 @@ impl Store {
         tenant_id: &str,
         webhook_id: &str,
     ) -> Result<Option<Webhook>> {
-        let row = sqlx::query(built(&format!(
-            "UPDATE webhooks SET secret = $3 WHERE webhook_id = $1 AND tenant_id = $2
-             RETURNING {WEBHOOK_COLUMNS}"
-        )))
-        .bind(webhook_id)
-        .bind(tenant_id)
-        .bind(new_secret())
-        .fetch_optional(&mut **tx)
-        .await?;
-        row.as_ref().map(webhook_from_row).transpose()
+        let secret = new_secret();
+        update_webhook(tx, tenant_id, webhook_id, "secret = $3", Some(&secret)).await
     }
 
     /// Deletes a webhook and, with it, its pending events and its log.
@@ -446,6 +430,27 @@ impl Store {
         .await?;
         Ok(())
     }
+}
+
+/// Sets `assignment` (a constant, with `$3` for `value`) on one webhook of
+/// the tenant, and returns it as it is now.
+async fn update_webhook(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    webhook_id: &str,
+    assignment: &str,
+    value: Option<&str>,
+) -> Result<Option<Webhook>> {
+    let sql = format!(
+        "UPDATE webhooks SET {assignment} WHERE webhook_id = $1 AND tenant_id = $2
+         RETURNING {WEBHOOK_COLUMNS}"
+    );
+    let mut query = sqlx::query(built(&sql)).bind(webhook_id).bind(tenant_id);
+    if let Some(value) = value {
+        query = query.bind(value);
+    }
+    let row = query.fetch_optional(&mut **tx).await?;
+    row.as_ref().map(webhook_from_row).transpose()
 }
 
 async fn insert_event(
