@@ -10,8 +10,7 @@
 //! the session's CSRF token, checked on each POST, besides the cookie's
 //! SameSite=Strict and an Origin check. Actions go through the same code
 //! as the API's (`routes::jobs::retry_job`, ...), idempotency included:
-//! each rendered form carries a fresh Idempotency-Key, so a form sent
-//! twice acts once.
+//! each form carries an Idempotency-Key, so a form sent twice acts once.
 
 mod pages;
 
@@ -540,11 +539,10 @@ async fn job_view(
         job,
         retries,
         has_csv,
-        idempotency_key: fresh_key(),
     })
 }
 
-/// A new Idempotency-Key for a form.
+/// A new Idempotency-Key for a webhook's form.
 fn fresh_key() -> String {
     format!("dashboard-{}", uuid::Uuid::now_v7().simple())
 }

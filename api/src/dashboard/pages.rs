@@ -27,8 +27,6 @@ pub struct JobView {
     /// The jobs that retry this one.
     pub retries: Vec<String>,
     pub has_csv: bool,
-    /// For the page's forms.
-    pub idempotency_key: String,
 }
 
 pub struct WebhookRow {
@@ -420,6 +418,10 @@ pub fn job(viewer: &Viewer, view: &JobView, notice: Option<&str>) -> Markup {
     )
 }
 
+/// A job's status and actions. Its forms' Idempotency-Keys name the job
+/// and the action, not the page: the panel refreshes itself without
+/// changing while the job does not, and a job's retry from the dashboard,
+/// clicked twice or by two people, makes one new job.
 pub fn job_panel(viewer: &Viewer, view: &JobView) -> Markup {
     let job = &view.job;
     let params = serde_json::from_str::<serde_json::Value>(&job.params)
@@ -436,7 +438,7 @@ pub fn job_panel(viewer: &Viewer, view: &JobView) -> Markup {
                 div.actions {
                     @if !job.status.is_final() {
                         form method="post" action={ (PATH) "/jobs/" (job.job_id) "/cancel" } {
-                            (action_fields(viewer, &view.idempotency_key))
+                            (action_fields(viewer, &format!("dashboard-cancel-{}", job.job_id)))
                             button.danger #cancel type="submit" disabled[job.cancel_requested] {
                                 @if job.cancel_requested { "Cancel requested" } @else { "Cancel" }
                             }
@@ -444,7 +446,7 @@ pub fn job_panel(viewer: &Viewer, view: &JobView) -> Markup {
                     }
                     @if retryable {
                         form method="post" action={ (PATH) "/jobs/" (job.job_id) "/retry" } {
-                            (action_fields(viewer, &view.idempotency_key))
+                            (action_fields(viewer, &format!("dashboard-retry-{}", job.job_id)))
                             button.primary #retry type="submit" { "Retry as a new job" }
                         }
                     }

@@ -137,12 +137,22 @@ impl Person {
             .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
     }
 
+    /// Clicks the element; found again if the page replaced it meanwhile
+    /// (a part of the page that refreshed itself).
     async fn click(&self, css: &str) {
-        self.find(css)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+        let mut tries = 0;
+        loop {
+            match self.find(css).await.click().await {
+                Ok(()) => return,
+                Err(fantoccini::error::CmdError::Standard(e))
+                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && tries < 5 =>
+                {
+                    tries += 1;
+                }
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
     }
 
     /// Waits until the element's text is `text`, as the page refreshes

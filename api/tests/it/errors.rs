@@ -381,7 +381,7 @@ async fn every_row_of_the_error_table_is_a_problem_and_stores_nothing(backend: B
         Case::get("an unknown route outside /v1", "/nope", 404),
         Case::post(
             "an unknown action on a job",
-            format!("/v1/jobs/{running}/retry"),
+            format!("/v1/jobs/{running}/restart"),
             "{}",
             404,
         ),

@@ -7,6 +7,7 @@
 // session ended: reloading leads to the sign-in page.
 for (const part of document.querySelectorAll("[data-refresh]")) {
   const every = Number(part.dataset.every || 5000);
+  let last = null;
   const refresh = async () => {
     if (part.querySelector("[data-final]")) return;
     try {
@@ -18,7 +19,12 @@ for (const part of document.querySelectorAll("[data-refresh]")) {
         location.reload();
         return;
       }
-      if (answer.ok) part.innerHTML = await answer.text();
+      if (answer.ok) {
+        // Replaced only when it changed, so that a button is not swapped
+        // under a pointer for nothing.
+        const fresh = await answer.text();
+        if (fresh !== last) part.innerHTML = last = fresh;
+      }
     } catch (_) {
       // The server is restarting or the network dropped: try again later.
     }
