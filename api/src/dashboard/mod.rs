@@ -356,7 +356,10 @@ fn asset(content_type: &'static str, body: &'static str) -> HttpResponse {
     )
 }
 
-async fn sign_in_page(request: HttpRequest) -> HttpResponse {
+async fn sign_in_page(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    if viewer(&state, &request).await.is_ok() {
+        return secured(see_other(PATH.to_owned()));
+    }
     let query = query_of(&request);
     let notice = query.get("reason").map(|r| reason_text(r));
     secured(html(StatusCode::OK, pages::sign_in(notice, "")))

@@ -127,6 +127,25 @@ async fn signing_in_opens_a_strict_session_that_signing_out_closes(backend: Back
     let overview = visitor.get("/dashboard").await;
     assert_page(&overview, 200, "tenant-a");
     assert_eq!(overview.header("cache-control"), Some("no-store"));
+    assert_redirect(&visitor.get("/dashboard/sign-in").await, "/dashboard");
+    // Everything the page loads or links to is the dashboard's own.
+    for attribute in ["src=\"", "href=\"", "action=\""] {
+        for value in overview.text.split(attribute).skip(1) {
+            assert!(value.starts_with("/dashboard"), "{attribute}{value}");
+        }
+    }
+    for (asset, content_type) in [
+        ("/dashboard/assets/dashboard.css", "text/css; charset=utf-8"),
+        (
+            "/dashboard/assets/dashboard.js",
+            "text/javascript; charset=utf-8",
+        ),
+    ] {
+        let reply = visitor.get(asset).await;
+        assert_eq!(reply.status, StatusCode::OK, "{asset}");
+        assert_eq!(reply.header("content-type"), Some(content_type));
+        assert!(!reply.text.contains("http://") && !reply.text.contains("https://"));
+    }
 
     // Without the session's CSRF token a form does nothing.
     let forged = visitor
