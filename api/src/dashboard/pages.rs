@@ -126,7 +126,7 @@ pub fn message(viewer: Option<&Viewer>, status: StatusCode, message: &str) -> Ma
 pub fn overview(viewer: &Viewer, figures: &Overview) -> Markup {
     let body = html! {
         h1 { "Overview" }
-        div #overview data-refresh={ (PATH) "/overview" } data-every="3000" {
+        div #overview data-refresh={ (PATH) "/overview" } data-every="5000" {
             (overview_panel(figures))
         }
     };
