@@ -105,10 +105,15 @@ impl ApiKeys {
     }
 
     /// The tenant of a valid key, noting the use; no database query.
-    fn tenant(&self, key: &str) -> Option<String> {
-        let hash = hash_key(key);
+    pub fn tenant(&self, key: &str) -> Option<String> {
+        self.tenant_of_hash(&hash_key(key))
+    }
+
+    /// [`ApiKeys::tenant`] for a key known by its hash (a dashboard
+    /// session's), noting the use.
+    pub fn tenant_of_hash(&self, hash: &str) -> Option<String> {
         let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
-        let owner = valid.by_hash.get(&hash)?;
+        let owner = valid.by_hash.get(hash)?;
         let now = now_ms();
         let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
         match uses.get_mut(&owner.key_id) {

@@ -215,11 +215,15 @@ impl ApiError {
 pub fn problem_fallback<B>(
     response: ServiceResponse<B>,
 ) -> actix_web::Result<ErrorHandlerResponse<B>> {
-    let is_problem = response
+    // The dashboard's pages (HTML) say what went wrong in their own way.
+    let is_answer = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
-    if is_problem {
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(PROBLEM_JSON.as_bytes())
+                || v.as_bytes().starts_with(b"text/html")
+        });
+    if is_answer {
         return Ok(ErrorHandlerResponse::Response(
             response.map_into_left_body(),
         ));

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod background;
 pub mod body;
+pub mod dashboard;
 pub mod error;
 pub mod idempotency;
 pub mod key_commands;

@@ -7,7 +7,7 @@ use crate::time::to_rfc3339;
 
 /// Where a job is in its life. Written once here; the README and
 /// `docs/design.md` draw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobStatus {
     /// Accepted and durable; waiting in the outbox or the queue, possibly for
@@ -75,6 +75,8 @@ pub struct Job {
     pub error_type: Option<String>,
     pub error_message: Option<String>,
     pub cancel_requested: bool,
+    /// The job this one retries (`POST /v1/jobs/{id}/retry`).
+    pub retry_of: Option<String>,
 }
 
 /// The job object of `docs/api.md`.
@@ -106,6 +108,10 @@ pub struct JobObject {
     /// waits as QUEUED (a retry's backoff, or a new attempt after its worker
     /// stopped); null otherwise.
     pub next_attempt_at: Option<String>,
+    /// The FAILED or CANCELLED job this one retries (`POST
+    /// /v1/jobs/{job_id}/retry` made it with the same kind and parameters);
+    /// null for a job that was submitted.
+    pub retry_of: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -141,6 +147,7 @@ impl Job {
             error,
             cancel_requested: self.cancel_requested && self.status == JobStatus::Running,
             next_attempt_at: retry_pending.then(|| to_rfc3339(self.run_after)),
+            retry_of: self.retry_of.clone(),
         }
     }
 }

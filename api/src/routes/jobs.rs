@@ -8,9 +8,9 @@ use actix_web::{
 };
 use serde::Serialize;
 use shared::{
-    model::{Job, JobObject, JobStatus},
+    model::{Job, JobObject, JobStatus, new_job_id},
     reports::{ChunkRenderer, ResultFormat},
-    store::{CancelOutcome, JobFilter, Store, StoredResult},
+    store::{CancelOutcome, JobFilter, RetryOutcome, Store, StoredResult},
 };
 use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
@@ -18,6 +18,7 @@ use utoipa::ToSchema;
 use super::{
     POLL_AFTER_SECS, job_response,
     paging::{cut, is_id, limit_and_cursor},
+    reports::accepted,
 };
 use crate::{
     auth::Tenant,
@@ -46,7 +47,7 @@ fn not_found(job_id: &str) -> ApiError {
 /// Whether `text` has the form of a job id (`job_` + 32 hex digits). Any
 /// other id names no job, and is not sent to the database (Postgres refuses
 /// text with a NUL, for one).
-fn is_job_id(text: &str) -> bool {
+pub fn is_job_id(text: &str) -> bool {
     is_id(text, "job_")
 }
 
@@ -153,14 +154,25 @@ pub async fn result(
     job_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
-    if !is_job_id(&job_id) {
-        return Err(not_found(&job_id));
+    job_result(&state, &tenant.0, &job_id, wants_csv(&request)).await
+}
+
+/// The answer of `GET /v1/jobs/{job_id}/result`: CSV when asked for and
+/// the kind has it, else JSON.
+pub async fn job_result(
+    state: &AppState,
+    tenant_id: &str,
+    job_id: &str,
+    csv: bool,
+) -> ApiResult<HttpResponse> {
+    if !is_job_id(job_id) {
+        return Err(not_found(job_id));
     }
     let job = state
         .store
-        .get_job(&tenant.0, &job_id)
+        .get_job(tenant_id, job_id)
         .await?
-        .ok_or_else(|| not_found(&job_id))?;
+        .ok_or_else(|| not_found(job_id))?;
     if job.status != JobStatus::Succeeded {
         return Err(ApiError::Conflict {
             detail: format!(
@@ -172,15 +184,13 @@ pub async fn result(
     }
     let stored = state
         .store
-        .stored_result(&tenant.0, &job_id)
+        .stored_result(tenant_id, job_id)
         .await?
         .ok_or_else(|| ApiError::Internal(format!("job {job_id} succeeded without a result")))?;
     let kind = state.registry.get(&job.kind);
     let (attempt, count) = match stored {
         StoredResult::Document(body) => {
-            if wants_csv(&request)
-                && let Some(kind) = kind
-            {
+            if csv && let Some(kind) = kind {
                 let value: serde_json::Value = serde_json::from_str(&body)
                     .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
                 if let Some(csv) = kind.to_csv(&value) {
@@ -201,7 +211,7 @@ pub async fn result(
     })?;
     let params: serde_json::Value = serde_json::from_str(&job.params)
         .map_err(|e| ApiError::Internal(format!("stored parameters of {job_id}: {e}")))?;
-    let csv = wants_csv(&request)
+    let csv = csv
         .then(|| kind.chunk_renderer(&params, ResultFormat::Csv))
         .flatten();
     let (content_type, renderer) = match csv {
@@ -216,7 +226,7 @@ pub async fn result(
     };
     let chunks = ChunkedResult {
         store: state.store.clone(),
-        job_id: job_id.into_inner(),
+        job_id: job_id.to_owned(),
         attempt,
         count,
     };
@@ -345,37 +355,125 @@ pub async fn cancel(
     job_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
-    if !is_job_id(&job_id) {
-        return Err(not_found(&job_id));
+    cancel_job(&state, &tenant.0, &key, &request, &job_id).await
+}
+
+/// The effect and answer of `POST /v1/jobs/{job_id}/cancel`, also the
+/// dashboard's.
+pub async fn cancel_job(
+    state: &AppState,
+    tenant_id: &str,
+    key: &IdempotencyKey,
+    request: &HttpRequest,
+    job_id: &str,
+) -> ApiResult<HttpResponse> {
+    if !is_job_id(job_id) {
+        return Err(not_found(job_id));
     }
     // A cancel has no body: its fingerprint is its method and path.
-    let response = execute(
-        &state,
-        &tenant.0,
-        &key,
-        &request,
-        &[],
-        async |tx| match state.store.cancel_job(tx, &tenant.0, &job_id).await? {
-            CancelOutcome::Done(job) => {
-                let mut headers = Vec::new();
-                if !job.status.is_final() {
-                    headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
-                }
-                Answer::json(StatusCode::OK, &job.to_object(), headers)
+    let response = execute(state, tenant_id, key, request, &[], async |tx| match state
+        .store
+        .cancel_job(tx, tenant_id, job_id)
+        .await?
+    {
+        CancelOutcome::Done(job) => {
+            let mut headers = Vec::new();
+            if !job.status.is_final() {
+                headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
             }
-            CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
-                detail: format!(
-                    "job {job_id} already {}; it cannot be cancelled",
-                    job.status.as_str()
-                ),
-                ids: None,
-            }),
-            CancelOutcome::NotFound => Err(not_found(&job_id)),
-        },
-    )
+            Answer::json(StatusCode::OK, &job.to_object(), headers)
+        }
+        CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} already {}; it cannot be cancelled",
+                job.status.as_str()
+            ),
+            ids: None,
+        }),
+        CancelOutcome::NotFound => Err(not_found(job_id)),
+    })
     .await?;
     // Wakes this process's long polls; other processes hear the NOTIFY.
-    state.signals.job_finished(&job_id);
+    state.signals.job_finished(job_id);
+    Ok(response)
+}
+
+/// Retry a FAILED or CANCELLED job: a new job with the same kind and
+/// parameters, whose `retry_of` names this one. The job itself keeps its
+/// final status.
+#[utoipa::path(
+    post, path = "/v1/jobs/{job_id}/retry", tag = "jobs", operation_id = "retryJob",
+    params(
+        ("job_id" = String, Path),
+        ("Idempotency-Key" = String, Header, description = "required here: 1 to 255 visible ASCII characters, bare or as a quoted string; a retry of the request with the same key answers with the same new job and makes no other"),
+    ),
+    responses(
+        (status = 202, description = "the new job, queued; poll the Location", body = JobObject,
+         headers(("Location" = String, description = "the new job: /v1/jobs/{job_id}"), ("Retry-After" = u64, description = "seconds until polling is worthwhile"))),
+        (status = 400, description = "no Idempotency-Key, or a malformed one"),
+        (status = 404, description = "no job of this tenant has this id"),
+        (status = 409, description = "the job is not FAILED or CANCELLED (the detail names its status), its kind is not enabled, or the Idempotency-Key is still in progress"),
+        (status = 422, description = "the Idempotency-Key was used with a different request"),
+        (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn retry(
+    tenant: Tenant,
+    key: IdempotencyKey,
+    state: web::Data<AppState>,
+    job_id: web::Path<String>,
+    request: HttpRequest,
+) -> ApiResult<HttpResponse> {
+    if key.0.is_none() {
+        return Err(ApiError::BadRequest(
+            "a retry makes a job: send an Idempotency-Key header, so that sending it again cannot make a second one".into(),
+        ));
+    }
+    retry_job(&state, &tenant.0, &key, &request, &job_id).await
+}
+
+/// The effect and answer of `POST /v1/jobs/{job_id}/retry`, also the
+/// dashboard's.
+pub async fn retry_job(
+    state: &AppState,
+    tenant_id: &str,
+    key: &IdempotencyKey,
+    request: &HttpRequest,
+    job_id: &str,
+) -> ApiResult<HttpResponse> {
+    if !is_job_id(job_id) {
+        return Err(not_found(job_id));
+    }
+    state.limits.admit_job(&state.store, tenant_id).await?;
+    let retry_id = new_job_id();
+    let max_attempts = |kind: &str| state.registry.get(kind).map(|kind| kind.max_attempts());
+    let response = execute(state, tenant_id, key, request, &[], async |tx| match state
+        .store
+        .retry_job(tx, tenant_id, job_id, &retry_id, max_attempts)
+        .await?
+    {
+        RetryOutcome::Created(job) => accepted(&job),
+        RetryOutcome::NotRetryable(job) => Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} is {}; only a FAILED or CANCELLED job can be retried",
+                job.status.as_str()
+            ),
+            ids: None,
+        }),
+        RetryOutcome::UnknownKind(job) => Err(ApiError::Conflict {
+            detail: format!(
+                "job {job_id} is of kind {:?}, which this service does not run now",
+                job.kind
+            ),
+            ids: None,
+        }),
+        RetryOutcome::NotFound => Err(not_found(job_id)),
+    })
+    .await?;
+    // The new job's outbox row is due now: the relay publishes it (a
+    // replayed retry only costs the relay one pass).
+    state.signals.outbox_changed();
     Ok(response)
 }
 

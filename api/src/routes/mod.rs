@@ -19,6 +19,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/readyz").get(service::readyz))
         .service(web::resource("/metrics").get(service::metrics))
         .service(web::resource("/openapi.json").get(service::openapi))
+        .configure(crate::dashboard::routes)
         .service(
             web::scope("/v1")
                 .app_data(web::PayloadConfig::new(DEFAULT_BODY_LIMIT))
@@ -27,6 +28,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/jobs/{job_id}").get(jobs::get))
                 .service(web::resource("/jobs/{job_id}/result").get(jobs::result))
                 .service(web::resource("/jobs/{job_id}/cancel").post(jobs::cancel))
+                .service(web::resource("/jobs/{job_id}/retry").post(jobs::retry))
                 .service(
                     web::resource("/webhooks")
                         .post(webhooks::register)
@@ -39,6 +41,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 )
                 .service(
                     web::resource("/webhooks/{webhook_id}/deliveries").get(webhooks::deliveries),
+                )
+                .service(web::resource("/webhooks/{webhook_id}/enable").post(webhooks::enable))
+                .service(
+                    web::resource("/webhooks/{webhook_id}/rotate-secret")
+                        .post(webhooks::rotate_secret),
                 )
                 .service(
                     web::resource("/ledger/entries")

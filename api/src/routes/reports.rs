@@ -103,8 +103,8 @@ pub async fn submit(
     submits::submit(&state, &key, &request, &body, submission, answer).await
 }
 
-/// The 202 of a submit.
-fn accepted(job: &Job) -> ApiResult<Answer> {
+/// The 202 of a submit (and of a retry).
+pub fn accepted(job: &Job) -> ApiResult<Answer> {
     Answer::json(
         StatusCode::ACCEPTED,
         &job.to_object(),

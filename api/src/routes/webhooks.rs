@@ -52,7 +52,7 @@ pub struct WebhookObject {
 }
 
 impl WebhookObject {
-    fn of(webhook: &Webhook, with_secret: bool) -> Self {
+    pub fn of(webhook: &Webhook, with_secret: bool) -> Self {
         Self {
             id: webhook.webhook_id.clone(),
             url: webhook.url.clone(),
@@ -352,4 +352,96 @@ pub async fn deliveries(
         data: deliveries.iter().map(DeliveryObject::from).collect(),
         next_cursor,
     }))
+}
+
+/// Enable a webhook again after a receiver's 410 disabled it.
+#[utoipa::path(
+    post, path = "/v1/webhooks/{webhook_id}/enable", tag = "webhooks", operation_id = "enableWebhook",
+    params(("webhook_id" = String, Path)),
+    responses(
+        (status = 200, body = WebhookObject, description = "enabled (also when it already was); events of jobs that end from now on are sent, those dropped while it was disabled are not"),
+        (status = 400, description = "a malformed Idempotency-Key"),
+        (status = 404, description = "no webhook of this tenant has this id"),
+        (status = 409, description = "the Idempotency-Key is still in progress"),
+        (status = 422, description = "the Idempotency-Key was used with a different request"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn enable(
+    tenant: Tenant,
+    key: IdempotencyKey,
+    state: web::Data<AppState>,
+    webhook_id: web::Path<String>,
+    request: HttpRequest,
+) -> ApiResult<HttpResponse> {
+    let change = WebhookChange::Enable;
+    change_webhook(&state, &tenant.0, &key, &request, &webhook_id, change).await
+}
+
+/// Give a webhook a new secret, shown only in this answer. The old secret
+/// stops signing at once, including the next attempts of pending events.
+#[utoipa::path(
+    post, path = "/v1/webhooks/{webhook_id}/rotate-secret", tag = "webhooks", operation_id = "rotateWebhookSecret",
+    params(("webhook_id" = String, Path)),
+    responses(
+        (status = 200, body = WebhookObject, description = "the webhook with its new `secret`, shown only here (and to a replay with the same Idempotency-Key)"),
+        (status = 400, description = "a malformed Idempotency-Key"),
+        (status = 404, description = "no webhook of this tenant has this id"),
+        (status = 409, description = "the Idempotency-Key is still in progress"),
+        (status = 422, description = "the Idempotency-Key was used with a different request"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn rotate_secret(
+    tenant: Tenant,
+    key: IdempotencyKey,
+    state: web::Data<AppState>,
+    webhook_id: web::Path<String>,
+    request: HttpRequest,
+) -> ApiResult<HttpResponse> {
+    let change = WebhookChange::RotateSecret;
+    change_webhook(&state, &tenant.0, &key, &request, &webhook_id, change).await
+}
+
+/// What `POST /v1/webhooks/{id}/enable` and `.../rotate-secret` change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookChange {
+    Enable,
+    /// The answer shows the new secret.
+    RotateSecret,
+}
+
+/// The effect and answer of `POST /v1/webhooks/{id}/enable` and
+/// `.../rotate-secret`, also the dashboard's.
+pub async fn change_webhook(
+    state: &AppState,
+    tenant_id: &str,
+    key: &IdempotencyKey,
+    request: &HttpRequest,
+    webhook_id: &str,
+    change: WebhookChange,
+) -> ApiResult<HttpResponse> {
+    if !is_id(webhook_id, "wh_") {
+        return Err(not_found(webhook_id));
+    }
+    let response = execute(state, tenant_id, key, request, &[], async |tx| {
+        let store = &state.store;
+        let webhook = match change {
+            WebhookChange::Enable => store.enable_webhook(tx, tenant_id, webhook_id).await?,
+            WebhookChange::RotateSecret => {
+                store
+                    .rotate_webhook_secret(tx, tenant_id, webhook_id)
+                    .await?
+            }
+        }
+        .ok_or_else(|| not_found(webhook_id))?;
+        let with_secret = change == WebhookChange::RotateSecret;
+        Answer::json(
+            StatusCode::OK,
+            &WebhookObject::of(&webhook, with_secret),
+            vec![],
+        )
+    })
+    .await?;
+    Ok(response)
 }

@@ -381,7 +381,7 @@ async fn every_row_of_the_error_table_is_a_problem_and_stores_nothing(backend: B
         Case::get("an unknown route outside /v1", "/nope", 404),
         Case::post(
             "an unknown action on a job",
-            format!("/v1/jobs/{running}/retry"),
+            format!("/v1/jobs/{running}/restart"),
             "{}",
             404,
         ),
@@ -1177,8 +1177,9 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 // ---------------------------------------------------------------- OpenAPI
 
-/// Every route the server serves (see `api::routes::configure`).
-const SERVED: [(&str, &str); 15] = [
+/// Every route of the API (see `api::routes::configure`); the dashboard's
+/// pages (`/dashboard`) are HTML for people, not part of the API document.
+const SERVED: [(&str, &str); 18] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -1188,12 +1189,15 @@ const SERVED: [(&str, &str); 15] = [
     ("GET", "/v1/jobs/{job_id}"),
     ("GET", "/v1/jobs/{job_id}/result"),
     ("POST", "/v1/jobs/{job_id}/cancel"),
+    ("POST", "/v1/jobs/{job_id}/retry"),
     ("POST", "/v1/ledger/entries"),
     ("POST", "/v1/webhooks"),
     ("GET", "/v1/webhooks"),
     ("GET", "/v1/webhooks/{webhook_id}"),
     ("DELETE", "/v1/webhooks/{webhook_id}"),
     ("GET", "/v1/webhooks/{webhook_id}/deliveries"),
+    ("POST", "/v1/webhooks/{webhook_id}/enable"),
+    ("POST", "/v1/webhooks/{webhook_id}/rotate-secret"),
 ];
 
 const HTTP_METHODS: [&str; 8] = [

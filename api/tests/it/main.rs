@@ -5,6 +5,8 @@
 mod api_keys;
 mod big_results;
 mod common;
+mod dashboard;
+mod dashboard_browser;
 mod errors;
 mod exactly_once;
 mod faults;
@@ -15,6 +17,7 @@ mod observability;
 mod openapi_client;
 mod reports;
 mod retention;
+mod retries;
 mod scale;
 mod webhooks;
 mod worker_behaviour;

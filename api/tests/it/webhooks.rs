@@ -1228,6 +1228,119 @@ async fn an_idempotency_key_registers_one_webhook_and_replays_it(backend: Backen
     assert_eq!(list_ids(&api).await.len(), 2);
 }
 
+// ------------------------------------------------- enable, rotate-secret
+
+async fn post_action(api: &Api, webhook_id: &str, action: &str, key: Option<&str>) -> Reply {
+    let mut request = api
+        .client
+        .request(
+            Method::POST,
+            api.url(&format!("/v1/webhooks/{webhook_id}/{action}")),
+        )
+        .bearer_auth(&api.key);
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    Api::read(request).await
+}
+
+async fn a_disabled_webhook_enabled_again_gets_the_events_of_later_jobs(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = embedded(&env, &[]).await;
+    let receiver = Receiver::start(&[Answer::Status(410)], Answer::Status(200));
+    let webhook = register(&api, json!({"url": receiver.url})).await;
+    let id = str_of(&webhook, "id");
+    let path = format!("/v1/webhooks/{id}");
+
+    let first = submit(&api, json!({"ms": 10})).await;
+    api.wait_final(&first).await;
+    receiver.wait_for(1, WAIT).await;
+    let deadline = Instant::now() + WAIT;
+    while api.get(&path).await.json()["enabled"] != false {
+        assert!(Instant::now() < deadline, "the 410 did not disable it");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let reply = post_action(&api, id, "enable", Some("enable-1")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let enabled = reply.json();
+    assert_eq!(enabled["enabled"], true);
+    assert_eq!(enabled["id"], id);
+    assert!(enabled.get("secret").is_none(), "no secret: {enabled}");
+    assert_eq!(api.get(&path).await.json()["enabled"], true);
+    let again = post_action(&api, id, "enable", None).await;
+    assert_eq!(again.status, StatusCode::OK, "enabling an enabled webhook");
+
+    let second = submit(&api, json!({"ms": 10})).await;
+    api.wait_final(&second).await;
+    let received = receiver.wait_for(2, WAIT).await;
+    assert_eq!(received[1].job_id(), second, "the later job's event");
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(
+        receiver.count(),
+        2,
+        "the event dropped while disabled stays dropped"
+    );
+    receiver.stop().await;
+}
+
+async fn a_rotated_secret_is_shown_once_and_signs_the_next_deliveries(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = embedded(&env, &[]).await;
+    let receiver = Receiver::ok();
+    let webhook = register(&api, json!({"url": receiver.url})).await;
+    let id = str_of(&webhook, "id");
+    let old_secret = str_of(&webhook, "secret");
+
+    let reply = post_action(&api, id, "rotate-secret", Some("rotate-1")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let rotated = reply.json();
+    let new_secret = str_of(&rotated, "secret");
+    assert!(new_secret.starts_with("whsec_"), "{new_secret}");
+    assert_ne!(new_secret, old_secret);
+    assert_eq!(rotated["id"], id);
+    let read = api.get(&format!("/v1/webhooks/{id}")).await.json();
+    assert!(read.get("secret").is_none(), "shown only once: {read}");
+    let replay = post_action(&api, id, "rotate-secret", Some("rotate-1")).await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        replay.json()["secret"],
+        new_secret,
+        "a replay rotates nothing"
+    );
+
+    let job = submit(&api, json!({"ms": 10})).await;
+    api.wait_final(&job).await;
+    let received = receiver.wait_for(1, WAIT).await;
+    received[0].assert_signed_with(new_secret);
+    assert!(
+        received[0].verify(old_secret).is_err(),
+        "the old secret signs no more"
+    );
+    receiver.stop().await;
+}
+
+async fn enabling_or_rotating_another_tenants_webhook_is_not_found(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = api_alone(&env).await;
+    let webhook = register(&api, json!({"url": "http://127.0.0.1:9/hooks/a"})).await;
+    let id = str_of(&webhook, "id");
+    let other = api.as_tenant_b();
+    for action in ["enable", "rotate-secret"] {
+        post_action(&other, id, action, None)
+            .await
+            .assert_problem(404);
+        post_action(&api, "wh_0000000000000000000000000000000a", action, None)
+            .await
+            .assert_problem(404);
+        post_action(&api, "nope", action, None)
+            .await
+            .assert_problem(404);
+    }
+    let rotated = post_action(&api, id, "rotate-secret", None).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.text);
+}
+
 crate::on_both_backends!(
     a_finished_job_is_delivered_once_signed_and_carrying_the_job_object,
     failed_and_cancelled_jobs_announce_job_failed_and_job_cancelled,
@@ -1249,4 +1362,7 @@ crate::on_both_backends!(
     bad_registrations_are_refused_and_store_nothing,
     another_tenants_webhook_is_not_found,
     an_idempotency_key_registers_one_webhook_and_replays_it,
+    a_disabled_webhook_enabled_again_gets_the_events_of_later_jobs,
+    a_rotated_secret_is_shown_once_and_signs_the_next_deliveries,
+    enabling_or_rotating_another_tenants_webhook_is_not_found,
 );

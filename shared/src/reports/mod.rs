@@ -274,6 +274,11 @@ impl Registry {
     pub fn get(&self, name: &str) -> Option<&'static dyn AnyReportKind> {
         self.kinds.get(name).copied()
     }
+
+    /// The kinds' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.kinds.keys().copied()
+    }
 }
 
 #[cfg(test)]

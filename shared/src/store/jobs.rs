@@ -18,7 +18,7 @@ use crate::{
 
 const JOB_COLUMNS: &str = "job_id, tenant_id, kind, params, status, attempts, max_attempts, \
      progress, created_at, started_at, finished_at, run_after, error_type, error_message, \
-     cancel_requested, handbacks";
+     cancel_requested, handbacks, retry_of";
 
 fn job_from_row(row: &AnyRow) -> Result<Job> {
     let status: String = row.try_get("status")?;
@@ -39,6 +39,7 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
         error_type: row.try_get("error_type")?,
         error_message: row.try_get("error_message")?,
         cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+        retry_of: row.try_get("retry_of")?,
     })
 }
 
@@ -109,6 +110,19 @@ pub enum LeaseCheck {
     },
     /// Another attempt took over, or the job was finished: stop quietly.
     Lost,
+}
+
+/// What became of a retry (`POST /v1/jobs/{id}/retry`).
+#[derive(Debug, Clone)]
+pub enum RetryOutcome {
+    /// The new job, queued.
+    Created(Job),
+    /// The job is not FAILED or CANCELLED.
+    NotRetryable(Job),
+    /// The job's kind is not one this process runs (a diagnostic kind
+    /// while those are disabled): `None` from the caller's lookup.
+    UnknownKind(Job),
+    NotFound,
 }
 
 #[derive(Debug, Clone)]
@@ -267,6 +281,60 @@ impl Store {
             JobStatus::Succeeded | JobStatus::Failed => CancelOutcome::Conflict(job),
         };
         Ok(outcome)
+    }
+
+    /// Retries a FAILED or CANCELLED job as a new job `new_job_id` with the
+    /// same kind and parameters, linked to it by `retry_of`. The original
+    /// is locked, so its status cannot change under the check; it keeps
+    /// its one final status. `max_attempts` names the attempt limit of a
+    /// kind, `None` for a kind this process does not run.
+    pub async fn retry_job(
+        &self,
+        tx: &mut WriteTx,
+        tenant_id: &str,
+        job_id: &str,
+        new_job_id: &str,
+        max_attempts: impl FnOnce(&str) -> Option<i64>,
+    ) -> Result<RetryOutcome> {
+        let Some(original) = self.lock_job(tx, tenant_id, job_id).await? else {
+            return Ok(RetryOutcome::NotFound);
+        };
+        if !matches!(original.status, JobStatus::Failed | JobStatus::Cancelled) {
+            return Ok(RetryOutcome::NotRetryable(original));
+        }
+        let Some(max_attempts) = max_attempts(&original.kind) else {
+            return Ok(RetryOutcome::UnknownKind(original));
+        };
+        let new_job = NewJob {
+            job_id: new_job_id.to_owned(),
+            tenant_id: tenant_id.to_owned(),
+            kind: original.kind.clone(),
+            params: original.params.clone(),
+            max_attempts,
+        };
+        super::submit::insert_job_now(tx, new_job).await?;
+        let row = sqlx::query(built(&format!(
+            "UPDATE jobs SET retry_of = $2 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
+        )))
+        .bind(new_job_id)
+        .bind(job_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        Ok(RetryOutcome::Created(job_from_row(&row)?))
+    }
+
+    /// The jobs that retry this one, oldest first.
+    pub async fn retries_of(&self, tenant_id: &str, job_id: &str) -> Result<Vec<String>> {
+        sqlx::query(
+            "SELECT job_id FROM jobs WHERE retry_of = $1 AND tenant_id = $2 ORDER BY job_id",
+        )
+        .bind(job_id)
+        .bind(tenant_id)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| Ok(row.try_get("job_id")?))
+        .collect()
     }
 
     /// Leases up to `limit` due outbox rows for publishing: their next

@@ -3,6 +3,7 @@
 //! databases through sqlx's `Any` driver; where their dialects differ, a
 //! `Dialect` method says so.
 
+mod dashboard;
 mod idempotency;
 mod jobs;
 mod keys;
@@ -20,8 +21,11 @@ use sqlx::{
     migrate::Migrator,
 };
 
+pub use dashboard::{
+    DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, WebhookHealth,
+};
 pub use idempotency::{KeyLookup, StoredResponse};
-pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
+pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob, RetryOutcome};
 pub use keys::{
     ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
 };

@@ -72,6 +72,7 @@ impl NewJob {
             error_type: None,
             error_message: None,
             cancel_requested: false,
+            retry_of: None,
         }
     }
 }
@@ -378,6 +379,17 @@ async fn stored_keys_of<'batch>(
         );
     }
     Ok(stored)
+}
+
+/// Inserts one job (and its outbox row, due now) inside `tx`: a submit
+/// of one, for what makes a job without its own idempotency key (a retry).
+pub(super) async fn insert_job_now(tx: &mut WriteTx, job: NewJob) -> Result<()> {
+    let submission = Submission {
+        job,
+        created_at: now_ms(),
+        key: None,
+    };
+    insert_jobs(tx, &[&submission], None).await
 }
 
 async fn insert_jobs(

@@ -184,6 +184,31 @@ impl Store {
         rows.iter().map(webhook_from_row).collect()
     }
 
+    /// Enables a webhook again (a 410 answer disabled it). Only events of
+    /// jobs that end from now on are sent: those dropped while it was
+    /// disabled stay failed. `None`: no such webhook of the tenant.
+    pub async fn enable_webhook(
+        &self,
+        tx: &mut WriteTx,
+        tenant_id: &str,
+        webhook_id: &str,
+    ) -> Result<Option<Webhook>> {
+        update_webhook(tx, tenant_id, webhook_id, "enabled = 1", None).await
+    }
+
+    /// Gives a webhook a new secret; the old one stops signing at once,
+    /// pending events' next attempts included (each attempt is signed
+    /// when it is sent). `None`: no such webhook of the tenant.
+    pub async fn rotate_webhook_secret(
+        &self,
+        tx: &mut WriteTx,
+        tenant_id: &str,
+        webhook_id: &str,
+    ) -> Result<Option<Webhook>> {
+        let secret = new_secret();
+        update_webhook(tx, tenant_id, webhook_id, "secret = $3", Some(&secret)).await
+    }
+
     /// Deletes a webhook and, with it, its pending events and its log.
     pub async fn delete_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<bool> {
         let mut tx = self.begin_write().await?;
@@ -405,6 +430,27 @@ impl Store {
         .await?;
         Ok(())
     }
+}
+
+/// Sets `assignment` (a constant, with `$3` for `value`) on one webhook of
+/// the tenant, and returns it as it is now.
+async fn update_webhook(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    webhook_id: &str,
+    assignment: &str,
+    value: Option<&str>,
+) -> Result<Option<Webhook>> {
+    let sql = format!(
+        "UPDATE webhooks SET {assignment} WHERE webhook_id = $1 AND tenant_id = $2
+         RETURNING {WEBHOOK_COLUMNS}"
+    );
+    let mut query = sqlx::query(built(&sql)).bind(webhook_id).bind(tenant_id);
+    if let Some(value) = value {
+        query = query.bind(value);
+    }
+    let row = query.fetch_optional(&mut **tx).await?;
+    row.as_ref().map(webhook_from_row).transpose()
 }
 
 async fn insert_event(

@@ -1,0 +1,572 @@
+//! The dashboard at the HTTP level: its session cookie, CSRF checks, what
+//! a tenant sees, its actions, and its answers to bad input. The browser
+//! test (`dashboard_browser.rs`) drives the same pages in Chromium.
+
+use reqwest::{StatusCode, header, redirect::Policy};
+use serde_json::json;
+
+use crate::common::{Api, Backend, KEY_A, KEY_B, Reply, TestEnv};
+
+/// A client that keeps the session cookie and does not follow redirects,
+/// so a test sees each 303.
+struct Visitor {
+    client: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+}
+
+impl Visitor {
+    fn new(api: &Api) -> Self {
+        Visitor {
+            client: reqwest::Client::builder()
+                .redirect(Policy::none())
+                .build()
+                .expect("a client"),
+            base: api.base.clone(),
+            cookie: None,
+        }
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
+        let request = match &self.cookie {
+            Some(cookie) => request.header(header::COOKIE, cookie),
+            None => request,
+        };
+        Api::read(request).await
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        self.send(self.client.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    /// A form as a browser sends it from one of the dashboard's pages.
+    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Reply {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        self.send(
+            self.client
+                .post(format!("{}{path}", self.base))
+                .header(header::ORIGIN, &self.base)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(body),
+        )
+        .await
+    }
+
+    async fn sign_in(&mut self, key: &str) -> Reply {
+        let reply = self.post("/dashboard/sign-in", &[("api_key", key)]).await;
+        if let Some(set) = reply.header("set-cookie") {
+            self.cookie = set.split(';').next().map(str::to_owned);
+        }
+        reply
+    }
+}
+
+/// The value of the first hidden field `name` in a page.
+fn field(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} field in {page}"))
+        + marker.len();
+    page[start..].split('"').next().expect("a value").to_owned()
+}
+
+fn assert_redirect(reply: &Reply, to: &str) {
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
+    assert_eq!(reply.header("location"), Some(to), "{:?}", reply.headers);
+}
+
+/// An HTML page with this status that says `message`.
+fn assert_page(reply: &Reply, status: u16, message: &str) {
+    assert_eq!(reply.status.as_u16(), status, "{}", reply.text);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("text/html; charset=utf-8"),
+        "{}",
+        reply.text
+    );
+    assert!(
+        reply.text.contains(message),
+        "the page does not say {message:?}: {}",
+        reply.text
+    );
+}
+
+async fn signing_in_opens_a_strict_session_that_signing_out_closes(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let mut visitor = Visitor::new(&api);
+
+    assert_redirect(&visitor.get("/dashboard").await, "/dashboard/sign-in");
+    let form = visitor.get("/dashboard/sign-in").await;
+    assert_page(&form, 200, "Sign in");
+    let csp = form.header("content-security-policy").expect("a CSP");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert_page(
+        &visitor.sign_in("not-a-key-of-anyone").await,
+        401,
+        "That API key is not valid.",
+    );
+    assert!(visitor.cookie.is_none());
+
+    let signed_in = visitor.sign_in(KEY_A).await;
+    assert_redirect(&signed_in, "/dashboard");
+    let cookie = signed_in.header("set-cookie").expect("a cookie");
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/dashboard",
+        "Max-Age=43200",
+    ] {
+        assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http: {cookie}");
+    let overview = visitor.get("/dashboard").await;
+    assert_page(&overview, 200, "tenant-a");
+    assert_eq!(overview.header("cache-control"), Some("no-store"));
+    assert_redirect(&visitor.get("/dashboard/sign-in").await, "/dashboard");
+    // Everything the page loads or links to is the dashboard's own.
+    for attribute in ["src=\"", "href=\"", "action=\""] {
+        for value in overview.text.split(attribute).skip(1) {
+            assert!(value.starts_with("/dashboard"), "{attribute}{value}");
+        }
+    }
+    for (asset, content_type) in [
+        ("/dashboard/assets/dashboard.css", "text/css; charset=utf-8"),
+        (
+            "/dashboard/assets/dashboard.js",
+            "text/javascript; charset=utf-8",
+        ),
+    ] {
+        let reply = visitor.get(asset).await;
+        assert_eq!(reply.status, StatusCode::OK, "{asset}");
+        assert_eq!(reply.header("content-type"), Some(content_type));
+        assert!(!reply.text.contains("http://") && !reply.text.contains("https://"));
+    }
+
+    // Without the session's CSRF token a form does nothing.
+    let forged = visitor
+        .post("/dashboard/sign-out", &[("csrf_token", "guess")])
+        .await;
+    assert_page(&forged, 403, "nothing was done");
+    assert_page(&visitor.get("/dashboard").await, 200, "tenant-a");
+    // Nor from another site's page, even with the token.
+    let csrf = field(&overview.text, "csrf_token");
+    let cross_site = visitor
+        .send(
+            visitor
+                .client
+                .post(format!("{}/dashboard/sign-out", visitor.base))
+                .header(header::ORIGIN, "https://elsewhere.example")
+                .form(&[("csrf_token", csrf.as_str())]),
+        )
+        .await;
+    assert_page(&cross_site, 403, "another site");
+
+    let out = visitor
+        .post("/dashboard/sign-out", &[("csrf_token", &csrf)])
+        .await;
+    assert_redirect(&out, "/dashboard/sign-in?reason=signed-out");
+    assert!(
+        out.header("set-cookie")
+            .unwrap()
+            .contains("receipt_session=;")
+    );
+    assert_redirect(
+        &visitor.get("/dashboard").await,
+        "/dashboard/sign-in?reason=expired",
+    );
+
+    // Behind an https proxy the cookie is Secure.
+    let https = visitor
+        .send(
+            visitor
+                .client
+                .post(format!("{}/dashboard/sign-in", visitor.base))
+                .header("x-forwarded-proto", "https")
+                .form(&[("api_key", KEY_A)]),
+        )
+        .await;
+    assert!(
+        https.header("set-cookie").unwrap().contains("Secure"),
+        "{:?}",
+        https.headers
+    );
+}
+
+async fn a_session_ends_when_its_key_is_revoked_or_when_it_expires(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let created = env.run_api(&["keys", "create", "--tenant", "tenant-a"], &[]);
+    assert!(created.status.success(), "{}", created.stderr);
+    let key = created
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("API key: "))
+        .expect("the new key")
+        .to_owned();
+    let key_id = created
+        .stdout
+        .split_whitespace()
+        .find(|word| word.starts_with("key_"))
+        .expect("its id")
+        .to_owned();
+    let mut visitor = Visitor::new(&api);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while visitor.sign_in(&key).await.status != StatusCode::SEE_OTHER {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new key never worked"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_page(&visitor.get("/dashboard").await, 200, "tenant-a");
+
+    let revoked = env.run_api(&["keys", "revoke", &key_id], &[]);
+    assert!(revoked.status.success(), "{}", revoked.stderr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let reply = visitor.get("/dashboard").await;
+        if reply.status == StatusCode::SEE_OTHER {
+            assert_redirect(&reply, "/dashboard/sign-in?reason=revoked");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session outlived its key"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let reason = visitor.get("/dashboard/sign-in?reason=revoked").await;
+    assert_page(&reason, 200, "no longer valid");
+
+    // A session past its time: pages lead to the sign-in page, and a form
+    // of that session says it expired, and does nothing.
+    visitor.sign_in(KEY_A).await;
+    let job = api.submit("sleep", json!({"ms": 20000})).await;
+    let job_id = job["job_id"].as_str().unwrap();
+    let page = visitor.get(&format!("/dashboard/jobs/{job_id}")).await;
+    assert_page(&page, 200, job_id);
+    env.execute_sql("UPDATE dashboard_sessions SET expires_at = 0")
+        .await;
+    assert_redirect(
+        &visitor.get("/dashboard/jobs").await,
+        "/dashboard/sign-in?reason=expired",
+    );
+    let stale = visitor
+        .post(
+            &format!("/dashboard/jobs/{job_id}/cancel"),
+            &[
+                ("csrf_token", &field(&page.text, "csrf_token")),
+                ("idempotency_key", &field(&page.text, "idempotency_key")),
+            ],
+        )
+        .await;
+    assert_page(&stale, 401, "Your session has expired");
+    assert_ne!(api.job(job_id).await["status"], "CANCELLED");
+    assert_eq!(api.job(job_id).await["cancel_requested"], false);
+    let fragment = visitor
+        .send(
+            visitor
+                .client
+                .get(format!("{}/dashboard/overview", visitor.base))
+                .header("x-dashboard-fragment", "1"),
+        )
+        .await;
+    assert_eq!(
+        fragment.status,
+        StatusCode::UNAUTHORIZED,
+        "the script reloads"
+    );
+}
+
+async fn a_tenant_sees_and_acts_on_its_own_jobs_only(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let theirs = api.as_tenant_b().submit("sleep", json!({"ms": 0})).await;
+    let theirs = theirs["job_id"].as_str().unwrap();
+    let done = api.submit("sleep", json!({"ms": 0})).await;
+    let done = done["job_id"].as_str().unwrap();
+    api.wait_final(done).await;
+    let running = api.submit("sleep", json!({"ms": 20000})).await;
+    let running = running["job_id"].as_str().unwrap();
+    api.wait_status(running, "RUNNING").await;
+    let mut visitor = Visitor::new(&api);
+    visitor.sign_in(KEY_A).await;
+
+    let list = visitor.get("/dashboard/jobs").await;
+    assert_page(&list, 200, done);
+    assert!(list.text.contains(running));
+    assert!(
+        !list.text.contains(theirs),
+        "another tenant's job is listed"
+    );
+    let filtered = visitor
+        .get("/dashboard/jobs?status=RUNNING&kind=sleep")
+        .await;
+    assert_page(&filtered, 200, running);
+    assert!(!filtered.text.contains(done));
+    assert_page(
+        &visitor.get(&format!("/dashboard/jobs/{theirs}")).await,
+        404,
+        "There is no job",
+    );
+    let overview = visitor.get("/dashboard/overview").await;
+    assert_page(&overview, 200, "id=\"count-succeeded\">1<");
+    assert!(
+        overview.text.contains("id=\"count-running\">1<"),
+        "{}",
+        overview.text
+    );
+    let result = visitor.get(&format!("/dashboard/jobs/{done}/result")).await;
+    assert_eq!(result.status, StatusCode::OK, "{}", result.text);
+    assert_eq!(result.json()["slept_ms"], 0);
+    assert!(
+        result
+            .header("content-disposition")
+            .unwrap()
+            .contains("attachment")
+    );
+
+    // Cancel, then retry the cancelled job, through the page's forms.
+    let page = visitor.get(&format!("/dashboard/jobs/{running}")).await;
+    let fields = [
+        ("csrf_token", field(&page.text, "csrf_token")),
+        ("idempotency_key", field(&page.text, "idempotency_key")),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let cancelled = visitor
+        .post(&format!("/dashboard/jobs/{running}/cancel"), &fields)
+        .await;
+    assert_redirect(
+        &cancelled,
+        &format!("/dashboard/jobs/{running}?done=cancelled"),
+    );
+    assert_eq!(api.wait_final(running).await["status"], "CANCELLED");
+
+    let page = visitor.get(&format!("/dashboard/jobs/{running}")).await;
+    assert!(
+        page.text.contains("id=\"retry\""),
+        "a retry button: {}",
+        page.text
+    );
+    let fields = [
+        ("csrf_token", field(&page.text, "csrf_token")),
+        ("idempotency_key", field(&page.text, "idempotency_key")),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let retried = visitor
+        .post(&format!("/dashboard/jobs/{running}/retry"), &fields)
+        .await;
+    assert_eq!(retried.status, StatusCode::SEE_OTHER, "{}", retried.text);
+    let location = retried.header("location").unwrap().to_owned();
+    let new_id = location
+        .trim_start_matches("/dashboard/jobs/")
+        .trim_end_matches("?done=retried");
+    assert_ne!(new_id, running);
+    assert_eq!(api.job(new_id).await["retry_of"], running);
+    // The same form sent twice acts once.
+    let twice = visitor
+        .post(&format!("/dashboard/jobs/{running}/retry"), &fields)
+        .await;
+    assert_redirect(&twice, &location);
+    let new_page = visitor.get(&location).await;
+    assert_page(&new_page, 200, "Retried: this is the new job.");
+    assert!(
+        new_page
+            .text
+            .contains(&format!("href=\"/dashboard/jobs/{running}\""))
+    );
+    let cancel_new = api
+        .post(&format!("/v1/jobs/{new_id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(cancel_new.status, StatusCode::OK);
+
+    // Another tenant's job cannot be acted on either.
+    let refused = visitor
+        .post(
+            &format!("/dashboard/jobs/{theirs}/cancel"),
+            &[("csrf_token", fields[0].1), ("idempotency_key", "theirs")],
+        )
+        .await;
+    assert_page(&refused, 404, "There is no job");
+    assert_eq!(
+        api.as_tenant_b().wait_final(theirs).await["status"],
+        "SUCCEEDED"
+    );
+}
+
+async fn bad_input_gets_a_message_on_the_page_never_a_500(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let done = api.submit("sleep", json!({"ms": 0})).await;
+    let done = done["job_id"].as_str().unwrap();
+    api.wait_final(done).await;
+    let mut visitor = Visitor::new(&api);
+    visitor.sign_in(KEY_A).await;
+
+    for (path, status, message) in [
+        ("/dashboard/jobs?status=DONE", 400, "There is no status"),
+        ("/dashboard/jobs?kind=nope", 400, "There is no kind"),
+        (
+            "/dashboard/jobs?cursor=job_zz",
+            400,
+            "That page link is not valid",
+        ),
+        (
+            "/dashboard/jobs?limit=0",
+            400,
+            "Limit must be a whole number",
+        ),
+        ("/dashboard/jobs/job_123", 404, "There is no job job_123"),
+        (
+            "/dashboard/jobs/job_0000000000000000000000000000000a",
+            404,
+            "There is no job",
+        ),
+        (
+            "/dashboard/webhooks?cursor=%00",
+            400,
+            "That page link is not valid",
+        ),
+        ("/dashboard/webhooks/wh_nope", 404, "There is no webhook"),
+    ] {
+        assert_page(&visitor.get(path).await, status, message);
+    }
+    let page = visitor.get(&format!("/dashboard/jobs/{done}")).await;
+    let csrf = field(&page.text, "csrf_token");
+    let refused = visitor
+        .post(
+            &format!("/dashboard/jobs/{done}/retry"),
+            &[("csrf_token", &csrf), ("idempotency_key", "k-1")],
+        )
+        .await;
+    assert_page(
+        &refused,
+        409,
+        "only a FAILED or CANCELLED job can be retried",
+    );
+    let incomplete = visitor
+        .post(
+            &format!("/dashboard/jobs/{done}/cancel"),
+            &[("csrf_token", &csrf), ("idempotency_key", "two words")],
+        )
+        .await;
+    assert_page(&incomplete, 400, "This form is incomplete");
+    let queued = api.submit("sleep", json!({"ms": 20000})).await;
+    let queued = queued["job_id"].as_str().unwrap();
+    let early = visitor
+        .get(&format!("/dashboard/jobs/{queued}/result?format=csv"))
+        .await;
+    assert_page(&early, 409, "a result exists only once it has SUCCEEDED");
+    api.post(&format!("/v1/jobs/{queued}/cancel"), &json!({}))
+        .await;
+}
+
+async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ])
+        .await;
+    let reply = api
+        .post(
+            "/v1/webhooks",
+            &json!({"url": "http://127.0.0.1:9/hooks/a"}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let webhook = reply.json();
+    let id = webhook["id"].as_str().unwrap();
+    env.execute_sql(&format!(
+        "UPDATE webhooks SET enabled = 0 WHERE webhook_id = '{id}'"
+    ))
+    .await;
+    let mut visitor = Visitor::new(&api);
+    visitor.sign_in(KEY_A).await;
+
+    let list = visitor.get("/dashboard/webhooks").await;
+    assert_page(&list, 200, "http://127.0.0.1:9/hooks/a");
+    assert!(list.text.contains("disabled"), "{}", list.text);
+    assert!(
+        !visitor
+            .get("/dashboard/webhooks")
+            .await
+            .text
+            .contains("whsec_"),
+        "no secret on the list"
+    );
+    let page = visitor.get(&format!("/dashboard/webhooks/{id}")).await;
+    assert_page(&page, 200, "Recent deliveries");
+    let csrf = field(&page.text, "csrf_token");
+    let key = field(&page.text, "idempotency_key");
+    let enabled = visitor
+        .post(
+            &format!("/dashboard/webhooks/{id}/enable"),
+            &[("csrf_token", &csrf), ("idempotency_key", &key)],
+        )
+        .await;
+    assert_redirect(&enabled, &format!("/dashboard/webhooks/{id}?done=enabled"));
+    assert_eq!(
+        api.get(&format!("/v1/webhooks/{id}")).await.json()["enabled"],
+        true
+    );
+    let rotated = visitor
+        .post(
+            &format!("/dashboard/webhooks/{id}/rotate-secret"),
+            &[("csrf_token", &csrf), ("idempotency_key", "rotate-once")],
+        )
+        .await;
+    assert_page(&rotated, 200, "The new secret");
+    let secret = rotated
+        .text
+        .split("id=\"new-secret\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .expect("the new secret on the page");
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    assert_ne!(secret, webhook["secret"].as_str().unwrap());
+    assert_eq!(rotated.header("cache-control"), Some("no-store"));
+    // A failed delivery shows as the last error, and in the success rate.
+    let job = api.submit("sleep", json!({"ms": 0})).await;
+    api.wait_final(job["job_id"].as_str().unwrap()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let list = visitor.get("/dashboard/webhooks").await;
+        // Both, read by two queries a delivery may fall between.
+        if list.text.contains("class=\"error-text\"") && list.text.contains(">0.0%<") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed delivery shown: {}",
+            list.text
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let page = visitor.get(&format!("/dashboard/webhooks/{id}")).await;
+    assert!(page.text.contains("job.succeeded"), "{}", page.text);
+    assert!(page.text.contains("id=\"deliveries\""), "{}", page.text);
+
+    let mut other = Visitor::new(&api);
+    other.sign_in(KEY_B).await;
+    assert_page(
+        &other.get(&format!("/dashboard/webhooks/{id}")).await,
+        404,
+        "There is no webhook",
+    );
+    assert!(!other.get("/dashboard/webhooks").await.text.contains(id));
+}
+
+crate::on_both_backends!(
+    signing_in_opens_a_strict_session_that_signing_out_closes,
+    a_session_ends_when_its_key_is_revoked_or_when_it_expires,
+    a_tenant_sees_and_acts_on_its_own_jobs_only,
+    bad_input_gets_a_message_on_the_page_never_a_500,
+    the_webhooks_page_enables_and_rotates,
+);

@@ -1,0 +1,270 @@
+//! What the web dashboard reads and writes: its sessions, and the figures
+//! of its overview and webhooks pages. Every query is scoped to a tenant.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+
+use super::{Store, built, hash_key, placeholders};
+use crate::{Result, model::JobStatus, time::now_ms};
+
+/// A session just opened: the only time its token is known.
+#[derive(Debug, Clone)]
+pub struct NewDashboardSession {
+    /// The cookie's value; only its hash is stored.
+    pub token: String,
+    pub csrf_token: String,
+    pub expires_at: i64,
+}
+
+/// A session that has not expired.
+#[derive(Debug, Clone)]
+pub struct DashboardSession {
+    pub tenant_id: String,
+    /// The hash of the API key it was opened with.
+    pub key_hash: String,
+    pub csrf_token: String,
+    pub expires_at: i64,
+}
+
+/// A tenant's jobs counted by status, and by kind and status.
+#[derive(Debug, Clone, Default)]
+pub struct JobCounts {
+    pub by_status: HashMap<JobStatus, i64>,
+    /// Kind -> count by status, kinds in name order.
+    pub by_kind: Vec<(String, HashMap<JobStatus, i64>)>,
+    /// When the oldest QUEUED job was submitted.
+    pub oldest_queued_at: Option<i64>,
+}
+
+/// Jobs that reached a final status in one minute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThroughputMinute {
+    /// The minute's start, unix milliseconds.
+    pub start: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+/// How a webhook's recent deliveries went.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookHealth {
+    /// Delivery attempts since the time asked.
+    pub attempts: i64,
+    /// Of those, the ones answered with a 2xx.
+    pub succeeded: i64,
+    /// The latest attempt that failed (ever): when, and why.
+    pub last_error: Option<(i64, String)>,
+}
+
+const MINUTE_MS: i64 = 60_000;
+
+fn random_hex() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Store {
+    /// Opens a session for a tenant signed in with the key of this hash,
+    /// valid for `ttl_ms`; sessions already expired are deleted on the way.
+    pub async fn create_dashboard_session(
+        &self,
+        tenant_id: &str,
+        key_hash: &str,
+        ttl_ms: i64,
+    ) -> Result<NewDashboardSession> {
+        let now = now_ms();
+        let session = NewDashboardSession {
+            token: random_hex(),
+            csrf_token: random_hex(),
+            expires_at: now.saturating_add(ttl_ms),
+        };
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM dashboard_sessions WHERE expires_at <= $1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO dashboard_sessions (session_hash, tenant_id, key_hash, csrf_token,
+                 created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(hash_key(&session.token))
+        .bind(tenant_id)
+        .bind(key_hash)
+        .bind(&session.csrf_token)
+        .bind(now)
+        .bind(session.expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(session)
+    }
+
+    /// The session of this cookie token, unless it expired or was closed.
+    pub async fn dashboard_session(&self, token: &str) -> Result<Option<DashboardSession>> {
+        let row = sqlx::query(
+            "SELECT tenant_id, key_hash, csrf_token, expires_at FROM dashboard_sessions
+             WHERE session_hash = $1 AND expires_at > $2",
+        )
+        .bind(hash_key(token))
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(DashboardSession {
+                tenant_id: row.try_get("tenant_id")?,
+                key_hash: row.try_get("key_hash")?,
+                csrf_token: row.try_get("csrf_token")?,
+                expires_at: row.try_get("expires_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Closes a session (sign-out).
+    pub async fn delete_dashboard_session(&self, token: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
+        sqlx::query("DELETE FROM dashboard_sessions WHERE session_hash = $1")
+            .bind(hash_key(token))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The tenant's jobs counted by status and by kind. It reads an index
+    /// entry per job of the tenant: fine for a page a person refreshes
+    /// every few seconds, not for a hot path.
+    pub async fn job_counts(&self, tenant_id: &str) -> Result<JobCounts> {
+        let rows = sqlx::query(
+            "SELECT kind, status, COUNT(*) AS n FROM jobs WHERE tenant_id = $1
+             GROUP BY kind, status ORDER BY kind",
+        )
+        .bind(tenant_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut counts = JobCounts::default();
+        for row in &rows {
+            let kind: String = row.try_get("kind")?;
+            let status: String = row.try_get("status")?;
+            let n: i64 = row.try_get("n")?;
+            let status = JobStatus::parse(&status)
+                .ok_or_else(|| crate::Error::Corrupt(format!("job status {status:?}")))?;
+            *counts.by_status.entry(status).or_default() += n;
+            match counts.by_kind.last_mut() {
+                Some((last, by_status)) if *last == kind => {
+                    by_status.insert(status, n);
+                }
+                _ => counts.by_kind.push((kind, HashMap::from([(status, n)]))),
+            }
+        }
+        // Ids are time-ordered: the smallest queued id is the oldest.
+        let oldest = sqlx::query(
+            "SELECT created_at FROM jobs WHERE tenant_id = $1 AND status = 'QUEUED'
+             ORDER BY job_id LIMIT 1",
+        )
+        .bind(tenant_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        counts.oldest_queued_at = oldest.map(|row| row.try_get("created_at")).transpose()?;
+        Ok(counts)
+    }
+
+    /// Jobs that reached a final status in each of the `minutes` whole
+    /// minutes up to now, oldest first (a minute without any is zeros).
+    pub async fn throughput(&self, tenant_id: &str, minutes: i64) -> Result<Vec<ThroughputMinute>> {
+        let end = (now_ms() / MINUTE_MS + 1) * MINUTE_MS;
+        let since = end - minutes * MINUTE_MS;
+        let rows = sqlx::query(
+            "SELECT (finished_at - $2) / 60000 AS minute, status, COUNT(*) AS n FROM jobs
+             WHERE tenant_id = $1 AND finished_at >= $2
+               AND status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+             GROUP BY (finished_at - $2) / 60000, status",
+        )
+        .bind(tenant_id)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut series: Vec<ThroughputMinute> = (0..minutes)
+            .map(|i| ThroughputMinute {
+                start: since + i * MINUTE_MS,
+                ..ThroughputMinute::default()
+            })
+            .collect();
+        for row in &rows {
+            let minute: i64 = row.try_get("minute")?;
+            let status: String = row.try_get("status")?;
+            let n: i64 = row.try_get("n")?;
+            let Some(slot) = usize::try_from(minute).ok().and_then(|i| series.get_mut(i)) else {
+                continue;
+            };
+            match status.as_str() {
+                "SUCCEEDED" => slot.succeeded += n,
+                "FAILED" => slot.failed += n,
+                _ => slot.cancelled += n,
+            }
+        }
+        Ok(series)
+    }
+
+    /// How the deliveries of these webhooks (of the tenant) went since
+    /// `since`, with each one's last failed attempt, by webhook id.
+    pub async fn webhook_health(
+        &self,
+        tenant_id: &str,
+        webhook_ids: &[String],
+        since: i64,
+    ) -> Result<HashMap<String, WebhookHealth>> {
+        let mut health: HashMap<String, WebhookHealth> = webhook_ids
+            .iter()
+            .map(|id| (id.clone(), WebhookHealth::default()))
+            .collect();
+        if webhook_ids.is_empty() {
+            return Ok(health);
+        }
+        let ids = placeholders(3, webhook_ids.len());
+        let sql = format!(
+            "SELECT d.webhook_id, COUNT(*) AS attempts,
+                    SUM(CASE WHEN d.response_status BETWEEN 200 AND 299 THEN 1 ELSE 0 END) AS ok
+             FROM webhook_deliveries d JOIN webhooks w ON w.webhook_id = d.webhook_id
+             WHERE w.tenant_id = $1 AND d.attempted_at >= $2 AND d.webhook_id IN ({ids})
+             GROUP BY d.webhook_id"
+        );
+        let mut query = sqlx::query(built(&sql)).bind(tenant_id).bind(since);
+        for id in webhook_ids {
+            query = query.bind(id);
+        }
+        for row in query.fetch_all(&self.pool).await? {
+            let id: String = row.try_get("webhook_id")?;
+            if let Some(entry) = health.get_mut(&id) {
+                entry.attempts = row.try_get("attempts")?;
+                entry.succeeded = row.try_get("ok")?;
+            }
+        }
+        for id in webhook_ids {
+            let last = sqlx::query(
+                "SELECT d.attempted_at, d.response_status, d.error
+                 FROM webhook_deliveries d JOIN webhooks w ON w.webhook_id = d.webhook_id
+                 WHERE d.webhook_id = $1 AND w.tenant_id = $2
+                   AND (d.response_status IS NULL OR d.response_status NOT BETWEEN 200 AND 299)
+                 ORDER BY d.delivery_id DESC LIMIT 1",
+            )
+            .bind(id)
+            .bind(tenant_id)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let (Some(row), Some(entry)) = (last, health.get_mut(id)) {
+                let status: Option<i64> = row.try_get("response_status")?;
+                let error: Option<String> = row.try_get("error")?;
+                let why = match (status, error) {
+                    (_, Some(error)) => error,
+                    (Some(status), None) => format!("answered {status}"),
+                    (None, None) => "failed".to_owned(),
+                };
+                entry.last_error = Some((row.try_get("attempted_at")?, why));
+            }
+        }
+        Ok(health)
+    }
+}
