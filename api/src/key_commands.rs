@@ -3,11 +3,11 @@
 //! key's hash.
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use queue::BoxError;
 use shared::{
     settings::{Settings, check_tenant},
     store::{ApiKeyRecord, Revocation, RevokeOutcome, Store},
 };
-use worker::BoxError;
 
 use crate::auth::KEY_REFRESH;
 

@@ -84,7 +84,7 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn migrate(settings: &Settings) -> Result<(), worker::BoxError> {
+async fn migrate(settings: &Settings) -> Result<(), queue::BoxError> {
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
     Ok(())

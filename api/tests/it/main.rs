@@ -7,6 +7,7 @@ mod big_results;
 mod common;
 mod errors;
 mod exactly_once;
+mod fairness;
 mod faults;
 mod idempotency;
 mod lifecycle;

@@ -647,13 +647,26 @@ async fn push_garbage(env: &TestEnv) {
     let not_json = || TaskBuilder::new(b"\xffnot json{".to_vec()).build();
     match env.backend {
         Backend::PgRedis => {
-            let conn = apalis_redis::connect(crate::common::REDIS_URL)
+            // Straight onto a tenant's FIFO and the ring of the Redis
+            // queue's layout (queue/src/redis.rs).
+            let client = redis::Client::open(crate::common::REDIS_URL).expect("redis");
+            let mut conn = client
+                .get_multiplexed_async_connection()
                 .await
                 .expect("redis");
-            let mut storage = apalis_redis::RedisStorage::<Value>::new(conn)
-                .with_config(apalis_redis::Config::default().queue(&queue));
-            storage.push_bulk(json_garbage).await.expect("push");
-            storage.send(not_json()).await.expect("push raw");
+            let fifo = format!("{queue}:fifo:garbage");
+            let mut raw: Vec<Vec<u8>> = json_garbage
+                .iter()
+                .map(|value| value.to_string().into_bytes())
+                .collect();
+            raw.push(b"\xffnot json{".to_vec());
+            let _: () = redis::pipe()
+                .rpush(&fifo, raw)
+                .rpush(format!("{queue}:ring"), "garbage")
+                .lpush(format!("{queue}:wake"), 1)
+                .query_async(&mut conn)
+                .await
+                .expect("push raw");
         }
         Backend::Sqlite => {
             let path = env

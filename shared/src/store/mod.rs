@@ -21,7 +21,7 @@ use sqlx::{
 };
 
 pub use idempotency::{KeyLookup, StoredResponse};
-pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob};
+pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob, QueuedJob};
 pub use keys::{
     ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
 };
