@@ -26,7 +26,10 @@ const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq.
-    #[arg(long, default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq")]
+    #[arg(
+        long,
+        default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq"
+    )]
     scenarios: String,
     /// embedded, production, or both.
     #[arg(long, default_value = "both")]

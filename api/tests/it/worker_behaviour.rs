@@ -696,11 +696,13 @@ async fn a_malformed_queue_message_does_not_stall_the_queue(backend: Backend) {
     assert_eq!(api.wait_final(&first).await["status"], "SUCCEEDED");
 
     // The JSON garbage reaches our handler, which drops it. The bytes that
-    // are not JSON fail in apalis's decoder before any handler and end the
-    // apalis worker; the pool restarts it under a new name (and apalis's
-    // orphan recovery hands the message back a minute later, so that
-    // repeats each minute: a known limit, docs/design.md, "apalis 1.0: what
-    // we rely on and work around", item 6).
+    // are not JSON: the Redis queue acknowledges them at fetch and hands the
+    // handler a string it drops; in apalis's SQLite storage they fail in
+    // apalis's decoder before any handler and end the apalis worker, which
+    // the pool restarts under a new name (and apalis's orphan recovery hands
+    // the message back a minute later, so that repeats each minute: a known
+    // limit, docs/design.md, "apalis 1.0: what we rely on and work around",
+    // item 6).
     push_garbage(&env).await;
     for _ in 0..3 {
         let job_id = id_of(&api.submit("sleep", json!({"ms": 1})).await);
