@@ -554,16 +554,21 @@ fn rfc3339_ms(text: &str) -> Option<f64> {
         .map(|t| t.timestamp_micros() as f64 / 1000.0)
 }
 
-/// Scenario 3: an idle system, jobs one at a time: `started_at - created_at`.
-async fn pickup(service: &Service, count: usize) -> Result<Value> {
-    let client = client();
+/// `started_at - created_at` of `count` jobs of the tenant of `key`,
+/// submitted one at a time, each after the one before finished; sorted.
+async fn pickup_latencies(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    count: usize,
+) -> Result<Vec<f64>> {
     let mut latencies = Vec::with_capacity(count);
     for _ in 0..count {
-        let job = submit(&client, &service.base, &json!({"ms": 0})).await?;
+        let job = submit_as(client, base, key, &json!({"ms": 0})).await?;
         let id = job["job_id"].as_str().context("job_id")?;
         let done: Value = client
-            .get(format!("{}/v1/jobs/{id}?wait=10", service.base))
-            .bearer_auth(KEY)
+            .get(format!("{base}/v1/jobs/{id}?wait=30"))
+            .bearer_auth(key)
             .send()
             .await?
             .json()
@@ -573,6 +578,12 @@ async fn pickup(service: &Service, count: usize) -> Result<Value> {
         }
     }
     latencies.sort_by(f64::total_cmp);
+    Ok(latencies)
+}
+
+/// Scenario 3: an idle system, jobs one at a time: `started_at - created_at`.
+async fn pickup(service: &Service, count: usize) -> Result<Value> {
+    let latencies = pickup_latencies(&client(), &service.base, KEY, count).await?;
     Ok(
         json!({"jobs": count, "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99)}),
     )
@@ -597,21 +608,7 @@ async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Val
         result?;
     }
     let backlog_secs = backlog_started.elapsed().as_secs_f64();
-    let mut latencies = Vec::with_capacity(count);
-    for _ in 0..count {
-        let job = submit_as(&client, &service.base, QUIET_KEY, &json!({"ms": 0})).await?;
-        let id = job["job_id"].as_str().context("job_id")?;
-        let done: Value = client
-            .get(format!("{}/v1/jobs/{id}?wait=30", service.base))
-            .bearer_auth(QUIET_KEY)
-            .send()
-            .await?
-            .json()
-            .await?;
-        if let Some(ms) = millis_between(&done, "created_at", "started_at") {
-            latencies.push(ms);
-        }
-    }
+    let latencies = pickup_latencies(&client, &service.base, QUIET_KEY, count).await?;
     let pool = service.pool().await?;
     let waiting: i64 = sqlx::query(
         "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'QUEUED'",
@@ -620,7 +617,6 @@ async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Val
     .await?
     .try_get("n")?;
     pool.close().await;
-    latencies.sort_by(f64::total_cmp);
     Ok(json!({
         "backlog": backlog,
         "backlog_submit_s": backlog_secs,

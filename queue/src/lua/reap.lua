@@ -3,6 +3,7 @@
 -- or of the one consumer named, to the front of their tenants' FIFOs, so
 -- they are fetched next: they were fetched first. A returned message for a
 -- job that was claimed meanwhile is harmless (the claim guard drops it).
+-- No wake-up: idle consumers look once a second on their own.
 --
 -- KEYS[1]: the queue's prefix ({QUEUE_NAME}:jobs)
 -- ARGV[1]: a consumer to release whatever its heartbeat says (one that
@@ -39,8 +40,4 @@ else
         end
     end
 end
-for _ = 1, math.min(returned, 8) do
-    redis.call("LPUSH", prefix .. ":wake", 1)
-end
-redis.call("LTRIM", prefix .. ":wake", 0, 7)
 return returned
