@@ -145,3 +145,69 @@ async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
     );
     assert_eq!(in_flight(&env).await, 0, "nothing is left in flight");
 }
+
+/// Messages waiting in this test's Redis queue (all tenants).
+async fn waiting(env: &TestEnv) -> usize {
+    let client = redis::Client::open(env.redis_url.as_str()).expect("redis");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    redis::cmd("LLEN")
+        .arg(format!("{}:jobs:fifo:tenant-a", env.queue_name))
+        .query_async(&mut conn)
+        .await
+        .expect("LLEN")
+}
+
+/// A Redis worker takes no more messages than it has free slots: the rest
+/// wait in the queue, where a second worker that starts takes them, rather
+/// than behind the first worker's running jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_worker_holds_no_more_messages_than_it_has_free_slots() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    // Once the relay found the new queue and marked it intact; before, it
+    // would publish the jobs a second time, as after a loss.
+    let client = redis::Client::open(env.redis_url.as_str()).expect("redis");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let intact = format!("{}:jobs:intact", env.queue_name);
+    while !redis::cmd("EXISTS")
+        .arg(&intact)
+        .query_async::<bool>(&mut conn)
+        .await
+        .expect("EXISTS")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut job_ids = Vec::new();
+    for _ in 0..6 {
+        job_ids.push(
+            api.submit("sleep", json!({"ms": 3000})).await["job_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let _first = env.start_worker(&[("WORKER_CONCURRENCY", "2")]);
+    api.wait_status(&job_ids[0], "RUNNING").await;
+    api.wait_status(&job_ids[1], "RUNNING").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(in_flight(&env).await, 2, "one message per slot");
+    assert_eq!(waiting(&env).await, 4, "the rest wait in the queue");
+
+    let _second = env.start_worker(&[("WORKER_CONCURRENCY", "2")]);
+    api.wait_status(&job_ids[2], "RUNNING").await;
+    api.wait_status(&job_ids[3], "RUNNING").await;
+    assert_eq!(
+        api.job(&job_ids[0]).await["status"],
+        "RUNNING",
+        "taken while the first worker's jobs still run"
+    );
+    for job_id in &job_ids {
+        assert_eq!(api.wait_final(job_id).await["status"], "SUCCEEDED");
+    }
+}
