@@ -20,7 +20,7 @@
 use std::{
     collections::VecDeque,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -138,6 +138,7 @@ impl RedisQueue {
             queue: self.clone(),
             name,
             free: Arc::new(Semaphore::new(slots)),
+            acks: Mutex::new(Vec::new()),
             heartbeat,
         }))
     }
@@ -148,6 +149,10 @@ struct ConsumerInner {
     name: String,
     /// Slots not holding a message: a fetch takes at most this many.
     free: Arc<Semaphore>,
+    /// Messages whose handlers returned, acknowledged with the next fetch
+    /// (one round trip for both: a finished handler frees the slot that
+    /// fetch fills) or, for a consumer that stops, by its release.
+    acks: Mutex<Vec<String>>,
     heartbeat: tokio::task::JoinHandle<()>,
 }
 
@@ -201,14 +206,7 @@ impl Consumer {
             slots += 1;
         }
         loop {
-            let fetched: Result<Vec<Vec<u8>>, _> = FETCH
-                .key(&self.0.queue.prefix)
-                .arg(&self.0.name)
-                .arg(slots)
-                .arg(ALIVE.as_millis() as u64)
-                .invoke_async(&mut self.0.queue.conn.clone())
-                .await;
-            match fetched {
+            match self.fetch_and_acknowledge(slots).await {
                 Ok(raw) if !raw.is_empty() => {
                     self.0.free.add_permits(slots - raw.len());
                     let mut messages = VecDeque::with_capacity(raw.len());
@@ -224,6 +222,31 @@ impl Consumer {
                 }
             }
         }
+    }
+
+    /// One fetch of up to `slots` messages, carrying the acknowledgements
+    /// waiting since the last; they wait for the next one if it fails.
+    async fn fetch_and_acknowledge(&self, slots: usize) -> Result<Vec<Vec<u8>>, BoxError> {
+        let acks = std::mem::take(&mut *self.lock_acks());
+        let fetched = FETCH
+            .key(&self.0.queue.prefix)
+            .arg(&self.0.name)
+            .arg(slots)
+            .arg(ALIVE.as_millis() as u64)
+            .arg(&acks)
+            .invoke_async(&mut self.0.queue.conn.clone())
+            .await;
+        if fetched.is_err() {
+            self.lock_acks().extend(acks);
+        }
+        Ok(fetched?)
+    }
+
+    fn lock_acks(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.0
+            .acks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A message as JSON. One that does not read back as the same bytes
@@ -304,6 +327,8 @@ impl Consumer {
     /// were abandoned at the end of the shutdown grace).
     pub async fn release(&self) -> Result<u64, BoxError> {
         self.0.heartbeat.abort();
+        // Finished messages must not go back with the unfinished ones.
+        self.fetch_and_acknowledge(0).await?;
         Ok(REAP
             .key(&self.0.queue.prefix)
             .arg(&self.0.name)
@@ -313,7 +338,8 @@ impl Consumer {
 }
 
 /// A message a handler holds. When the handler finished with it, dropping
-/// this acknowledges the message; dropped unfinished (the handler was
+/// this acknowledges the message (with the consumer's next fetch); dropped
+/// unfinished (the handler was
 /// abandoned), the message stays in flight until its consumer is released
 /// or reaped, and then runs again. Either way its slot is free.
 pub struct Delivery {
@@ -331,16 +357,11 @@ impl Delivery {
 impl Drop for Delivery {
     fn drop(&mut self) {
         if self.finished.load(Ordering::Relaxed) {
-            let consumer = self.consumer.clone();
             let raw = std::mem::take(&mut self.raw);
-            tokio::spawn(async move {
-                if let Err(error) = consumer.acknowledge_raw(raw.as_bytes()).await {
-                    // Its job is finished; the message returns, if ever,
-                    // with its consumer, and is dropped by the claim guard.
-                    warn!(%error, "acknowledging a queue message failed");
-                }
-            });
+            self.consumer.lock_acks().push(raw);
         }
+        // After the acknowledgement is queued, so the fetch this slot
+        // wakes carries it.
         self.consumer.0.free.add_permits(1);
     }
 }
