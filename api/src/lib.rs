@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use actix_web::{App, HttpServer, middleware::ErrorHandlers, web};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use queue::{BoxError, Queue, run_relay};
+use queue::{BoxError, Handoff, Queue, run_relay};
 use shared::{
     batch::Batcher,
     notify::Signals,
@@ -167,14 +167,22 @@ impl SubmitGroup {
                 tenant_id: submission.job.tenant_id.clone(),
             })
             .collect();
-        if !handoff.publishes() {
-            if !new_jobs.is_empty() {
-                self.signals.outbox_changed();
-            }
+        if new_jobs.is_empty() {
             return Ok(outcomes);
         }
-        let group = self.clone();
-        tokio::spawn(async move { handoff.publish(&group.queue, &group.store, &new_jobs).await });
+        match handoff {
+            Handoff::Relay => self.signals.outbox_changed(),
+            // Places already reserved: nothing to wait for.
+            Handoff::Room(_) => {
+                handoff.publish(&self.queue, &self.store, &new_jobs).await;
+            }
+            Handoff::Push => {
+                let group = self.clone();
+                tokio::spawn(async move {
+                    handoff.publish(&group.queue, &group.store, &new_jobs).await
+                });
+            }
+        }
         Ok(outcomes)
     }
 }
