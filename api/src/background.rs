@@ -3,6 +3,7 @@
 //! idempotency keys; the API key refresher; and, on Postgres, the listener
 //! that wakes long polls for jobs other processes finish.
 
+use queue::{Queue, run_relay};
 use shared::{
     notify::Signals,
     settings::Settings,
@@ -11,7 +12,7 @@ use shared::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
-use worker::{Queue, WorkerPool, run_relay};
+use worker::WorkerPool;
 
 use crate::{auth::ApiKeys, error::BoxError};
 

@@ -3,10 +3,11 @@
 use std::net::SocketAddr;
 
 use actix_web::{App, HttpServer, dev::Server, middleware::ErrorHandlers, web};
+use queue::Queue;
 use shared::{notify::Signals, reports::Registry, settings::Settings, store::Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-use worker::{Queue, cancel_on_signal};
+use worker::cancel_on_signal;
 
 use crate::{
     auth::ApiKeys,

@@ -1,10 +1,10 @@
+use queue::Queue;
 use shared::{
     batch::Batcher,
     notify::Signals,
     reports::Registry,
     store::{Store, Submission, Submitted},
 };
-use worker::Queue;
 
 use crate::{auth::ApiKeys, limits::Limits};
 

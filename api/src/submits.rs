@@ -3,13 +3,12 @@
 //! the jobs they make.
 
 use actix_web::{HttpRequest, HttpResponse};
+use queue::{Handoff, Queue};
 use shared::{
     batch::Batcher,
     notify::Signals,
-    store::{Store, Submission, SubmissionKey, Submitted},
+    store::{QueuedJob, Store, Submission, SubmissionKey, Submitted},
 };
-use tracing::warn;
-use worker::Queue;
 
 use crate::{
     error::{ApiError, ApiResult},
@@ -103,44 +102,45 @@ struct SubmitGroup {
 }
 
 impl SubmitGroup {
-    /// Commits a batch of submits, then publishes its new jobs at once,
-    /// saving the relay a transaction per batch: into the embedded queue
-    /// (room reserved before the commit; with none, the relay takes them
-    /// later), or to Redis in a task of its own, so a slow Redis holds up
-    /// no answer (if that push fails, the rows are made due for the relay).
-    /// Their outbox rows are written as published, so they are published
-    /// again only if not claimed in time, like any other.
+    /// Commits a batch of submits, then publishes its new jobs at once
+    /// (see [`queue::Handoff`]), saving the relay a transaction per batch;
+    /// a push to Redis runs in a task of its own, so a slow Redis holds up
+    /// no answer.
     async fn write(&self, submissions: Vec<Submission>) -> shared::Result<Vec<Submitted>> {
-        let room = self.queue.reserve(submissions.len());
-        let direct = room.is_some() || self.queue.is_redis();
+        let handoff = self
+            .queue
+            .handoff_for(submissions.iter().map(|s| s.job.tenant_id.as_str()));
         let outcomes = self
             .store
-            .submit_batch(&submissions, direct.then_some(self.republish_after_ms))
+            .submit_batch(
+                &submissions,
+                handoff.publishes().then_some(self.republish_after_ms),
+            )
             .await?;
-        let new_jobs: Vec<String> = submissions
+        let new_jobs: Vec<QueuedJob> = submissions
             .iter()
             .zip(&outcomes)
             .filter(|(_, outcome)| **outcome == Submitted::Inserted)
-            .map(|(submission, _)| submission.job.job_id.clone())
+            .map(|(submission, _)| QueuedJob {
+                job_id: submission.job.job_id.clone(),
+                tenant_id: submission.job.tenant_id.clone(),
+            })
             .collect();
         if new_jobs.is_empty() {
             return Ok(outcomes);
         }
-        match room {
-            Some(room) => room.send(&new_jobs),
-            None if direct => {
+        match handoff {
+            Handoff::Relay => self.signals.outbox_changed(),
+            // Places already reserved: nothing to wait for.
+            Handoff::Room(_) => {
+                handoff.publish(&self.queue, &self.store, &new_jobs).await;
+            }
+            Handoff::Push => {
                 let group = self.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = group.queue.publish(&new_jobs).await {
-                        warn!(%error, count = new_jobs.len(), "publishing new jobs failed; the relay will");
-                        let soon = shared::time::now_ms() + 1_000;
-                        if let Err(error) = group.store.retry_outbox_soon(&new_jobs, soon).await {
-                            warn!(%error, "could not hand the jobs to the relay; republished later");
-                        }
-                    }
+                    handoff.publish(&group.queue, &group.store, &new_jobs).await
                 });
             }
-            None => self.signals.outbox_changed(),
         }
         Ok(outcomes)
     }

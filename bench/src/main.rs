@@ -19,12 +19,17 @@ use sqlx::{AnyPool, Row};
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const REDIS: &str = "redis://127.0.0.1:6379";
 const KEY: &str = "bench-key-0123456789abcdef";
+/// A second tenant's key, for the fairness scenario.
+const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
-    /// Scenarios, comma-separated: e2e, submit, pickup, scale, prune, report, bullmq.
-    #[arg(long, default_value = "e2e,submit,pickup,scale,prune,report,bullmq")]
+    /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq.
+    #[arg(
+        long,
+        default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq"
+    )]
     scenarios: String,
     /// embedded, production, or both.
     #[arg(long, default_value = "both")]
@@ -49,6 +54,12 @@ struct Args {
     /// Jobs of the pickup scenario, submitted one at a time.
     #[arg(long, default_value_t = 500)]
     pickup_jobs: usize,
+    /// The fairness scenario: one tenant's backlog of 50 ms sleeps, then
+    /// this many jobs of another tenant, one at a time, on two slots.
+    #[arg(long, default_value_t = 2_000)]
+    fairness_backlog: usize,
+    #[arg(long, default_value_t = 50)]
+    fairness_jobs: usize,
     /// Finished jobs (scale, prune) and ledger entries (report) written beforehand.
     #[arg(long, default_value_t = 1_000_000)]
     rows: i64,
@@ -131,7 +142,7 @@ impl Service {
             ("BIND_ADDR", "127.0.0.1:0".to_owned()),
             ("DATABASE_URL", database_url.clone()),
             ("QUEUE_NAME", name.clone()),
-            ("API_KEYS", format!("bench:{KEY}")),
+            ("API_KEYS", format!("bench:{KEY},quiet:{QUIET_KEY}")),
             ("ENABLE_DIAGNOSTIC_KINDS", "true".to_owned()),
             ("WORKER_CONCURRENCY", concurrency.to_string()),
             ("RUST_LOG", "error".to_owned()),
@@ -224,12 +235,6 @@ impl Service {
             if !keys.is_empty() {
                 let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
             }
-            // apalis-redis also lists every queue in one shared key of its own.
-            let _: () = redis::cmd("ZREM")
-                .arg("core:apalis:queues:list")
-                .arg(format!("{}:jobs:workers", self.queue_name))
-                .query_async(&mut conn)
-                .await?;
         }
         let _ = std::fs::remove_dir_all(&self._dir);
         Ok(())
@@ -251,9 +256,13 @@ fn client() -> reqwest::Client {
 }
 
 async fn submit(client: &reqwest::Client, base: &str, body: &Value) -> Result<Value> {
+    submit_as(client, base, KEY, body).await
+}
+
+async fn submit_as(client: &reqwest::Client, base: &str, key: &str, body: &Value) -> Result<Value> {
     let response = client
         .post(format!("{base}/v1/reports/sleep"))
-        .bearer_auth(KEY)
+        .bearer_auth(key)
         .header("idempotency-key", uuid::Uuid::now_v7().to_string())
         .json(body)
         .send()
@@ -545,16 +554,21 @@ fn rfc3339_ms(text: &str) -> Option<f64> {
         .map(|t| t.timestamp_micros() as f64 / 1000.0)
 }
 
-/// Scenario 3: an idle system, jobs one at a time: `started_at - created_at`.
-async fn pickup(service: &Service, count: usize) -> Result<Value> {
-    let client = client();
+/// `started_at - created_at` of `count` jobs of the tenant of `key`,
+/// submitted one at a time, each after the one before finished; sorted.
+async fn pickup_latencies(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    count: usize,
+) -> Result<Vec<f64>> {
     let mut latencies = Vec::with_capacity(count);
     for _ in 0..count {
-        let job = submit(&client, &service.base, &json!({"ms": 0})).await?;
+        let job = submit_as(client, base, key, &json!({"ms": 0})).await?;
         let id = job["job_id"].as_str().context("job_id")?;
         let done: Value = client
-            .get(format!("{}/v1/jobs/{id}?wait=10", service.base))
-            .bearer_auth(KEY)
+            .get(format!("{base}/v1/jobs/{id}?wait=30"))
+            .bearer_auth(key)
             .send()
             .await?
             .json()
@@ -564,9 +578,54 @@ async fn pickup(service: &Service, count: usize) -> Result<Value> {
         }
     }
     latencies.sort_by(f64::total_cmp);
+    Ok(latencies)
+}
+
+/// Scenario 3: an idle system, jobs one at a time: `started_at - created_at`.
+async fn pickup(service: &Service, count: usize) -> Result<Value> {
+    let latencies = pickup_latencies(&client(), &service.base, KEY, count).await?;
     Ok(
         json!({"jobs": count, "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99)}),
     )
+}
+
+/// Scenario: fairness. One tenant submits a backlog of 50 ms sleeps (on
+/// two slots, `backlog` × 25 ms of work); then another tenant submits jobs
+/// one at a time while that backlog waits: `started_at - created_at` of
+/// the second tenant's jobs, and how much of the backlog was still waiting
+/// at the end (so the figure was taken behind it).
+async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Value> {
+    use futures::StreamExt;
+    let client = client();
+    let backlog_started = Instant::now();
+    let sleep_50ms = json!({"ms": 50});
+    let submitted: Vec<Result<Value>> = futures::stream::iter(0..backlog)
+        .map(|_| submit(&client, &service.base, &sleep_50ms))
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    for result in submitted {
+        result?;
+    }
+    let backlog_secs = backlog_started.elapsed().as_secs_f64();
+    let latencies = pickup_latencies(&client, &service.base, QUIET_KEY, count).await?;
+    let pool = service.pool().await?;
+    let waiting: i64 = sqlx::query(
+        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'QUEUED'",
+    )
+    .fetch_one(&pool)
+    .await?
+    .try_get("n")?;
+    pool.close().await;
+    Ok(json!({
+        "backlog": backlog,
+        "backlog_submit_s": backlog_secs,
+        "backlog_still_queued": waiting,
+        "jobs": latencies.len(),
+        "p50_ms": percentile(&latencies, 0.5),
+        "p99_ms": percentile(&latencies, 0.99),
+        "max_ms": latencies.last().copied().unwrap_or(f64::NAN),
+    }))
 }
 
 /// Writes `rows` SUCCEEDED jobs with their results straight into the
@@ -830,6 +889,21 @@ async fn main() -> Result<()> {
                 result["p99_ms"].as_f64().unwrap_or_default()
             );
             print_result("pickup", shape.name(), result, &summary);
+        }
+        if wants("fairness") {
+            // Two slots, as a small deployment has: a FIFO queue would make
+            // the second tenant wait for the whole backlog.
+            let service = Service::start(shape, args.workers, 2).await?;
+            let result = fairness(&service, args.fairness_backlog, args.fairness_jobs).await?;
+            service.stop().await?;
+            let summary = format!(
+                "pickup of a second tenant p50 {:.1} ms  p99 {:.1} ms  behind {} queued of {}",
+                result["p50_ms"].as_f64().unwrap_or_default(),
+                result["p99_ms"].as_f64().unwrap_or_default(),
+                result["backlog_still_queued"],
+                result["backlog"],
+            );
+            print_result("fairness", shape.name(), result, &summary);
         }
         if wants("scale") {
             let service = Service::start(shape, args.workers, args.concurrency).await?;

@@ -15,7 +15,8 @@ pub enum Error {
     /// Redis, as the queue.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// apalis: pushing a message, or running its workers.
+    /// The queue: pushing or fetching a message, or apalis running its
+    /// workers.
     #[error("queue: {0}")]
     Apalis(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The in-process queue's workers have stopped.
@@ -40,6 +41,12 @@ impl Error {
     /// An apalis error, whatever its type.
     pub fn apalis(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::Apalis(Box::new(error))
+    }
+}
+
+impl From<queue::BoxError> for Error {
+    fn from(error: queue::BoxError) -> Self {
+        Error::Apalis(error)
     }
 }
 

@@ -1,5 +1,5 @@
-//! The worker side: the apalis pool that runs jobs, the outbox relay that
-//! feeds the queue, the lease sweeper, the webhook dispatcher, and the
+//! The worker side: the apalis pool that runs jobs (fed by the `queue`
+//! crate's queue and outbox relay), the lease sweeper, the webhook dispatcher, and the
 //! retention pruner and queue vacuum that keep storage bounded. apalis is
 //! the transport; the database is the truth (`docs/design.md`): every state
 //! change is made, and fenced, in the store.
@@ -7,8 +7,6 @@
 mod dispatcher;
 mod error;
 mod pool;
-mod queue;
-mod relay;
 mod retention;
 mod runner;
 mod sweeper;
@@ -16,8 +14,6 @@ mod sweeper;
 pub use dispatcher::Dispatcher;
 pub use error::{Error, Result};
 pub use pool::{WorkerPool, cancel_on_signal, run_worker_process};
-pub use queue::{Queue, Room};
-pub use relay::run_relay;
 pub use retention::{run_pruner, run_queue_vacuum};
 pub use runner::{Runner, backoff_delay};
 pub use sweeper::run_sweeper;

@@ -15,29 +15,27 @@ use std::{
 };
 
 use apalis::prelude::*;
+use queue::{Consumer, Message, Queue, run_relay};
 use shared::{notify::Signals, settings::Settings, store::Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    Dispatcher, Error, Queue, Result,
-    queue::Message,
-    relay::run_relay,
+    Dispatcher, Error, Result,
     retention::{run_pruner, run_queue_vacuum},
     runner::Runner,
     sweeper::run_sweeper,
 };
 
-/// How often an idle worker looks for new messages (apalis otherwise waits
-/// for its heartbeat, seconds).
+/// How often an idle worker of apalis's SQL storages looks for new messages
+/// (apalis otherwise waits for its heartbeat, seconds).
 const POLL: Duration = Duration::from_millis(20);
 /// Wakes an idle worker every [`POLL`]. apalis's own `poll_with_interval`
 /// re-arms its timer without polling it, so when a fetch completes at once
 /// nothing wakes the worker again until its next heartbeat (seconds of
 /// pickup latency); this strategy registers the next tick before it reports
-/// this one. It also wakes at once on a publish (this process's relay, or
-/// any process's push to Redis: `Queue::forward_published`), instead of at
-/// the next tick.
+/// this one. It also wakes at once on a publish by this process's relay,
+/// instead of at the next tick.
 struct PollEvery {
     every: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -121,8 +119,20 @@ const QUICK_RESTARTS: usize = 3;
 /// for a minute.
 const RESTART_PAUSE: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
 
-async fn handle_message(message: Message, runner: Data<Arc<Runner>>) -> Result<(), BoxDynError> {
+async fn handle_message(
+    message: Message,
+    runner: Data<Arc<Runner>>,
+    consumer: Data<Option<Consumer>>,
+) -> Result<(), BoxDynError> {
+    // Frees the message's slot however the handler ends, and acknowledges
+    // the message once it has run (the Redis queue).
+    let delivery = consumer
+        .as_ref()
+        .map(|consumer| consumer.delivery(&message));
     runner.handle(message).await;
+    if let Some(delivery) = &delivery {
+        delivery.finished();
+    }
     Ok(())
 }
 
@@ -214,14 +224,9 @@ impl WorkerPool {
             self.queue_name.clone(),
             background.clone(),
         ));
-        let wake_ups = {
-            let queue = self.queue.clone();
-            tokio::spawn(async move { queue.forward_published(signals).await })
-        };
         info!(worker_id = self.runner.worker_id, concurrency = self.concurrency, queue = ?self.queue, "worker pool started");
         let result = self.run_apalis_until_shutdown(&shutdown).await;
         background.cancel();
-        wake_ups.abort();
         stopping.abort();
         let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum);
         let unfinished = self.runner.running_attempts();
@@ -275,10 +280,18 @@ impl WorkerPool {
         let runner = self.runner.clone();
         let concurrency = self.concurrency;
         let published = self.runner.signals.published_notify();
+        // One Redis consumer per generation: a generation that ends hands
+        // back what it still holds (below), and a process that dies stops
+        // its heartbeat, so its messages return to the queue.
+        let consumer = self
+            .queue
+            .redis()
+            .map(|queue| queue.consumer(base.clone(), concurrency));
         let signal = async move {
             shutdown.cancelled().await;
             Ok(())
         };
+        let handlers_consumer = consumer.clone();
         macro_rules! run_monitor {
             ($new_backend:expr) => {{
                 let new_backend = $new_backend;
@@ -295,6 +308,7 @@ impl WorkerPool {
                         WorkerBuilder::new(format!("{base}-r{restarts}"))
                             .backend(new_backend())
                             .data(runner.clone())
+                            .data(handlers_consumer.clone())
                             .concurrency(concurrency)
                             .catch_panic()
                             .parallelize(tokio::spawn)
@@ -305,11 +319,13 @@ impl WorkerPool {
                     .map_err(Error::apalis)
             }};
         }
-        match self.queue.clone() {
-            Queue::Redis { storage, .. } => {
-                let backend =
-                    (*storage).poll_with_strategy(PollEvery::new(POLL, published.clone()));
-                run_monitor!(move || backend.clone())
+        let result = match self.queue.clone() {
+            // Fetches block on Redis for a push: no polling.
+            Queue::Redis(_) => {
+                let consumer = consumer
+                    .clone()
+                    .ok_or_else(|| Error::Apalis("a Redis queue has a consumer".into()))?;
+                run_monitor!(move || consumer.storage())
             }
             Queue::Sqlite(storage) => {
                 let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
@@ -321,7 +337,17 @@ impl WorkerPool {
             }
             // A channel wakes its reader when a message arrives: no polling.
             Queue::Memory(queue) => run_monitor!(move || queue.storage()),
+        };
+        if let Some(consumer) = consumer {
+            match consumer.release().await {
+                Ok(0) => {}
+                Ok(returned) => info!(returned, "handed unstarted messages back to the queue"),
+                Err(error) => {
+                    warn!(%error, "could not hand messages back to the queue; they return when its heartbeat lapses")
+                }
+            }
         }
+        result
     }
 }
 

@@ -14,7 +14,7 @@ use shared::{
 use tokio_util::sync::CancellationToken as Shutdown;
 use tracing::{debug, warn};
 
-use crate::Queue;
+use queue::Queue;
 
 /// How often the pruner looks when it found less than a batch: a job is
 /// gone at most this long (plus one batch) after its retention ends.

@@ -310,12 +310,6 @@ async fn delete_redis_prefix(prefix: &str) {
     if !keys.is_empty() {
         let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
     }
-    // apalis-redis also lists every queue in one shared key of its own.
-    let _: Result<(), _> = redis::cmd("ZREM")
-        .arg("core:apalis:queues:list")
-        .arg(format!("{prefix}:jobs:workers"))
-        .query_async(&mut conn)
-        .await;
 }
 
 /// A binary of this workspace, built beside the `api` test binary.

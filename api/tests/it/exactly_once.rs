@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use clap::Parser;
+use queue::Queue;
 use serde_json::json;
 use shared::settings::Settings;
-use worker::Queue;
+use shared::store::QueuedJob;
 
 use crate::common::{Backend, TestEnv};
 
@@ -36,6 +37,14 @@ async fn queue_of(env: &TestEnv) -> Queue {
     Queue::connect(&settings, &store).await.expect("queue")
 }
 
+/// What the queue carries for a job of the tests' first tenant.
+fn queued(job_id: &str) -> QueuedJob {
+    QueuedJob {
+        job_id: job_id.to_owned(),
+        tenant_id: "tenant-a".to_owned(),
+    }
+}
+
 async fn assert_ran_once(env: &TestEnv, job_id: &str) {
     let store = env.store().await;
     let job = store.get_job_unscoped(job_id).await.unwrap().expect("job");
@@ -53,7 +62,7 @@ async fn duplicate_messages_concurrent_or_later_run_the_job_once(backend: Backen
     // Five more copies wait in the queue before any worker runs: two
     // workers with four slots each take them at the same time.
     for _ in 0..5 {
-        queue.publish(std::slice::from_ref(&job_id)).await.unwrap();
+        queue.publish(&[queued(&job_id)]).await.unwrap();
     }
     let _first = env.start_worker(&[]);
     let _second = env.start_worker(&[]);
@@ -64,7 +73,7 @@ async fn duplicate_messages_concurrent_or_later_run_the_job_once(backend: Backen
     // Copies delivered after the job finished: as when a worker dies after
     // writing the result but before acknowledging its message.
     queue
-        .publish(&[job_id.clone(), job_id.clone()])
+        .publish(&[queued(&job_id), queued(&job_id)])
         .await
         .unwrap();
     let marker = api.submit("sleep", json!({"ms": 1})).await;
@@ -101,7 +110,8 @@ async fn prefetching_workers_run_each_job_once(backend: Backend) {
         let job = api.submit("sleep", json!({"ms": 5})).await;
         job_ids.push(job["job_id"].as_str().unwrap().to_owned());
     }
-    queue_of(&env).await.publish(&job_ids).await.unwrap();
+    let messages: Vec<QueuedJob> = job_ids.iter().map(|id| queued(id)).collect();
+    queue_of(&env).await.publish(&messages).await.unwrap();
     let _workers = [
         env.start_worker(&[("QUEUE_PREFETCH", "8")]),
         env.start_worker(&[("QUEUE_PREFETCH", "8")]),

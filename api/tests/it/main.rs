@@ -9,6 +9,7 @@ mod dashboard;
 mod dashboard_browser;
 mod errors;
 mod exactly_once;
+mod fairness;
 mod faults;
 mod idempotency;
 mod lifecycle;

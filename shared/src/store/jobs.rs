@@ -54,6 +54,14 @@ fn lease_check(row: Option<AnyRow>) -> Result<LeaseCheck> {
     })
 }
 
+/// A job the queue is to carry: its id, and its tenant, which the queue
+/// schedules fairly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedJob {
+    pub job_id: String,
+    pub tenant_id: String,
+}
+
 /// A new job, as the API inserts it.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -345,7 +353,7 @@ impl Store {
         &self,
         limit: i64,
         republish_after_ms: i64,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<QueuedJob>> {
         if limit <= 0 {
             return Ok(Vec::new());
         }
@@ -365,8 +373,12 @@ impl Store {
         // Two statements: as one (`UPDATE .. WHERE job_id IN (SELECT ..)`)
         // Postgres plans a hash join over a scan of the whole outbox, dead
         // rows and all, on every call.
+        // The tenant rides along for the queue's fair scheduling; a scalar
+        // subquery, so the job rows are read but not locked.
         let due = sqlx::query(built(&format!(
-            "SELECT job_id FROM outbox WHERE publish_at <= $1
+            "SELECT job_id,
+                    (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
+             FROM outbox WHERE publish_at <= $1
              ORDER BY publish_at LIMIT $2{}",
             self.dialect.skip_locked()
         )))
@@ -375,8 +387,15 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?
         .iter()
-        .map(|r| Ok(r.try_get::<String, _>("job_id")?))
-        .collect::<Result<Vec<String>>>()?;
+        .map(|r| {
+            Ok(QueuedJob {
+                job_id: r.try_get("job_id")?,
+                tenant_id: r
+                    .try_get::<Option<String>, _>("tenant_id")?
+                    .unwrap_or_default(),
+            })
+        })
+        .collect::<Result<Vec<QueuedJob>>>()?;
         if due.is_empty() {
             return Ok(due);
         }
@@ -390,8 +409,8 @@ impl Store {
             placeholders(3, due.len())
         );
         let mut query = sqlx::query(built(&sql)).bind(now).bind(republish_after_ms);
-        for job_id in &due {
-            query = query.bind(job_id);
+        for job in &due {
+            query = query.bind(&job.job_id);
         }
         query.execute(&mut *tx).await?;
         tx.commit().await?;

@@ -25,7 +25,7 @@ pub use dashboard::{
     DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, WebhookHealth,
 };
 pub use idempotency::{KeyLookup, StoredResponse};
-pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob, RetryOutcome};
+pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob, QueuedJob, RetryOutcome};
 pub use keys::{
     ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
 };

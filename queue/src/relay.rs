@@ -5,22 +5,19 @@
 
 use std::time::Duration;
 
-use shared::{
-    notify::Signals,
-    store::Store,
-    time::{duration_ms, now_ms},
-};
+use shared::{notify::Signals, store::Store, time::duration_ms};
 use tokio_util::sync::CancellationToken as Shutdown;
 use tracing::warn;
 
 use crate::Queue;
 
-const BATCH: i64 = 200;
+const BATCH: usize = 200;
 /// How often the relay looks without being woken (rows written by another
 /// process, retries whose backoff has passed).
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
-/// How often the relay asks whether the queue lost its messages.
+/// How often the relay asks whether the queue lost its messages, and
+/// returns those of dead Redis consumers.
 const LOSS_CHECK: Duration = Duration::from_secs(1);
 
 pub async fn run_relay(
@@ -35,31 +32,23 @@ pub async fn run_relay(
         if last_loss_check.elapsed() >= LOSS_CHECK {
             last_loss_check = tokio::time::Instant::now();
             recover_lost_messages(&store, &queue).await;
+            match queue.return_abandoned().await {
+                Ok(0) | Err(_) => {}
+                Ok(returned) => warn!(
+                    returned,
+                    "returned the messages of a queue consumer that stopped"
+                ),
+            }
         }
+        let (handoff, batch) = queue.handoff_up_to(BATCH);
         let mut published_full_batch = false;
-        // The in-process queue leases no more rows than it has room for: a
-        // backlog stays in the outbox rather than in memory (and is not
-        // republished meanwhile).
-        let room = queue.reserve_up_to(BATCH as usize);
-        let batch = room.as_ref().map_or(BATCH, |room| room.len() as i64);
         match store
-            .take_due_outbox(batch, duration_ms(republish_after))
+            .take_due_outbox(batch as i64, duration_ms(republish_after))
             .await
         {
-            Ok(job_ids) if !job_ids.is_empty() => {
-                published_full_batch = job_ids.len() as i64 == batch;
-                let published = match room {
-                    Some(room) => {
-                        room.send(&job_ids);
-                        Ok(())
-                    }
-                    None => queue.publish(&job_ids).await,
-                };
-                if let Err(error) = published {
-                    warn!(%error, count = job_ids.len(), "publishing to the queue failed; will retry");
-                    let _ = store.retry_outbox_soon(&job_ids, now_ms() + 1_000).await;
-                    published_full_batch = false;
-                } else {
+            Ok(jobs) if !jobs.is_empty() => {
+                if handoff.publish(&queue, &store, &jobs).await {
+                    published_full_batch = jobs.len() == batch;
                     signals.published();
                 }
             }

@@ -1,0 +1,218 @@
+//! Fair scheduling between tenants (`docs/design.md`, Fair scheduling):
+//! one tenant's backlog does not make another's job wait behind it, and a
+//! Redis worker that dies holding messages gives them back within seconds.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::common::{Api, Backend, TestEnv};
+
+const BACKLOG: usize = 2_000;
+
+fn millis(job: &Value, field: &str) -> i64 {
+    let text = job[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("{field} in {job}"));
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{field} {text}: {e}"))
+        .timestamp_millis()
+}
+
+/// The api and the worker pool of the shape: in one process (embedded), or
+/// an api and a worker process.
+async fn start(env: &TestEnv, extra: &[(&str, &str)]) -> (Api, Option<crate::common::Process>) {
+    match env.backend {
+        Backend::Sqlite => {
+            let embedded = [extra, &[("EMBEDDED_WORKER", "true")]].concat();
+            (env.start_api(&embedded).await, None)
+        }
+        Backend::PgRedis => {
+            let api_only = [extra, &[("EMBEDDED_WORKER", "false")]].concat();
+            let api = env.start_api(&api_only).await;
+            (api, Some(env.start_worker(extra)))
+        }
+    }
+}
+
+async fn a_tenants_job_starts_within_a_second_behind_another_tenants_backlog(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let (api, _worker) = start(&env, &[("WORKER_CONCURRENCY", "2")]).await;
+    // Tenant A: 2,000 sleeps of 50 ms, two at a time: 50 s of work in FIFO.
+    futures::stream::iter(0..BACKLOG)
+        .map(|_| api.submit("sleep", json!({"ms": 50})))
+        .buffer_unordered(32)
+        .collect::<Vec<Value>>()
+        .await;
+
+    let tenant_b = api.as_tenant_b();
+    let job = tenant_b.submit("sleep", json!({"ms": 1})).await;
+    let done = tenant_b.wait_final(job["job_id"].as_str().unwrap()).await;
+
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    let waited = millis(&done, "started_at") - millis(&done, "created_at");
+    let a_waiting = env
+        .count("SELECT COUNT(*) FROM jobs WHERE tenant_id = 'tenant-a' AND status = 'QUEUED'")
+        .await;
+    assert!(
+        a_waiting > (BACKLOG / 2) as i64,
+        "tenant A's backlog is mostly still waiting ({a_waiting} jobs) when B's job has run"
+    );
+    assert!(
+        waited <= 1_000,
+        "tenant B's job started {waited} ms after its submit, behind {a_waiting} of A's"
+    );
+}
+
+crate::on_both_backends!(a_tenants_job_starts_within_a_second_behind_another_tenants_backlog);
+
+/// Blocks claims of the job: its row is locked by a transaction of the
+/// test's until the returned connection is dropped.
+async fn lock_job_row(env: &TestEnv, job_id: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&env.database_url)
+        .await
+        .expect("the test database");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; SELECT 1 FROM jobs WHERE job_id = '{job_id}' FOR UPDATE"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("lock the job row");
+    conn
+}
+
+async fn redis_connection(env: &TestEnv) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(env.redis_url.as_str()).expect("redis");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis")
+}
+
+/// Messages held in flight by this test's Redis consumers.
+async fn in_flight(env: &TestEnv) -> usize {
+    let mut conn = redis_connection(env).await;
+    let lists: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:jobs:inflight:*", env.queue_name))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    let mut held = 0;
+    for list in lists {
+        let len: usize = redis::cmd("LLEN")
+            .arg(list)
+            .query_async(&mut conn)
+            .await
+            .expect("LLEN");
+        held += len;
+    }
+    held
+}
+
+/// A worker killed (-9) after it fetched a message and before it claimed
+/// the job: the message is back in the queue once its heartbeat lapses
+/// (seconds), not after `REPUBLISH_AFTER` (five minutes here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "false"), ("REPUBLISH_AFTER", "5m")])
+        .await;
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let job_id = job["job_id"].as_str().unwrap().to_owned();
+    let lock = lock_job_row(&env, &job_id).await;
+
+    let mut victim = env.start_worker(&[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while in_flight(&env).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never fetched the message"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // It fetched, and waits on the row lock to claim.
+    victim.kill_hard();
+    drop(lock);
+    let killed_at = std::time::Instant::now();
+
+    let _survivor = env.start_worker(&[]);
+    let done = api.wait_final(&job_id).await;
+    let took = killed_at.elapsed();
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["attempts"], 1, "the killed worker never claimed it");
+    assert!(
+        took < Duration::from_secs(30),
+        "the message came back {took:?} after the kill"
+    );
+    // Acknowledged with the survivor's next fetch: at once when busy,
+    // within its one-second look when idle.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while in_flight(&env).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a finished message is still in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Messages waiting in this test's Redis queue (all tenants).
+async fn waiting(env: &TestEnv) -> usize {
+    let mut conn = redis_connection(env).await;
+    redis::cmd("LLEN")
+        .arg(format!("{}:jobs:fifo:tenant-a", env.queue_name))
+        .query_async(&mut conn)
+        .await
+        .expect("LLEN")
+}
+
+/// A Redis worker takes no more messages than it has free slots: the rest
+/// wait in the queue, where a second worker that starts takes them, rather
+/// than behind the first worker's running jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_worker_holds_no_more_messages_than_it_has_free_slots() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    // Once the relay found the new queue and marked it intact; before, it
+    // would publish the jobs a second time, as after a loss.
+    let mut conn = redis_connection(&env).await;
+    let intact = format!("{}:jobs:intact", env.queue_name);
+    while !redis::cmd("EXISTS")
+        .arg(&intact)
+        .query_async::<bool>(&mut conn)
+        .await
+        .expect("EXISTS")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut job_ids = Vec::new();
+    for _ in 0..6 {
+        job_ids.push(
+            api.submit("sleep", json!({"ms": 3000})).await["job_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let _first = env.start_worker(&[("WORKER_CONCURRENCY", "2")]);
+    api.wait_status(&job_ids[0], "RUNNING").await;
+    api.wait_status(&job_ids[1], "RUNNING").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(in_flight(&env).await, 2, "one message per slot");
+    assert_eq!(waiting(&env).await, 4, "the rest wait in the queue");
+
+    let _second = env.start_worker(&[("WORKER_CONCURRENCY", "2")]);
+    api.wait_status(&job_ids[2], "RUNNING").await;
+    api.wait_status(&job_ids[3], "RUNNING").await;
+    assert_eq!(
+        api.job(&job_ids[0]).await["status"],
+        "RUNNING",
+        "taken while the first worker's jobs still run"
+    );
+    for job_id in &job_ids {
+        assert_eq!(api.wait_final(job_id).await["status"], "SUCCEEDED");
+    }
+}

@@ -1,0 +1,356 @@
+//! The queue both binaries share: Redis when `REDIS_URL` is set, else the
+//! database (apalis's SQLite or Postgres storage), or, for the embedded
+//! default, a queue inside the process. A message is
+//! `{"job_id": "...", "tenant_id": "..."}`; the Redis and in-process queues
+//! hand messages out fairly between tenants (`docs/design.md`, Fair
+//! scheduling). Also here: the one path that hands committed jobs to the
+//! queue ([`Handoff`]), and the outbox relay.
+
+mod memory;
+mod redis;
+mod relay;
+
+use std::time::Duration;
+
+use apalis::prelude::TaskSink;
+use apalis_postgres::PostgresStorage;
+use apalis_sqlite::SqliteStorage;
+use serde_json::{Value, json};
+use shared::{
+    settings::Settings,
+    store::{Dialect, QueuedJob, Store},
+};
+use tracing::warn;
+
+pub use memory::{FAIR_SHARE, FairQueue, MEMORY_QUEUE_CAPACITY, MemoryQueue, Room};
+pub use redis::{ALIVE, Consumer, Delivery, RedisQueue};
+pub use relay::run_relay;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The payload type: decoded as any JSON value, so a malformed message
+/// is dropped by our handler instead of killing the apalis worker at fetch.
+pub type Message = Value;
+
+/// The message that carries a job: its id, and its tenant for fair
+/// scheduling.
+pub fn message(job: &QueuedJob) -> Message {
+    json!({ "job_id": job.job_id, "tenant_id": job.tenant_id })
+}
+
+#[derive(Clone)]
+pub enum Queue {
+    Redis(RedisQueue),
+    Sqlite(SqliteStorage<Message>),
+    Postgres(PostgresStorage<Message>),
+    Memory(MemoryQueue),
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Queue::Redis(_) => "Queue::Redis",
+            Queue::Sqlite(_) => "Queue::Sqlite",
+            Queue::Postgres(_) => "Queue::Postgres",
+            Queue::Memory(_) => "Queue::Memory",
+        })
+    }
+}
+
+/// apalis's heartbeat (its SQL storages): its own orphan recovery
+/// re-delivers a dead worker's messages after `HEARTBEAT *
+/// MISSED_HEARTBEATS`; our lease does the real recovery, so this only needs
+/// to be well above any stall.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+const MISSED_HEARTBEATS: usize = 6;
+
+impl Queue {
+    /// The queue of a process that runs its own worker pool: for the
+    /// embedded default (SQLite, no Redis) a queue inside the process,
+    /// otherwise the shared queue of [`Queue::connect`].
+    pub async fn connect_in_process(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
+        if settings.redis_url.is_none() && store.dialect() == Dialect::Sqlite {
+            return Ok(Queue::Memory(MemoryQueue::default()));
+        }
+        Self::connect(settings, store).await
+    }
+
+    /// The name of the queue the settings name: in Redis, the prefix of its
+    /// keys; in apalis's tables, the `job_type` of its rows.
+    pub fn apalis_queue_name(settings: &Settings) -> String {
+        format!("{}:jobs", settings.queue_name)
+    }
+
+    /// Connects to the queue the settings name and prepares its tables.
+    pub async fn connect(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
+        let queue_name = Self::apalis_queue_name(settings);
+        if let Some(url) = &settings.redis_url {
+            let queue = RedisQueue::connect(url, queue_name).await?;
+            return Ok(Queue::Redis(queue));
+        }
+        match store.dialect() {
+            Dialect::Sqlite => {
+                let url = &sqlite_queue_url(store.url());
+                // apalis's setup turns `synchronous` OFF on the connection it
+                // runs on: run it on a pool of its own and throw that away.
+                let setup_pool = apalis_sqlite::SqlitePool::connect(url).await?;
+                SqliteStorage::setup(&setup_pool).await?;
+                setup_pool.close().await;
+                let options: apalis_sqlite::SqliteConnectOptions = url.parse()?;
+                let options = options
+                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                    .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(10));
+                let pool = apalis_sqlite::SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .connect_with(options)
+                    .await?;
+                Ok(Queue::Sqlite(
+                    SqliteStorage::new(&pool).with_config(
+                        apalis_sqlite::Config::default()
+                            .queue(&queue_name)
+                            .batch_size(usize::from(settings.queue_prefetch))
+                            .heartbeat_interval(HEARTBEAT)
+                            .missed_heartbeats(MISSED_HEARTBEATS),
+                    ),
+                ))
+            }
+            Dialect::Postgres => {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(8)
+                    .connect(store.url())
+                    .await?;
+                PostgresStorage::setup(&pool).await?;
+                shared::store::index_finished_postgres_messages(&pool).await?;
+                Ok(Queue::Postgres(
+                    PostgresStorage::new(&pool).with_config(
+                        apalis_postgres::Config::default()
+                            .queue(&queue_name)
+                            .batch_size(usize::from(settings.queue_prefetch))
+                            .heartbeat_interval(HEARTBEAT)
+                            .missed_heartbeats(MISSED_HEARTBEATS),
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Publishes one message per job. The in-process queue takes them
+    /// whatever its room: callers that can wait use a [`Handoff`] instead.
+    pub async fn publish(&self, jobs: &[QueuedJob]) -> Result<(), BoxError> {
+        let messages = || jobs.iter().map(message).collect::<Vec<Message>>();
+        match self.clone() {
+            Queue::Redis(queue) => queue.push(jobs).await?,
+            Queue::Sqlite(mut storage) => storage.push_bulk(messages()).await?,
+            Queue::Postgres(mut storage) => storage.push_bulk(messages()).await?,
+            Queue::Memory(queue) => queue.push(jobs),
+        }
+        Ok(())
+    }
+
+    /// How jobs of these tenants, about to be committed, reach the queue:
+    /// pushed right after the commit when the queue takes them without
+    /// waiting (Redis; the in-process queue when it has room for each, see
+    /// [`MemoryQueue::reserve_for`]), else by the relay.
+    pub fn handoff_for<'a>(&self, tenants: impl IntoIterator<Item = &'a str>) -> Handoff {
+        match self {
+            Queue::Redis(_) => Handoff::Push,
+            Queue::Memory(queue) => queue
+                .reserve_for(tenants)
+                .map_or(Handoff::Relay, Handoff::Room),
+            Queue::Sqlite(_) | Queue::Postgres(_) => Handoff::Relay,
+        }
+    }
+
+    /// The relay's hand-off for up to `most` outbox rows, and how many it
+    /// may lease: the in-process queue leases no more rows than it has room
+    /// for, so a backlog stays in the outbox rather than in memory (and is
+    /// not republished meanwhile).
+    pub fn handoff_up_to(&self, most: usize) -> (Handoff, usize) {
+        match self {
+            Queue::Memory(queue) => {
+                let room = queue.reserve_up_to(most);
+                let len = room.len();
+                (Handoff::Room(room), len)
+            }
+            _ => (Handoff::Push, most),
+        }
+    }
+
+    pub fn redis(&self) -> Option<&RedisQueue> {
+        match self {
+            Queue::Redis(queue) => Some(queue),
+            _ => None,
+        }
+    }
+
+    /// Returns the messages of Redis consumers that died (see
+    /// [`RedisQueue::return_abandoned`]); nothing to do for the other
+    /// queues, whose worker pools recover their own.
+    pub async fn return_abandoned(&self) -> Result<u64, BoxError> {
+        match self {
+            Queue::Redis(queue) => queue.return_abandoned().await,
+            _ => Ok(0),
+        }
+    }
+
+    /// After a start, makes jobs whose messages only this queue could have
+    /// held due for publishing again: an in-process queue starts empty, so
+    /// messages a previous process published into it died with it.
+    pub async fn recover(&self, store: &Store) -> Result<(), BoxError> {
+        if let Queue::Memory(_) = self {
+            let due = store.make_outbox_due_now().await?;
+            if due > 0 {
+                tracing::info!(due, "republishing unclaimed jobs of an earlier process");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the queue may have lost messages since [`Queue::mark_intact`]
+    /// last ran: Redis restarted without persistence, was flushed, or
+    /// failed over to a replica that had not caught up. Its marker key is
+    /// then gone with the messages, and every job published but not yet
+    /// claimed must be published again now rather than after
+    /// `REPUBLISH_AFTER`. Always `false` for the other queues: the
+    /// database's queue tables are as durable as the jobs themselves, and
+    /// the in-process queue is recovered at start ([`Queue::recover`]).
+    pub async fn lost_messages(&self) -> Result<bool, BoxError> {
+        let Queue::Redis(queue) = self else {
+            return Ok(false);
+        };
+        let exists: bool = ::redis::cmd("EXISTS")
+            .arg(queue.key("intact"))
+            .query_async(&mut queue.connection())
+            .await?;
+        Ok(!exists)
+    }
+
+    /// Records that everything unclaimed has been made due for publishing
+    /// since the queue was last found to have lost its messages.
+    pub async fn mark_intact(&self) -> Result<(), BoxError> {
+        if let Queue::Redis(queue) = self {
+            ::redis::cmd("SET")
+                .arg(queue.key("intact"))
+                .arg(shared::time::now_ms())
+                .query_async::<()>(&mut queue.connection())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes what the queue keeps of up to `limit` finished messages;
+    /// returns how many it looked at, so a caller knows whether more wait.
+    /// apalis's SQLite and Postgres storages keep a row per acknowledged
+    /// message until someone deletes it; only rows whose handler has
+    /// returned and been acknowledged are touched, never one waiting or in
+    /// flight. The Redis and in-process queues keep nothing of a message
+    /// once it is acknowledged.
+    ///
+    /// apalis's own `Vacuum` is not used: on SQLite it deletes every
+    /// finished row in one statement and then rebuilds the file (`VACUUM`);
+    /// Postgres has none.
+    pub async fn forget_finished(&self, queue_name: &str, limit: usize) -> Result<u64, BoxError> {
+        let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(match self {
+            Queue::Redis(_) | Queue::Memory(_) => 0,
+            Queue::Sqlite(storage) => {
+                shared::store::delete_finished_sqlite_messages(
+                    storage.pool(),
+                    queue_name,
+                    limit_sql,
+                )
+                .await?
+            }
+            Queue::Postgres(storage) => {
+                shared::store::delete_finished_postgres_messages(
+                    storage.pool(),
+                    queue_name,
+                    limit_sql,
+                )
+                .await?
+            }
+        })
+    }
+
+    /// Whether the queue answers (for `/readyz`).
+    pub async fn ping(&self) -> Result<(), BoxError> {
+        match self {
+            Queue::Redis(queue) => {
+                ::redis::cmd("PING")
+                    .query_async::<String>(&mut queue.connection())
+                    .await?;
+            }
+            Queue::Sqlite(storage) => {
+                sqlx::query("SELECT 1").execute(storage.pool()).await?;
+            }
+            Queue::Postgres(storage) => {
+                sqlx::query("SELECT 1").execute(storage.pool()).await?;
+            }
+            Queue::Memory(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// The embedded queue lives in a file of its own beside the database
+/// (`data/jobs.db` -> `data/jobs.queue.db`): apalis's `Jobs` table would
+/// otherwise collide with ours (SQLite names ignore case), and two files
+/// have two write locks, so queue traffic does not wait on job writes.
+fn sqlite_queue_url(url: &str) -> String {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let stem = path.strip_suffix(".db").unwrap_or(path);
+    if query.is_empty() {
+        format!("{stem}.queue.db?mode=rwc")
+    } else {
+        format!("{stem}.queue.db?{query}")
+    }
+}
+
+/// How jobs reach the queue once the transaction that makes them due
+/// commits: the one path for the api's submits and the relay's leased
+/// outbox rows. Their outbox rows are written (or leased) as published when
+/// [`Handoff::publishes`] says so, and published again only if not claimed
+/// in time, like any other.
+pub enum Handoff {
+    /// Room reserved in the in-process queue.
+    Room(Room),
+    /// A push to a queue that never makes the caller wait for room.
+    Push,
+    /// Left to the relay: the rows stay due.
+    Relay,
+}
+
+impl Handoff {
+    /// Whether the caller publishes the jobs itself right after its commit.
+    pub fn publishes(&self) -> bool {
+        !matches!(self, Handoff::Relay)
+    }
+
+    /// Publishes committed jobs. A push that fails hands the jobs back to
+    /// the relay, due in a second; returns whether the queue has them.
+    pub async fn publish(self, queue: &Queue, store: &Store, jobs: &[QueuedJob]) -> bool {
+        if jobs.is_empty() {
+            return true;
+        }
+        match self {
+            Handoff::Room(room) => {
+                room.send(jobs);
+                true
+            }
+            Handoff::Relay => false,
+            Handoff::Push => match queue.publish(jobs).await {
+                Ok(()) => true,
+                Err(error) => {
+                    warn!(%error, count = jobs.len(), "publishing to the queue failed; the relay will retry");
+                    let job_ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
+                    let soon = shared::time::now_ms() + 1_000;
+                    if let Err(error) = store.retry_outbox_soon(&job_ids, soon).await {
+                        warn!(%error, "could not hand the jobs to the relay; republished later");
+                    }
+                    false
+                }
+            },
+        }
+    }
+}
