@@ -34,7 +34,7 @@ const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Registers every route; shared by the server and the OpenAPI test.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    use routes::{jobs, ledger, reports, service, webhooks};
+    use routes::{jobs, ledger, periods, reports, service, webhooks};
     // One resource per path, so a wrong method answers 405 with `Allow`.
     cfg.service(web::resource("/healthz").get(service::healthz))
         .service(web::resource("/readyz").get(service::readyz))
@@ -61,6 +61,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(
                     web::resource("/webhooks/{webhook_id}/deliveries").get(webhooks::deliveries),
                 )
+                .service(
+                    web::resource("/filing-endpoint")
+                        .put(periods::put_filing_endpoint)
+                        .get(periods::get_filing_endpoint),
+                )
+                .service(web::resource("/periods/{month}").get(periods::get_period))
+                .service(web::resource("/periods/{month}/reopen").post(periods::reopen_period))
                 .service(
                     web::resource("/ledger/entries")
                         .app_data(web::PayloadConfig::new(LEDGER_BODY_LIMIT))

@@ -106,6 +106,18 @@ pub struct JobObject {
     /// waits as QUEUED (a retry's backoff, or a new attempt after its worker
     /// stopped); null otherwise.
     pub next_attempt_at: Option<String>,
+    /// Sagas only (`GET /v1/jobs/{job_id}` and a cancel's answer; absent
+    /// for other kinds and in lists): `forward` while the steps run,
+    /// `compensating` while the steps done are undone, `completed` or
+    /// `compensated` once nothing is left to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, example = "compensating")]
+    pub phase: Option<String>,
+    /// Sagas only, where `phase` is: every step in order, with its
+    /// compensation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub steps: Option<Vec<crate::saga::StepObject>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -141,6 +153,8 @@ impl Job {
             error,
             cancel_requested: self.cancel_requested && self.status == JobStatus::Running,
             next_attempt_at: retry_pending.then(|| to_rfc3339(self.run_after)),
+            phase: None,
+            steps: None,
         }
     }
 }

@@ -172,6 +172,31 @@ where
     Ok(addrs)
 }
 
+/// A client for requests to `url` that passes the address guard: the
+/// host is resolved and checked ([`resolve_checked`], DNS can change since
+/// registration), and the connection goes to the very addresses checked,
+/// never through a proxy, whatever `HTTP_PROXY`, `HTTPS_PROXY` or
+/// `ALL_PROXY` say (reqwest honours them by default): through a proxy, the
+/// address connected to would be the proxy's choice. Redirects are not
+/// followed.
+pub async fn guarded_client(
+    url: &url::Url,
+    allow_private: bool,
+    timeout: Duration,
+    user_agent: &str,
+) -> Result<reqwest::Client, String> {
+    let addrs = resolve_checked(url, allow_private).await?;
+    let mut client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .user_agent(user_agent);
+    if let Some(url::Host::Domain(domain)) = url.host() {
+        client = client.resolve_to_addrs(domain, &addrs);
+    }
+    client.build().map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
