@@ -15,6 +15,7 @@ mod observability;
 mod openapi_client;
 mod reports;
 mod retention;
+mod sagas;
 mod scale;
 mod webhooks;
 mod worker_behaviour;
