@@ -1178,7 +1178,7 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 // ---------------------------------------------------------------- OpenAPI
 
 /// Every route the server serves (see `api::configure`).
-const SERVED: [(&str, &str); 15] = [
+const SERVED: [(&str, &str); 19] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -1194,6 +1194,10 @@ const SERVED: [(&str, &str); 15] = [
     ("GET", "/v1/webhooks/{webhook_id}"),
     ("DELETE", "/v1/webhooks/{webhook_id}"),
     ("GET", "/v1/webhooks/{webhook_id}/deliveries"),
+    ("PUT", "/v1/filing-endpoint"),
+    ("GET", "/v1/filing-endpoint"),
+    ("GET", "/v1/periods/{month}"),
+    ("POST", "/v1/periods/{month}/reopen"),
 ];
 
 const HTTP_METHODS: [&str; 8] = [
@@ -1270,6 +1274,15 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
         webhook_ids.push(reply.json()["id"].as_str().unwrap().to_owned());
     }
+    // A filing endpoint, so reading it finds one.
+    let reply = api
+        .send(
+            Method::PUT,
+            "/v1/filing-endpoint",
+            Some(&json!({"url": "http://127.0.0.1:9/returns"})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 
     // Act: the document, fetched without a key.
     let reply = Api::read(api.client.get(api.url("/openapi.json"))).await;
@@ -1340,7 +1353,8 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
         let filled = path
             .replace("{job_id}", &job_id)
             .replace("{webhook_id}", webhook_id)
-            .replace("{kind}", "gst-summary");
+            .replace("{kind}", "gst-summary")
+            .replace("{month}", "2026-10");
         assert!(
             !filled.contains('{'),
             "{path}: a path parameter this test does not know how to fill"
