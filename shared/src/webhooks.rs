@@ -109,6 +109,15 @@ pub fn parse_url(text: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
+/// A URL a tenant gave (a webhook's, a filing endpoint's), checked for
+/// shape and for where its host resolves ([`resolve_checked`]): the check
+/// at registration.
+pub async fn check_url(text: &str, allow_private: bool) -> Result<url::Url, String> {
+    let url = parse_url(text)?;
+    resolve_checked(&url, allow_private).await?;
+    Ok(url)
+}
+
 /// How long resolving a webhook's host may take, at registration (then a
 /// 422) and at each delivery (then a failed attempt). The system resolver
 /// has no deadline of its own that we control.

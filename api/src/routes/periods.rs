@@ -7,7 +7,7 @@ use shared::{
     ledger::{FieldError, valid_month},
     store::{FilingEndpoint, Period, ReopenOutcome},
     time::to_rfc3339,
-    webhooks::{parse_url, resolve_checked},
+    webhooks::check_url,
 };
 use utoipa::ToSchema;
 
@@ -111,13 +111,7 @@ pub async fn put_filing_endpoint(
 ) -> ApiResult<HttpResponse> {
     let put: PutFilingEndpoint = json_body(&request, &body)?;
     // The webhooks' guard: checked here, and again at each request.
-    let checked = match parse_url(&put.url) {
-        Ok(url) => resolve_checked(&url, state.webhook_allow_private)
-            .await
-            .map(drop),
-        Err(message) => Err(message),
-    };
-    if let Err(message) = checked {
+    if let Err(message) = check_url(&put.url, state.webhook_allow_private).await {
         return Err(ApiError::Validation {
             detail: "the filing endpoint is not valid".into(),
             errors: vec![FieldError::new("url", message)],

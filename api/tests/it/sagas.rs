@@ -9,14 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, dev::ServerHandle, web};
-use reqwest::{
-    Method, StatusCode,
-    header::{HeaderMap, HeaderName, HeaderValue},
-};
+use actix_web::{HttpRequest, HttpResponse, dev::ServerHandle, web};
+use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, Process, TestEnv};
+use crate::common::{Api, Backend, Process, TestEnv, headers_of, serve_on_loopback};
 
 // -------------------------------------------------------------- receiver
 
@@ -72,13 +69,7 @@ async fn receive(
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    let mut headers = HeaderMap::new();
-    for (name, value) in request.headers() {
-        headers.append(
-            HeaderName::from_bytes(name.as_str().as_bytes()).expect("a header name"),
-            HeaderValue::from_bytes(value.as_bytes()).expect("a header value"),
-        );
-    }
+    let headers = headers_of(&request);
     let raw = String::from_utf8_lossy(&body).into_owned();
     let received = Received {
         headers,
@@ -140,20 +131,7 @@ impl Receiver {
             requests: Vec::new(),
             taken: HashMap::new(),
         }));
-        let data = web::Data::from(log.clone());
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(data.clone())
-                .default_service(web::to(receive))
-        })
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .expect("bind the receiver");
-        let addr = server.addrs()[0];
-        let server = server.run();
-        let handle = server.handle();
-        tokio::spawn(server);
+        let (addr, handle) = serve_on_loopback(web::Data::from(log.clone()), receive);
         Receiver {
             url: format!("http://{addr}/returns"),
             log,

@@ -308,6 +308,29 @@ impl Step for File {
 /// 4. The month is closed, with the filing's reference.
 struct Record;
 
+/// Marks the month closed (or locked again), recording the step (or its
+/// compensation) in the same transaction.
+async fn mark_closed(
+    cx: &StepContext<'_>,
+    closed: bool,
+    reference: Option<&str>,
+    output: Value,
+) -> Result<Value, JobFailure> {
+    let job = cx.job;
+    let mut tx = cx.begin_local().await?;
+    job.store
+        .set_period_closed(
+            &mut tx,
+            &job.tenant_id,
+            &month_of(cx),
+            &job.job_id,
+            closed,
+            reference,
+        )
+        .await?;
+    cx.commit_local(tx, output).await
+}
+
 impl Step for Record {
     fn name(&self) -> &'static str {
         "record"
@@ -320,34 +343,12 @@ impl Step for Record {
                 .output("file")
                 .and_then(|o| o["reference"].as_str())
                 .map(str::to_owned);
-            let job = cx.job;
-            let mut tx = cx.begin_local().await?;
-            job.store
-                .close_period(
-                    &mut tx,
-                    &job.tenant_id,
-                    &month,
-                    &job.job_id,
-                    reference.as_deref(),
-                )
-                .await?;
-            cx.commit_local(
-                tx,
-                json!({"month": month, "state": "closed", "filing_reference": reference}),
-            )
-            .await
+            let output = json!({"month": month, "state": "closed", "filing_reference": reference});
+            mark_closed(cx, true, reference.as_deref(), output).await
         })
     }
 
     fn compensate<'a>(&'a self, cx: &'a StepContext<'a>) -> BoxFuture<'a, Result<(), JobFailure>> {
-        Box::pin(async move {
-            let month = month_of(cx);
-            let job = cx.job;
-            let mut tx = cx.begin_local().await?;
-            job.store
-                .unclose_period(&mut tx, &job.tenant_id, &month, &job.job_id)
-                .await?;
-            cx.commit_local(tx, Value::Null).await.map(drop)
-        })
+        Box::pin(async move { mark_closed(cx, false, None, Value::Null).await.map(drop) })
     }
 }

@@ -266,10 +266,16 @@ impl Store {
         let Some(job) = row.as_ref().map(job_from_row).transpose()? else {
             return Ok(CancelOutcome::NotFound);
         };
+        // A running job is asked to stop. So is a saga waiting for its next
+        // attempt with steps to undo: that attempt runs the compensations,
+        // then ends it CANCELLED.
+        let ask_to_stop = match job.status {
+            JobStatus::Running => true,
+            JobStatus::Queued => self.saga_unfinished(tx, job_id).await?,
+            _ => false,
+        };
         let outcome = match job.status {
-            // A saga waiting for its next attempt has steps to undo: its
-            // attempt runs the compensations, then ends it CANCELLED.
-            JobStatus::Queued if self.saga_unfinished(tx, job_id).await? => {
+            _ if ask_to_stop => {
                 let row = sqlx::query(built(&format!(
                     "UPDATE jobs SET cancel_requested = 1 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
                 )))
@@ -293,16 +299,7 @@ impl Store {
                 self.announce_final(tx, job_id).await?;
                 CancelOutcome::Done(job_from_row(&row)?)
             }
-            JobStatus::Running => {
-                let row = sqlx::query(built(&format!(
-                    "UPDATE jobs SET cancel_requested = 1 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
-                )))
-                .bind(job_id)
-                .fetch_one(&mut **tx)
-                .await?;
-                CancelOutcome::Done(job_from_row(&row)?)
-            }
-            JobStatus::Cancelled => CancelOutcome::Done(job),
+            JobStatus::Running | JobStatus::Cancelled => CancelOutcome::Done(job),
             JobStatus::Succeeded | JobStatus::Failed => CancelOutcome::Conflict(job),
         };
         Ok(outcome)

@@ -69,6 +69,18 @@ fn endpoint_from_row(row: &AnyRow) -> Result<FilingEndpoint> {
     })
 }
 
+/// The month's row as the caller's transaction sees it.
+async fn period_in(tx: &mut WriteTx, tenant_id: &str, month: &str) -> Result<Option<Period>> {
+    let row = sqlx::query(built(&format!(
+        "SELECT {PERIOD_COLUMNS} FROM periods WHERE tenant_id = $1 AND month = $2"
+    )))
+    .bind(tenant_id)
+    .bind(month)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.as_ref().map(period_from_row).transpose()
+}
+
 impl Store {
     /// Postgres: a lock on one tenant's month until the transaction ends,
     /// shared by imports, exclusive for the period-close that locks it. It
@@ -107,15 +119,7 @@ impl Store {
         job_id: &str,
     ) -> Result<LockOutcome> {
         self.month_lock(tx, tenant_id, month, true).await?;
-        let held = sqlx::query(built(&format!(
-            "SELECT {PERIOD_COLUMNS} FROM periods WHERE tenant_id = $1 AND month = $2"
-        )))
-        .bind(tenant_id)
-        .bind(month)
-        .fetch_optional(&mut **tx)
-        .await?;
-        if let Some(row) = held {
-            let period = period_from_row(&row)?;
+        if let Some(period) = period_in(tx, tenant_id, month).await? {
             return Ok(if period.job_id == job_id {
                 LockOutcome::Locked
             } else {
@@ -155,45 +159,32 @@ impl Store {
         Ok(())
     }
 
-    /// Marks `month`, locked by `job_id`, closed, with the receiver's
-    /// reference of the filing.
-    pub async fn close_period(
+    /// Marks `month`, locked by `job_id`, closed with the receiver's
+    /// reference of the filing (`closed`), or locked again (undoing that).
+    pub async fn set_period_closed(
         &self,
         tx: &mut WriteTx,
         tenant_id: &str,
         month: &str,
         job_id: &str,
+        closed: bool,
         reference: Option<&str>,
     ) -> Result<()> {
+        let (state, closed_at) = if closed {
+            ("closed", Some(now_ms()))
+        } else {
+            ("locked", None)
+        };
         sqlx::query(
-            "UPDATE periods SET state = 'closed', closed_at = $4, filing_reference = $5
+            "UPDATE periods SET state = $4, closed_at = $5, filing_reference = $6
              WHERE tenant_id = $1 AND month = $2 AND job_id = $3",
         )
         .bind(tenant_id)
         .bind(month)
         .bind(job_id)
-        .bind(now_ms())
-        .bind(reference)
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
-    }
-
-    /// Undoes [`Store::close_period`]: the month is locked by `job_id` again.
-    pub async fn unclose_period(
-        &self,
-        tx: &mut WriteTx,
-        tenant_id: &str,
-        month: &str,
-        job_id: &str,
-    ) -> Result<()> {
-        sqlx::query(
-            "UPDATE periods SET state = 'locked', closed_at = NULL, filing_reference = NULL
-             WHERE tenant_id = $1 AND month = $2 AND job_id = $3",
-        )
-        .bind(tenant_id)
-        .bind(month)
-        .bind(job_id)
+        .bind(state)
+        .bind(closed_at)
+        .bind(reference.filter(|_| closed))
         .execute(&mut **tx)
         .await?;
         Ok(())
@@ -219,14 +210,7 @@ impl Store {
         month: &str,
     ) -> Result<ReopenOutcome> {
         self.month_lock(tx, tenant_id, month, true).await?;
-        let row = sqlx::query(built(&format!(
-            "SELECT {PERIOD_COLUMNS} FROM periods WHERE tenant_id = $1 AND month = $2"
-        )))
-        .bind(tenant_id)
-        .bind(month)
-        .fetch_optional(&mut **tx)
-        .await?;
-        match row.as_ref().map(period_from_row).transpose()? {
+        match period_in(tx, tenant_id, month).await? {
             Some(period) if period.state == "locked" => Ok(ReopenOutcome::Locked(period)),
             Some(_) => {
                 sqlx::query("DELETE FROM periods WHERE tenant_id = $1 AND month = $2")
