@@ -12,6 +12,7 @@ use std::{
 use actix_web::{HttpRequest, HttpResponse, dev::ServerHandle, web};
 use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
+use shared::store::{Fence, SagaPhase, TurnBack};
 
 use crate::common::{Api, Backend, Process, TestEnv, headers_of, serve_on_loopback};
 
@@ -422,34 +423,60 @@ async fn a_filing_that_fails_twice_then_succeeds_is_filed_once_with_one_key(back
     assert_eq!(period(&api).await["state"], "closed");
 }
 
+/// The api and where the worker pool runs: inside it on SQLite, in a
+/// `worker` process on Postgres + Redis; either way, killable with -9.
+struct Pool {
+    api: Api,
+    worker: Option<Process>,
+}
+
+impl Pool {
+    async fn start(env: &TestEnv) -> Self {
+        match env.backend {
+            Backend::Sqlite => Pool {
+                api: embedded(env).await,
+                worker: None,
+            },
+            Backend::PgRedis => {
+                let mut settings = SETTINGS.to_vec();
+                settings.push(("EMBEDDED_WORKER", "false"));
+                Pool {
+                    api: env.start_api(&settings).await,
+                    worker: Some(env.start_worker(&SETTINGS)),
+                }
+            }
+        }
+    }
+
+    /// SIGKILL of the process running the pool, then a new one; the
+    /// attempt it ran is taken over when its lease lapses (`JOB_LEASE`, 3 s).
+    async fn kill_and_restart(&mut self, env: &TestEnv) {
+        match self.worker.as_mut() {
+            Some(worker) => {
+                worker.kill_hard();
+                self.worker = Some(env.start_worker(&SETTINGS));
+            }
+            None => {
+                self.api.process.as_mut().expect("the api").kill_hard();
+                self.api = embedded(env).await;
+            }
+        }
+    }
+}
+
 async fn a_worker_killed_after_filing_resends_with_the_same_key_and_records_once(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
     // The filing is held by the receiver until the worker is killed: the
     // window between sending and recording, made certain.
-    let mut api_settings = SETTINGS.to_vec();
-    let (api, mut worker): (Api, Option<Process>) = match backend {
-        Backend::Sqlite => (embedded(&env).await, None),
-        Backend::PgRedis => {
-            api_settings.push(("EMBEDDED_WORKER", "false"));
-            let api = env.start_api(&api_settings).await;
-            (api, Some(env.start_worker(&SETTINGS)))
-        }
-    };
-    let mut api = api;
-    prepare(&api, &receiver).await;
-    let job_id = close_month(&api).await;
+    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
+    let mut pool = Pool::start(&env).await;
+    prepare(&pool.api, &receiver).await;
+    let job_id = close_month(&pool.api).await;
     receiver.wait_for(1).await;
 
-    match worker.as_mut() {
-        Some(worker) => worker.kill_hard(),
-        None => api.process.as_mut().expect("the api").kill_hard(),
-    }
-    let (api, _worker) = match backend {
-        Backend::Sqlite => (embedded(&env).await, None),
-        Backend::PgRedis => (api, Some(env.start_worker(&SETTINGS))),
-    };
-    let job = finished(&api, &job_id).await;
+    pool.kill_and_restart(&env).await;
+    let api = &pool.api;
+    let job = finished(api, &job_id).await;
 
     assert_eq!(job["status"], "SUCCEEDED", "{job}");
     assert_eq!(job["attempts"], 2, "{job}");
@@ -463,7 +490,7 @@ async fn a_worker_killed_after_filing_resends_with_the_same_key_and_records_once
     for name in ["lock", "summarise"] {
         assert_eq!(step(&job, name)["attempts"], 1, "{name} ran once");
     }
-    let closed = period(&api).await;
+    let closed = period(api).await;
     assert_eq!(closed["state"], "closed");
     assert_eq!(closed["filing_reference"], "ref-1");
     assert_eq!(
@@ -553,7 +580,86 @@ async fn a_cancel_mid_saga_runs_the_compensations(backend: Backend) {
     assert_imports_work_again(&api).await;
 }
 
+async fn a_worker_killed_while_compensating_goes_on_compensating_in_the_next_attempt(
+    backend: Backend,
+) {
+    let env = TestEnv::new(backend).await;
+    // Every filing fails (503), so the filing is withdrawn; the first
+    // withdrawal is held until the worker is killed.
+    let receiver = Receiver::start(&[], Answer::Status(503), &[Answer::Hang]);
+    let mut pool = Pool::start(&env).await;
+    prepare(&pool.api, &receiver).await;
+    let job_id = close_month(&pool.api).await;
+    // Five filings, then the withdrawal.
+    receiver.wait_for(6).await;
+    let compensating = pool.api.job(&job_id).await;
+    assert_eq!(compensating["status"], "RUNNING");
+    assert_eq!(compensating["phase"], "compensating");
+
+    pool.kill_and_restart(&env).await;
+    let job = finished(&pool.api, &job_id).await;
+
+    assert_eq!(job["status"], "FAILED", "{job}");
+    assert_eq!(job["error"]["type"], "filing_unavailable");
+    assert_eq!(job["phase"], "compensated");
+    assert_eq!(job["attempts"], 2);
+    let withdrawals = receiver.of_kind("gst.withdrawal");
+    assert_eq!(withdrawals.len(), 2, "the next attempt sent it again");
+    assert!(
+        withdrawals
+            .iter()
+            .all(|w| w.key() == format!("{job_id}:file:compensate"))
+    );
+    assert_eq!(receiver.of_kind("gst.return").len(), 5, "no step ran again");
+    let file = step(&job, "file");
+    assert_eq!(file["compensation"]["outcome"], "done");
+    assert_eq!(file["compensation"]["attempts"], 2);
+    assert_eq!(step(&job, "lock")["compensation"]["attempts"], 1);
+    assert_imports_work_again(&pool.api).await;
+}
+
+async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = embedded(&env).await;
+    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
+    prepare(&api, &receiver).await;
+    let job_id = close_month(&api).await;
+    receiver.wait_for(1).await;
+    let store = env.store().await;
+    let (_, before) = store.saga_state(&job_id).await.expect("the saga");
+    // Attempt 1 is running the filing; attempt 0 is a stale one.
+    let stale = Fence {
+        job_id: &job_id,
+        attempt: 0,
+    };
+
+    let started = store
+        .begin_saga_step(stale, 3, "record")
+        .await
+        .expect("a write");
+    let recorded = store
+        .record_saga_step(stale, 2, "{}")
+        .await
+        .expect("a write");
+    let turned_back = store
+        .turn_saga_back(stale, &TurnBack::Cancelled)
+        .await
+        .expect("a write");
+    let compensating = store
+        .begin_saga_compensation(stale, 0)
+        .await
+        .expect("a write");
+
+    assert!(!started && !recorded && !turned_back && !compensating);
+    let (run, after) = store.saga_state(&job_id).await.expect("the saga");
+    assert_eq!(after, before, "nothing of the stale attempt was written");
+    assert_eq!(run.map(|r| r.phase), Some(SagaPhase::Forward));
+    assert_eq!(after[2].outcome, "running", "the filing is under way");
+}
+
 crate::on_both_backends!(
+    a_worker_killed_while_compensating_goes_on_compensating_in_the_next_attempt,
+    a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation,
     a_month_is_locked_summarised_filed_once_and_recorded,
     a_retried_submit_of_a_close_that_finished_replays_its_job,
     a_refused_filing_fails_the_job_and_unlocks_the_month,
