@@ -16,7 +16,8 @@ pub enum JobStatus {
     Queued,
     /// An attempt holds a lease. Its worker finishes it (`Succeeded`,
     /// `Failed`, `Cancelled`, or back to `Queued` for a retry); if the lease
-    /// lapses the sweeper puts it back to `Queued` as a new attempt.
+    /// lapses the sweeper puts it back to `Queued` as a new attempt. A
+    /// saga's compensating phase is `Running` too (`docs/sagas.md`).
     Running,
     /// Final: the result is stored.
     Succeeded,

@@ -231,6 +231,9 @@ fn fence(ctx: &JobContext) -> Fence<'_> {
     }
 }
 
+/// The error type of a step a cancel stopped.
+const CANCELLED: &str = "cancelled";
+
 /// How a try of an action ended.
 enum Tried {
     Done(Value),
@@ -307,18 +310,20 @@ impl<S: Saga> Engine<'_, S> {
             // Failed, but the attempt that failed it died before it turned
             // the saga back.
             if let Some(failed) = record.filter(|r| r.outcome == "failed") {
-                return self
-                    .turn_back(TurnBack::Failed {
-                        error_type: failed.error_type.clone().unwrap_or_default(),
+                let why = match failed.error_type.as_deref() {
+                    Some(CANCELLED) => TurnBack::Cancelled,
+                    error_type => TurnBack::Failed {
+                        error_type: error_type.unwrap_or_default().to_owned(),
                         message: failed.error_message.clone().unwrap_or_default(),
-                    })
-                    .await;
+                    },
+                };
+                return self.turn_back(why).await;
             }
             loop {
                 match self.ctx.checkpoint() {
                     Err(JobFailure::Cancelled) => {
                         if tries > 0 {
-                            self.fail_step(index, "cancelled", "a cancel stopped the step", true)
+                            self.fail_step(index, CANCELLED, "a cancel stopped the step", true)
                                 .await?;
                         }
                         return self.turn_back(TurnBack::Cancelled).await;
@@ -356,7 +361,7 @@ impl<S: Saga> Engine<'_, S> {
                     Tried::Failed(JobFailure::Cancelled) => {
                         // Stopped mid-action: whether it took effect is
                         // unknown, so it is compensated too.
-                        self.fail_step(index, "cancelled", "a cancel stopped the step", true)
+                        self.fail_step(index, CANCELLED, "a cancel stopped the step", true)
                             .await?;
                         return self.turn_back(TurnBack::Cancelled).await;
                     }
@@ -409,7 +414,7 @@ impl<S: Saga> Engine<'_, S> {
                                 if failure == JobFailure::Superseded {
                                     return Err(failure);
                                 }
-                                self.fail_step(index, "cancelled", "cancelled while waiting to retry", true).await?;
+                                self.fail_step(index, CANCELLED, "cancelled while waiting to retry", true).await?;
                                 return self.turn_back(TurnBack::Cancelled).await;
                             }
                         }
@@ -512,10 +517,9 @@ impl<S: Saga> Engine<'_, S> {
                         error_type,
                         message,
                     }) => (error_type, message),
-                    Tried::Failed(JobFailure::Cancelled) => (
-                        "cancelled".to_owned(),
-                        "the compensation stopped".to_owned(),
-                    ),
+                    Tried::Failed(JobFailure::Cancelled) => {
+                        (CANCELLED.to_owned(), "the compensation stopped".to_owned())
+                    }
                 };
                 metrics::counter!("receipt_saga_compensations_total", "kind" => kind, "step" => step.name(), "outcome" => "failed").increment(1);
                 // Never dropped: it stays pending, in the job object and
