@@ -252,6 +252,17 @@ async fn finished(api: &Api, job_id: &str) -> Value {
     api.job(job_id).await
 }
 
+/// A period-close whose filing the receiver holds: the job is running
+/// its `file` step.
+async fn filing_under_way(env: &TestEnv) -> (Api, Receiver, String) {
+    let api = embedded(env).await;
+    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
+    prepare(&api, &receiver).await;
+    let job_id = close_month(&api).await;
+    receiver.wait_for(1).await;
+    (api, receiver, job_id)
+}
+
 async fn assert_imports_work_again(api: &Api) {
     assert_eq!(period(api).await["state"], "open");
     let reply = api.import(json!([entry("inv-after", "2026-10-20")])).await;
@@ -552,11 +563,7 @@ async fn a_failing_compensation_is_retried_until_it_succeeds(backend: Backend) {
 
 async fn a_cancel_mid_saga_runs_the_compensations(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = embedded(&env).await;
-    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
-    prepare(&api, &receiver).await;
-    let job_id = close_month(&api).await;
-    receiver.wait_for(1).await;
+    let (api, receiver, job_id) = filing_under_way(&env).await;
     assert_eq!(period(&api).await["state"], "locked");
 
     let reply = api
@@ -620,11 +627,7 @@ async fn a_worker_killed_while_compensating_goes_on_compensating_in_the_next_att
 
 async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = embedded(&env).await;
-    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
-    prepare(&api, &receiver).await;
-    let job_id = close_month(&api).await;
-    receiver.wait_for(1).await;
+    let (_api, _receiver, job_id) = filing_under_way(&env).await;
     let store = env.store().await;
     let (_, before) = store.saga_state(&job_id).await.expect("the saga");
     // Attempt 1 is running the filing; attempt 0 is a stale one.
