@@ -101,7 +101,8 @@ pub struct JobObject {
     pub result_url: Option<String>,
     /// Set once `FAILED`.
     pub error: Option<JobErrorObject>,
-    /// True after a cancel of a running job, until it stops.
+    /// True after a cancel of a running job (or of one waiting for its
+    /// next attempt with work to undo, a saga), until it stops.
     pub cancel_requested: bool,
     /// When the next attempt is due, while a job that was already attempted
     /// waits as QUEUED (a retry's backoff, or a new attempt after its worker
@@ -152,7 +153,7 @@ impl Job {
             result_url: (self.status == JobStatus::Succeeded)
                 .then(|| format!("/v1/jobs/{}/result", self.job_id)),
             error,
-            cancel_requested: self.cancel_requested && self.status == JobStatus::Running,
+            cancel_requested: self.cancel_requested && !self.status.is_final(),
             next_attempt_at: retry_pending.then(|| to_rfc3339(self.run_after)),
             phase: None,
             steps: None,

@@ -625,6 +625,46 @@ async fn a_worker_killed_while_compensating_goes_on_compensating_in_the_next_att
     assert_imports_work_again(&pool.api).await;
 }
 
+async fn a_cancel_of_a_saga_waiting_for_its_next_attempt_compensates_first(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
+    let mut settings = SETTINGS.to_vec();
+    settings.push(("EMBEDDED_WORKER", "false"));
+    let api = env.start_api(&settings).await;
+    let mut worker = env.start_worker(&SETTINGS);
+    prepare(&api, &receiver).await;
+    let job_id = close_month(&api).await;
+    receiver.wait_for(1).await;
+    // A shutdown whose grace (2 s) runs out hands the attempt back: the
+    // job waits as QUEUED, mid-filing, with no worker to take it.
+    worker.terminate().expect("the worker exits");
+    api.wait_status(&job_id, "QUEUED").await;
+
+    let reply = api
+        .post(&format!("/v1/jobs/{job_id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let asked = reply.json();
+    assert_eq!(
+        asked["status"], "QUEUED",
+        "not cancelled before compensating"
+    );
+    assert_eq!(asked["cancel_requested"], true);
+    assert_eq!(period(&api).await["state"], "locked");
+    let _worker = env.start_worker(&SETTINGS);
+    let job = finished(&api, &job_id).await;
+
+    assert_eq!(job["status"], "CANCELLED", "{job}");
+    let file = step(&job, "file");
+    assert_eq!(file["outcome"], "failed");
+    assert_eq!(file["error"]["type"], "interrupted");
+    assert_eq!(file["compensation"]["outcome"], "done", "{file}");
+    assert_eq!(receiver.of_kind("gst.withdrawal").len(), 1);
+    assert_eq!(receiver.of_kind("gst.return").len(), 1, "not filed again");
+    assert_eq!(step(&job, "lock")["compensation"]["outcome"], "done");
+    assert_imports_work_again(&api).await;
+}
+
 async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let (_api, _receiver, job_id) = filing_under_way(&env).await;
@@ -661,6 +701,7 @@ async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(back
 }
 
 crate::on_both_backends!(
+    a_cancel_of_a_saga_waiting_for_its_next_attempt_compensates_first,
     a_worker_killed_while_compensating_goes_on_compensating_in_the_next_attempt,
     a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation,
     a_month_is_locked_summarised_filed_once_and_recorded,

@@ -352,8 +352,9 @@ impl Store {
         Ok(true)
     }
 
-    /// Marks every done step's compensation pending and turns the saga
-    /// back, in one fenced transaction.
+    /// Marks the compensation of every step done (or left unfinished by an
+    /// earlier attempt) pending and turns the saga back, in one fenced
+    /// transaction.
     pub async fn turn_saga_back(&self, fence: Fence<'_>, why: &TurnBack) -> Result<bool> {
         let Some(mut tx) = self.fenced_tx(fence).await? else {
             return Ok(false);
@@ -363,6 +364,18 @@ impl Store {
              WHERE job_id = $1 AND outcome = 'done' AND compensation = 'none'",
         )
         .bind(fence.job_id)
+        .execute(&mut *tx)
+        .await?;
+        // A step an earlier attempt started and never finished (it died, or
+        // was handed back) may have taken effect: it is compensated too.
+        sqlx::query(
+            "UPDATE saga_steps SET outcome = 'failed', finished_at = $2, compensation = 'pending',
+                 error_type = 'interrupted',
+                 error_message = 'the attempt running it ended before it finished'
+             WHERE job_id = $1 AND outcome = 'running'",
+        )
+        .bind(fence.job_id)
+        .bind(now_ms())
         .execute(&mut *tx)
         .await?;
         self.write_saga_phase(&mut tx, fence.job_id, SagaPhase::Compensating, Some(why))
