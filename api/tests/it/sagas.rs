@@ -665,6 +665,34 @@ async fn a_cancel_of_a_saga_waiting_for_its_next_attempt_compensates_first(backe
     assert_imports_work_again(&api).await;
 }
 
+async fn a_saga_whose_attempts_die_until_none_is_left_is_compensated_not_dropped(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let receiver = Receiver::start(&[Answer::Hang], Answer::Accept, &[]);
+    let mut pool = Pool::start(&env).await;
+    prepare(&pool.api, &receiver).await;
+    let job_id = close_month(&pool.api).await;
+    receiver.wait_for(1).await;
+    // One attempt allowed, and its worker dies mid-filing: the sweeper
+    // would fail any other job here.
+    env.execute_sql(&format!(
+        "UPDATE jobs SET max_attempts = 1 WHERE job_id = '{job_id}'"
+    ))
+    .await;
+
+    pool.kill_and_restart(&env).await;
+    let job = finished(&pool.api, &job_id).await;
+
+    assert_eq!(job["status"], "FAILED", "{job}");
+    assert_eq!(job["error"]["type"], "lease_expired");
+    assert_eq!(job["phase"], "compensated");
+    let file = step(&job, "file");
+    assert_eq!(file["error"]["type"], "interrupted");
+    assert_eq!(file["compensation"]["outcome"], "done");
+    assert_eq!(receiver.of_kind("gst.return").len(), 1, "not filed again");
+    assert_eq!(receiver.of_kind("gst.withdrawal").len(), 1);
+    assert_imports_work_again(&pool.api).await;
+}
+
 async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let (_api, _receiver, job_id) = filing_under_way(&env).await;
@@ -701,6 +729,7 @@ async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(back
 }
 
 crate::on_both_backends!(
+    a_saga_whose_attempts_die_until_none_is_left_is_compensated_not_dropped,
     a_cancel_of_a_saga_waiting_for_its_next_attempt_compensates_first,
     a_worker_killed_while_compensating_goes_on_compensating_in_the_next_attempt,
     a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation,
