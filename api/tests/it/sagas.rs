@@ -565,6 +565,10 @@ async fn a_cancel_mid_saga_runs_the_compensations(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let (api, receiver, job_id) = filing_under_way(&env).await;
     assert_eq!(period(&api).await["state"], "locked");
+    let while_locked = api.import(json!([entry("inv-mid", "2026-10-12")])).await;
+    let problem = while_locked.assert_problem(409);
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("2026-10 is being closed"), "{problem}");
 
     let reply = api
         .post(&format!("/v1/jobs/{job_id}/cancel"), &json!({}))
