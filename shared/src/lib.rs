@@ -9,6 +9,7 @@ pub mod logging;
 pub mod model;
 pub mod notify;
 pub mod reports;
+pub mod saga;
 pub mod settings;
 pub mod store;
 pub mod time;

@@ -16,7 +16,8 @@ pub enum JobStatus {
     Queued,
     /// An attempt holds a lease. Its worker finishes it (`Succeeded`,
     /// `Failed`, `Cancelled`, or back to `Queued` for a retry); if the lease
-    /// lapses the sweeper puts it back to `Queued` as a new attempt.
+    /// lapses the sweeper puts it back to `Queued` as a new attempt. A
+    /// saga's compensating phase is `Running` too (`docs/sagas.md`).
     Running,
     /// Final: the result is stored.
     Succeeded,
@@ -102,7 +103,8 @@ pub struct JobObject {
     pub result_url: Option<String>,
     /// Set once `FAILED`.
     pub error: Option<JobErrorObject>,
-    /// True after a cancel of a running job, until it stops.
+    /// True after a cancel of a running job (or of one waiting for its
+    /// next attempt with work to undo, a saga), until it stops.
     pub cancel_requested: bool,
     /// When the next attempt is due, while a job that was already attempted
     /// waits as QUEUED (a retry's backoff, or a new attempt after its worker
@@ -112,6 +114,18 @@ pub struct JobObject {
     /// /v1/jobs/{job_id}/retry` made it with the same kind and parameters);
     /// null for a job that was submitted.
     pub retry_of: Option<String>,
+    /// Sagas only (`GET /v1/jobs/{job_id}` and a cancel's answer; absent
+    /// for other kinds and in lists): `forward` while the steps run,
+    /// `compensating` while the steps done are undone, `completed` or
+    /// `compensated` once nothing is left to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, example = "compensating")]
+    pub phase: Option<String>,
+    /// Sagas only, where `phase` is: every step in order, with its
+    /// compensation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub steps: Option<Vec<crate::saga::StepObject>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -145,9 +159,11 @@ impl Job {
             result_url: (self.status == JobStatus::Succeeded)
                 .then(|| format!("/v1/jobs/{}/result", self.job_id)),
             error,
-            cancel_requested: self.cancel_requested && self.status == JobStatus::Running,
+            cancel_requested: self.cancel_requested && !self.status.is_final(),
             next_attempt_at: retry_pending.then(|| to_rfc3339(self.run_after)),
             retry_of: self.retry_of.clone(),
+            phase: None,
+            steps: None,
         }
     }
 }

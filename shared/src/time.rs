@@ -16,3 +16,39 @@ pub fn to_rfc3339(ms: i64) -> String {
 pub fn duration_ms(duration: std::time::Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// The retry backoff of `docs/api.md`: starts at `base`, doubles per
+/// attempt up to `max`, with "equal jitter" (half fixed, half random) so
+/// retries spread out.
+pub fn backoff_delay(
+    attempt: i64,
+    base: std::time::Duration,
+    max: std::time::Duration,
+) -> std::time::Duration {
+    use rand::Rng;
+    let exponent = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+    let full = base.saturating_mul(2u32.saturating_pow(exponent)).min(max);
+    let half = full / 2;
+    half + half.mul_f64(rand::rng().random::<f64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_cap() {
+        let base = Duration::from_secs(1);
+        let max = Duration::from_secs(300);
+        for attempt in 1..=12 {
+            let full = Duration::from_secs(1 << (attempt - 1)).min(max);
+            let delay = backoff_delay(attempt, base, max);
+            assert!(
+                delay >= full / 2 && delay <= full,
+                "attempt {attempt}: {delay:?}"
+            );
+        }
+    }
+}

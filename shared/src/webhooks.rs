@@ -109,6 +109,15 @@ pub fn parse_url(text: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
+/// A URL a tenant gave (a webhook's, a filing endpoint's), checked for
+/// shape and for where its host resolves ([`resolve_checked`]): the check
+/// at registration.
+pub async fn check_url(text: &str, allow_private: bool) -> Result<url::Url, String> {
+    let url = parse_url(text)?;
+    resolve_checked(&url, allow_private).await?;
+    Ok(url)
+}
+
 /// How long resolving a webhook's host may take, at registration (then a
 /// 422) and at each delivery (then a failed attempt). The system resolver
 /// has no deadline of its own that we control.
@@ -170,6 +179,31 @@ where
         ));
     }
     Ok(addrs)
+}
+
+/// A client for requests to `url` that passes the address guard: the
+/// host is resolved and checked ([`resolve_checked`], DNS can change since
+/// registration), and the connection goes to the very addresses checked,
+/// never through a proxy, whatever `HTTP_PROXY`, `HTTPS_PROXY` or
+/// `ALL_PROXY` say (reqwest honours them by default): through a proxy, the
+/// address connected to would be the proxy's choice. Redirects are not
+/// followed.
+pub async fn guarded_client(
+    url: &url::Url,
+    allow_private: bool,
+    timeout: Duration,
+    user_agent: &str,
+) -> Result<reqwest::Client, String> {
+    let addrs = resolve_checked(url, allow_private).await?;
+    let mut client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .user_agent(user_agent);
+    if let Some(url::Host::Domain(domain)) = url.host() {
+        client = client.resolve_to_addrs(domain, &addrs);
+    }
+    client.build().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use shared::{
     settings::Settings,
     store::{DeliveryRecord, DueEvent, Store},
     time::{duration_ms, now_ms},
-    webhooks::{parse_url, resolve_checked, sign},
+    webhooks::{guarded_client, parse_url, sign},
 };
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -133,23 +133,15 @@ impl Dispatcher {
     /// One signed POST; the status, or why there was none.
     async fn send(&self, event: &DueEvent) -> Result<u16> {
         let url = parse_url(&event.url).map_err(Error::WebhookRefused)?;
-        // Checked again at delivery (DNS can change), and the connection
-        // goes to the very address that was checked.
-        let addrs = resolve_checked(&url, self.allow_private)
-            .await
-            .map_err(Error::WebhookRefused)?;
-        // No proxy, whatever HTTP_PROXY, HTTPS_PROXY or ALL_PROXY say
-        // (reqwest honours them by default): through a proxy, the address
-        // connected to would be the proxy's choice, not the one checked.
-        let mut client = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(self.timeout)
-            .user_agent(concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")));
-        if let Some(url::Host::Domain(domain)) = url.host() {
-            client = client.resolve_to_addrs(domain, &addrs);
-        }
-        let client = client.build()?;
+        // Checked again at delivery (DNS can change).
+        let client = guarded_client(
+            &url,
+            self.allow_private,
+            self.timeout,
+            concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")),
+        )
+        .await
+        .map_err(Error::WebhookRefused)?;
         let timestamp = now_ms() / 1000;
         let signature = sign(&event.secret, &event.event_id, timestamp, &event.body)
             .map_err(Error::WebhookRefused)?;

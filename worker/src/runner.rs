@@ -4,13 +4,13 @@
 use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Mutex, time::Duration};
 
 use futures::FutureExt;
-use rand::Rng;
 use serde_json::Value;
+pub use shared::time::backoff_delay;
 use shared::{
     batch::Batcher,
     model::{AttemptOutcome, JobErrorObject, ResultBody},
     notify::Signals,
-    reports::{JobContext, JobFailure, ProgressSink, Registry, ReportOutput},
+    reports::{JobContext, JobFailure, ProgressSink, Registry, ReportOutput, RunSettings},
     settings::Settings,
     store::{Claim, LeaseCheck, Store},
     time::{duration_ms, now_ms},
@@ -27,6 +27,7 @@ pub struct Runner {
     lease: Duration,
     retry_base: Duration,
     retry_max: Duration,
+    run_settings: RunSettings,
     /// Attempts this process is running: released on a forced shutdown.
     running: Mutex<HashMap<String, i64>>,
     /// Cancelled when the process begins to shut down: a claim stops
@@ -43,16 +44,6 @@ pub struct Runner {
 /// Writes per group commit: enough to amortize a commit over a busy
 /// pool's concurrency, few enough to keep one transaction short.
 const MAX_BATCH: usize = 64;
-
-/// The backoff of `docs/api.md`: starts at `base`, doubles per attempt up
-/// to `max`, with "equal jitter" (half fixed, half random) so retries
-/// spread out.
-pub fn backoff_delay(attempt: i64, base: Duration, max: Duration) -> Duration {
-    let exponent = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
-    let full = base.saturating_mul(2u32.saturating_pow(exponent)).min(max);
-    let half = full / 2;
-    half + half.mul_f64(rand::rng().random::<f64>())
-}
 
 impl Runner {
     /// Must be called inside the tokio runtime (it spawns the batchers).
@@ -90,6 +81,7 @@ impl Runner {
             lease: settings.job_lease,
             retry_base: settings.retry_base_delay,
             retry_max: settings.retry_max_delay,
+            run_settings: RunSettings::from(settings),
             running: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
         }
@@ -213,7 +205,8 @@ impl Runner {
             claim.job_id.clone(),
             claim.attempt,
             flags.clone(),
-        );
+        )
+        .with_settings(self.run_settings.clone());
         let timeout = kind.timeout();
         let work = tokio::time::timeout(
             timeout,
@@ -388,23 +381,4 @@ fn error_object(error_type: &str, message: impl Into<String>) -> JobErrorObject 
 
 fn humantime_secs(duration: Duration) -> String {
     format!("{}s", duration.as_secs_f64())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_with_jitter_up_to_the_cap() {
-        let base = Duration::from_secs(1);
-        let max = Duration::from_secs(300);
-        for attempt in 1..=12 {
-            let full = Duration::from_secs(1 << (attempt - 1)).min(max);
-            let delay = backoff_delay(attempt, base, max);
-            assert!(
-                delay >= full / 2 && delay <= full,
-                "attempt {attempt}: {delay:?}"
-            );
-        }
-    }
 }

@@ -16,7 +16,7 @@ use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
 
 use super::{
-    POLL_AFTER_SECS, job_response,
+    POLL_AFTER_SECS, job_object, job_response,
     paging::{cut, is_id, limit_and_cursor},
     reports::accepted,
 };
@@ -90,7 +90,8 @@ pub async fn get(
         wait_for_final(&state, &tenant.0, &job_id, Duration::from_secs(wait)).await?
     }
     .ok_or_else(|| not_found(&job_id))?;
-    Ok(job_response(HttpResponse::Ok(), &job))
+    let object = job_object(&state, &job).await?;
+    Ok(job_response(HttpResponse::Ok(), &job, &object))
 }
 
 async fn wait_for_final(

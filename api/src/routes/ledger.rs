@@ -38,7 +38,7 @@ pub struct ImportResponse {
     responses(
         (status = 200, body = ImportResponse),
         (status = 400, description = "malformed JSON, a wrong JSON type, an unknown field, or a malformed Idempotency-Key"),
-        (status = 409, description = "known ids with different content (`ids` lists them; nothing stored), or the Idempotency-Key is still in progress"),
+        (status = 409, description = "known ids with different content (`ids` lists them; nothing stored), entries dated in a month that is closed or being closed (`detail` names it; nothing stored), or the Idempotency-Key is still in progress"),
         (status = 413, description = "body over 16 MiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "invalid entries (`errors` names each field; nothing stored), or the Idempotency-Key was used with a different request"),
@@ -81,6 +81,34 @@ async fn import_validated(
     tenant_id: &str,
     entries: &[LedgerEntry],
 ) -> ApiResult<Answer> {
+    // In the import's transaction, under each month's shared lock: a
+    // period-close that locks a month waits for this import, and one that
+    // locked it first refuses it (`Store::periods_refusing_imports`).
+    let months: Vec<String> = entries.iter().map(|e| e.date[..7].to_owned()).collect();
+    let refusing = state
+        .store
+        .periods_refusing_imports(tx, tenant_id, &months)
+        .await?;
+    if !refusing.is_empty() {
+        let named: Vec<String> = refusing
+            .iter()
+            .map(|p| {
+                let state = if p.state == "closed" {
+                    "closed"
+                } else {
+                    "being closed"
+                };
+                format!("{} is {state} (by {})", p.month, p.job_id)
+            })
+            .collect();
+        return Err(ApiError::Conflict {
+            detail: format!(
+                "month {}; entries dated in it cannot be imported (reopen a closed month with POST /v1/periods/{{month}}/reopen); nothing was imported",
+                named.join(", month ")
+            ),
+            ids: None,
+        });
+    }
     match state.store.import_entries(tx, tenant_id, entries).await? {
         ImportOutcome::Imported { inserted, skipped } => Answer::json(
             StatusCode::OK,

@@ -1,12 +1,15 @@
 pub mod jobs;
 pub mod ledger;
 pub mod paging;
+pub mod periods;
 pub mod reports;
 pub mod service;
 pub mod webhooks;
 
 use actix_web::{HttpResponse, http::header, web};
-use shared::model::Job;
+use shared::model::{Job, JobObject};
+
+use crate::{error::ApiResult, state::AppState};
 
 /// Body limit of every route but the ledger import (`docs/api.md`).
 const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -44,6 +47,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 )
                 .service(web::resource("/webhooks/{webhook_id}/enable").post(webhooks::enable))
                 .service(
+                    web::resource("/filing-endpoint")
+                        .put(periods::put_filing_endpoint)
+                        .get(periods::get_filing_endpoint),
+                )
+                .service(web::resource("/periods/{month}").get(periods::get_period))
+                .service(web::resource("/periods/{month}/reopen").post(periods::reopen_period))
+                .service(
                     web::resource("/webhooks/{webhook_id}/rotate-secret")
                         .post(webhooks::rotate_secret),
                 )
@@ -59,9 +69,30 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 pub const POLL_AFTER_SECS: &str = "1";
 
 /// A job object answer, with `Retry-After` while the job is not final.
-pub fn job_response(mut builder: actix_web::HttpResponseBuilder, job: &Job) -> HttpResponse {
+pub fn job_response(
+    mut builder: actix_web::HttpResponseBuilder,
+    job: &Job,
+    object: &JobObject,
+) -> HttpResponse {
     if !job.status.is_final() {
         builder.insert_header((header::RETRY_AFTER, POLL_AFTER_SECS));
     }
-    builder.json(job.to_object())
+    builder.json(object)
+}
+
+/// The job object, with a saga's `phase` and `steps` (`docs/api.md`).
+pub async fn job_object(state: &AppState, job: &Job) -> ApiResult<JobObject> {
+    let mut object = job.to_object();
+    let names = state
+        .registry
+        .get(&job.kind)
+        .map(|kind| kind.step_names())
+        .unwrap_or_default();
+    if !names.is_empty() {
+        let (run, records) = state.store.saga_state(&job.job_id).await?;
+        let (phase, steps) = shared::saga::job_view(&names, run.as_ref(), &records);
+        object.phase = Some(phase);
+        object.steps = Some(steps);
+    }
+    Ok(object)
 }

@@ -19,7 +19,7 @@ use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey},
+    idempotency::{Answer, IdempotencyKey, execute},
     state::AppState,
     submits,
 };
@@ -35,7 +35,7 @@ impl PartialSchema for ReportParams {
             .item(Ref::from_schema_name("LedgerExportParams"))
             .item(Ref::from_schema_name("SleepParams"))
             .description(Some(
-                "the parameters of the kind named in the path: gst-summary, ledger-export, or sleep (diagnostic)",
+                "the parameters of the kind named in the path: gst-summary and period-close (GstSummaryParams), ledger-export, or sleep (diagnostic)",
             ))
             .into()
     }
@@ -46,14 +46,14 @@ impl ToSchema for ReportParams {}
 /// Submit a report job. The body is the kind's parameters.
 #[utoipa::path(
     post, path = "/v1/reports/{kind}", tag = "jobs", operation_id = "submitReport",
-    params(("kind" = String, Path, description = "report kind: gst-summary, ledger-export (or sleep when diagnostic kinds are enabled)")),
+    params(("kind" = String, Path, description = "report kind: gst-summary, ledger-export, period-close (or sleep when diagnostic kinds are enabled)")),
     request_body(content = ReportParams, description = "the kind's parameters, e.g. {\"month\": \"2026-10\"} for gst-summary"),
     responses(
         (status = 202, description = "accepted; poll the Location", body = JobObject,
          headers(("Location" = String, description = "the job: /v1/jobs/{job_id}"), ("Retry-After" = u64, description = "seconds until polling is worthwhile"))),
         (status = 400, description = "malformed JSON, parameters of the wrong shape (a wrong JSON type, an unknown or missing field), or a malformed Idempotency-Key"),
         (status = 404, description = "unknown report kind"),
-        (status = 409, description = "the Idempotency-Key is still in progress"),
+        (status = 409, description = "the Idempotency-Key is still in progress; or, for period-close, the month is closed or being closed, or no filing endpoint is registered; nothing stored"),
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "parameter values that make no sense (`errors` names each field), or the Idempotency-Key was used with a different request; nothing stored"),
@@ -85,6 +85,18 @@ pub async fn submit(
             errors,
         },
     })?;
+    if let Some(reason) = kind.refuse_submit(&state.store, &tenant.0, &params).await? {
+        // Through the key's layer all the same: a retry of the submit that
+        // made the job (which then closed the month) replays its 202, and
+        // a new key stores this 409 like any answer of a request that ran.
+        return execute(&state, &tenant.0, &key, &request, &body, async |_| {
+            Err(ApiError::Conflict {
+                detail: reason,
+                ids: None,
+            })
+        })
+        .await;
+    }
     state.limits.admit_job(&state.store, &tenant.0).await?;
     let new_job = NewJob {
         job_id: new_job_id(),

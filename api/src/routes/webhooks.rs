@@ -10,7 +10,7 @@ use shared::{
     ledger::FieldError,
     store::{Delivery, NewWebhook, Webhook},
     time::to_rfc3339,
-    webhooks::{EVENT_TYPES, parse_url, resolve_checked},
+    webhooks::{EVENT_TYPES, check_url},
 };
 use utoipa::ToSchema;
 
@@ -115,13 +115,8 @@ fn not_found(webhook_id: &str) -> ApiError {
 /// idempotency key either).
 async fn validate(state: &AppState, request: &RegisterWebhook) -> ApiResult<Vec<String>> {
     let mut errors = Vec::new();
-    match parse_url(&request.url) {
-        Ok(url) => {
-            if let Err(message) = resolve_checked(&url, state.webhook_allow_private).await {
-                errors.push(FieldError::new("url", message));
-            }
-        }
-        Err(message) => errors.push(FieldError::new("url", message)),
+    if let Err(message) = check_url(&request.url, state.webhook_allow_private).await {
+        errors.push(FieldError::new("url", message));
     }
     let events = match &request.events {
         None => EVENT_TYPES.iter().map(|e| (*e).to_owned()).collect(),

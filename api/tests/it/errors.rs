@@ -1179,7 +1179,7 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 /// Every route of the API (see `api::routes::configure`); the dashboard's
 /// pages (`/dashboard`) are HTML for people, not part of the API document.
-const SERVED: [(&str, &str); 18] = [
+const SERVED: [(&str, &str); 22] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -1198,6 +1198,10 @@ const SERVED: [(&str, &str); 18] = [
     ("GET", "/v1/webhooks/{webhook_id}/deliveries"),
     ("POST", "/v1/webhooks/{webhook_id}/enable"),
     ("POST", "/v1/webhooks/{webhook_id}/rotate-secret"),
+    ("PUT", "/v1/filing-endpoint"),
+    ("GET", "/v1/filing-endpoint"),
+    ("GET", "/v1/periods/{month}"),
+    ("POST", "/v1/periods/{month}/reopen"),
 ];
 
 const HTTP_METHODS: [&str; 8] = [
@@ -1274,6 +1278,15 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
         webhook_ids.push(reply.json()["id"].as_str().unwrap().to_owned());
     }
+    // A filing endpoint, so reading it finds one.
+    let reply = api
+        .send(
+            Method::PUT,
+            "/v1/filing-endpoint",
+            Some(&json!({"url": "http://127.0.0.1:9/returns"})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 
     // Act: the document, fetched without a key.
     let reply = Api::read(api.client.get(api.url("/openapi.json"))).await;
@@ -1344,7 +1357,8 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
         let filled = path
             .replace("{job_id}", &job_id)
             .replace("{webhook_id}", webhook_id)
-            .replace("{kind}", "gst-summary");
+            .replace("{kind}", "gst-summary")
+            .replace("{month}", "2026-10");
         assert!(
             !filled.contains('{'),
             "{path}: a path parameter this test does not know how to fill"

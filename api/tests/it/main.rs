@@ -19,6 +19,7 @@ mod openapi_client;
 mod reports;
 mod retention;
 mod retries;
+mod sagas;
 mod scale;
 mod webhooks;
 mod worker_behaviour;

@@ -9,14 +9,11 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, dev::ServerHandle, web};
-use reqwest::{
-    Method, StatusCode,
-    header::{HeaderMap, HeaderName, HeaderValue},
-};
+use actix_web::{HttpRequest, HttpResponse, dev::ServerHandle, web};
+use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, Reply, TestEnv};
+use crate::common::{Api, Backend, Reply, TestEnv, headers_of, serve_on_loopback};
 
 // -------------------------------------------------------------- receiver
 
@@ -104,13 +101,7 @@ async fn receive(
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    let mut headers = HeaderMap::new();
-    for (name, value) in request.headers() {
-        headers.append(
-            HeaderName::from_bytes(name.as_str().as_bytes()).expect("a header name"),
-            HeaderValue::from_bytes(value.as_bytes()).expect("a header value"),
-        );
-    }
+    let headers = headers_of(&request);
     let answer = {
         let mut log = log.lock().unwrap();
         log.requests.push(Received {
@@ -146,20 +137,7 @@ impl Receiver {
             then,
             requests: Vec::new(),
         }));
-        let data = web::Data::from(log.clone());
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(data.clone())
-                .default_service(web::to(receive))
-        })
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .expect("bind the receiver");
-        let addr = server.addrs()[0];
-        let server = server.run();
-        let handle = server.handle();
-        tokio::spawn(server);
+        let (addr, handle) = serve_on_loopback(web::Data::from(log.clone()), receive);
         Receiver {
             url: format!("http://{addr}/hooks/receipt"),
             log,

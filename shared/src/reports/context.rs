@@ -20,8 +20,45 @@ pub struct JobContext {
     pub tenant_id: String,
     pub job_id: String,
     pub attempt: i64,
+    pub settings: RunSettings,
     flags: ProgressSink,
     last_progress: Mutex<Option<Instant>>,
+}
+
+/// What of the process's settings a running kind may use.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// The backoff of retries inside an attempt (a saga's steps and
+    /// compensations): `RETRY_BASE_DELAY` doubling to `RETRY_MAX_DELAY`.
+    pub retry_base_delay: Duration,
+    pub retry_max_delay: Duration,
+    /// Calls to other systems (a filing endpoint): how long an answer may
+    /// take (`WEBHOOK_TIMEOUT`), and whether private addresses may be
+    /// called (`WEBHOOK_ALLOW_PRIVATE`), as for webhooks.
+    pub http_timeout: Duration,
+    pub allow_private_addresses: bool,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        Self {
+            retry_base_delay: Duration::from_secs(1),
+            retry_max_delay: Duration::from_secs(300),
+            http_timeout: Duration::from_secs(15),
+            allow_private_addresses: false,
+        }
+    }
+}
+
+impl From<&crate::settings::Settings> for RunSettings {
+    fn from(settings: &crate::settings::Settings) -> Self {
+        Self {
+            retry_base_delay: settings.retry_base_delay,
+            retry_max_delay: settings.retry_max_delay,
+            http_timeout: settings.webhook_timeout,
+            allow_private_addresses: settings.webhook_allow_private,
+        }
+    }
 }
 
 /// The flags a heartbeat raises for its attempt.
@@ -57,9 +94,16 @@ impl JobContext {
             tenant_id,
             job_id,
             attempt,
+            settings: RunSettings::default(),
             flags,
             last_progress: Mutex::new(None),
         }
+    }
+
+    /// The process's settings a kind may use, instead of the defaults.
+    pub fn with_settings(mut self, settings: RunSettings) -> Self {
+        self.settings = settings;
+        self
     }
 
     /// A place where the handler may stop: returns `Err` when the attempt

@@ -7,6 +7,7 @@ mod chunks;
 mod context;
 mod gst_summary;
 mod ledger_export;
+mod period_close;
 mod sleep;
 
 use std::{collections::BTreeMap, time::Duration};
@@ -16,9 +17,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Number, Value};
 
 pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
-pub use context::{JobContext, ProgressSink};
+pub use context::{JobContext, ProgressSink, RunSettings};
 pub use gst_summary::{GstSummary, GstSummaryParams};
 pub use ledger_export::{LedgerExport, LedgerExportParams};
+pub use period_close::PeriodClose;
 pub use sleep::{Sleep, SleepParams, SleepPlan};
 
 use crate::ledger::FieldError;
@@ -144,6 +146,22 @@ pub trait ReportKind: Send + Sync + 'static {
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Self::Params) -> BoxFuture<'a, RunResult>;
 
+    /// A saga's steps, in order (`docs/sagas.md`); empty for a kind of one step.
+    fn step_names(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// A refusal of a submit that depends on stored state (409 with this
+    /// reason); `None` to accept. Checked before the job is stored.
+    fn refuse_submit<'a>(
+        &'a self,
+        _store: &'a crate::store::Store,
+        _tenant_id: &'a str,
+        _params: &'a Value,
+    ) -> BoxFuture<'a, crate::Result<Option<String>>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// A result stored as one document, as CSV, for tabular kinds.
     fn to_csv(&self, _result: &Value) -> Option<String> {
         None
@@ -179,6 +197,17 @@ pub trait AnyReportKind: Send + Sync + 'static {
 
     fn to_csv(&self, result: &Value) -> Option<String>;
 
+    /// [`ReportKind::step_names`].
+    fn step_names(&self) -> Vec<&'static str>;
+
+    /// [`ReportKind::refuse_submit`].
+    fn refuse_submit<'a>(
+        &'a self,
+        store: &'a crate::store::Store,
+        tenant_id: &'a str,
+        params: &'a Value,
+    ) -> BoxFuture<'a, crate::Result<Option<String>>>;
+
     /// [`ReportKind::chunk_renderer`], given the job's stored parameters.
     fn chunk_renderer(
         &self,
@@ -213,6 +242,19 @@ impl<K: ReportKind> AnyReportKind for K {
 
     fn to_csv(&self, result: &Value) -> Option<String> {
         ReportKind::to_csv(self, result)
+    }
+
+    fn step_names(&self) -> Vec<&'static str> {
+        ReportKind::step_names(self)
+    }
+
+    fn refuse_submit<'a>(
+        &'a self,
+        store: &'a crate::store::Store,
+        tenant_id: &'a str,
+        params: &'a Value,
+    ) -> BoxFuture<'a, crate::Result<Option<String>>> {
+        ReportKind::refuse_submit(self, store, tenant_id, params)
     }
 
     fn chunk_renderer(
@@ -262,7 +304,10 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(enable_diagnostic_kinds: bool) -> Self {
-        let mut kinds: Vec<&'static dyn AnyReportKind> = vec![&GstSummary, &LedgerExport];
+        static PERIOD_CLOSE: crate::saga::SagaKind<PeriodClose> =
+            crate::saga::SagaKind(PeriodClose);
+        let mut kinds: Vec<&'static dyn AnyReportKind> =
+            vec![&GstSummary, &LedgerExport, &PERIOD_CLOSE];
         if enable_diagnostic_kinds {
             kinds.push(&Sleep);
         }

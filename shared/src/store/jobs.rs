@@ -8,7 +8,7 @@ use sqlx::{Row, any::AnyRow};
 
 use super::{
     Store, WriteTx, built, padded_len, pairs_equal, placeholders, results::discard_all_chunks,
-    value_rows,
+    sagas::SAGA_UNFINISHED, value_rows,
 };
 use crate::{
     Result,
@@ -260,7 +260,24 @@ impl Store {
         let Some(job) = row.as_ref().map(job_from_row).transpose()? else {
             return Ok(CancelOutcome::NotFound);
         };
+        // A running job is asked to stop. So is a saga waiting for its next
+        // attempt with steps to undo: that attempt runs the compensations,
+        // then ends it CANCELLED.
+        let ask_to_stop = match job.status {
+            JobStatus::Running => true,
+            JobStatus::Queued => self.saga_unfinished(tx, job_id).await?,
+            _ => false,
+        };
         let outcome = match job.status {
+            _ if ask_to_stop => {
+                let row = sqlx::query(built(&format!(
+                    "UPDATE jobs SET cancel_requested = 1 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
+                )))
+                .bind(job_id)
+                .fetch_one(&mut **tx)
+                .await?;
+                CancelOutcome::Done(job_from_row(&row)?)
+            }
             JobStatus::Queued => {
                 let row = sqlx::query(built(&format!(
                     "UPDATE jobs SET status = 'CANCELLED', finished_at = $2
@@ -276,16 +293,7 @@ impl Store {
                 self.announce_final(tx, job_id).await?;
                 CancelOutcome::Done(job_from_row(&row)?)
             }
-            JobStatus::Running => {
-                let row = sqlx::query(built(&format!(
-                    "UPDATE jobs SET cancel_requested = 1 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
-                )))
-                .bind(job_id)
-                .fetch_one(&mut **tx)
-                .await?;
-                CancelOutcome::Done(job_from_row(&row)?)
-            }
-            JobStatus::Cancelled => CancelOutcome::Done(job),
+            JobStatus::Running | JobStatus::Cancelled => CancelOutcome::Done(job),
             JobStatus::Succeeded | JobStatus::Failed => CancelOutcome::Conflict(job),
         };
         Ok(outcome)
@@ -768,7 +776,9 @@ impl Store {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let rows = sqlx::query(built(&format!(
-            "SELECT job_id, attempts - handbacks AS counted, max_attempts FROM jobs
+            "SELECT job_id, attempts - handbacks AS counted, max_attempts,
+                 CASE WHEN {SAGA_UNFINISHED} THEN 1 ELSE 0 END AS saga_unfinished
+             FROM jobs
              WHERE status = 'RUNNING' AND lease_expires_at < $1
              ORDER BY lease_expires_at LIMIT $2{}",
             self.dialect.skip_locked()
@@ -784,7 +794,10 @@ impl Store {
             let attempts: i64 = row.try_get("counted")?;
             let max_attempts: i64 = row.try_get("max_attempts")?;
             let message = format!("attempt {attempts} stopped responding: its lease lapsed");
-            if attempts < max_attempts {
+            // A saga with steps to run or undo is never failed here: its
+            // next attempt compensates first (`docs/sagas.md`).
+            let saga_unfinished = row.try_get::<i64, _>("saga_unfinished")? == 1;
+            if attempts < max_attempts || saga_unfinished {
                 sqlx::query(
                     "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
                          worker_id = NULL, error_type = 'lease_expired', error_message = $3

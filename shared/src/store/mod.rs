@@ -8,8 +8,10 @@ mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
+mod periods;
 mod results;
 mod retention;
+mod sagas;
 mod submit;
 mod webhooks;
 
@@ -30,11 +32,13 @@ pub use keys::{
     ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
 };
 pub use ledger::{GstRow, ImportOutcome};
+pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
 pub use results::StoredResult;
 pub use retention::{
     Pruned, delete_finished_postgres_messages, delete_finished_sqlite_messages,
     index_finished_postgres_messages,
 };
+pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
 pub use submit::{Submission, SubmissionKey, Submitted};
 pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
 
