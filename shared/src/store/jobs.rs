@@ -184,8 +184,7 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Any tenant's job.
-    #[cfg(feature = "test-hooks")]
+    /// Any tenant's job (a worker knows a job by its id only).
     pub async fn get_job_unscoped(&self, job_id: &str) -> Result<Option<Job>> {
         let row = sqlx::query(built(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"
