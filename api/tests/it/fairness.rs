@@ -83,6 +83,19 @@ async fn lock_job_row(env: &TestEnv, job_id: &str) -> sqlx::PgConnection {
     conn
 }
 
+/// Terminates the sessions waiting for a lock that `conn` holds, once
+/// whatever a killed process had already sent has reached the server.
+async fn end_statements_blocked_by(conn: &mut sqlx::PgConnection) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::raw_sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))",
+    )
+    .execute(conn)
+    .await
+    .expect("end the blocked statements");
+}
+
 async fn redis_connection(env: &TestEnv) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(env.redis_url.as_str()).expect("redis");
     client
@@ -135,6 +148,12 @@ async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
     }
     // It fetched, and waits on the row lock to claim.
     victim.kill_hard();
+    // A claim is one statement committed on its own: Postgres, which
+    // notices a vanished client only when it next talks to it, would
+    // still commit the dead worker's claim once the lock is gone. End the
+    // dead worker's waiting statement as a crash before the claim would.
+    let mut lock = lock;
+    end_statements_blocked_by(&mut lock).await;
     drop(lock);
     let killed_at = std::time::Instant::now();
 
