@@ -100,8 +100,10 @@ impl Runner {
         let started = std::time::Instant::now();
         let outcome = self.run_claimed(&claim).await;
         if let Some(outcome) = outcome {
-            self.finish(&claim, &outcome).await;
+            // Counted before the final status commits, so that a client who
+            // sees the status also finds the attempt on `/metrics`.
             record_attempt(&claim.kind, &outcome, started.elapsed());
+            self.finish(&claim, &outcome).await;
         }
         // Only this attempt's entry: a later attempt of the same job (after
         // this one's lease lapsed) may run in this process too, and must stay
