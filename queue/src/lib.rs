@@ -6,6 +6,7 @@
 //! scheduling). Also here: the one path that hands committed jobs to the
 //! queue ([`Handoff`]), and the outbox relay.
 
+mod error;
 mod memory;
 mod redis;
 mod relay;
@@ -22,11 +23,10 @@ use shared::{
 };
 use tracing::warn;
 
+pub use error::{Error, Result};
 pub use memory::{FAIR_SHARE, FairQueue, MEMORY_QUEUE_CAPACITY, MemoryQueue, Room};
 pub use redis::{ALIVE, Consumer, Delivery, RedisQueue};
 pub use relay::run_relay;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The payload type: decoded as any JSON value, so a malformed message
 /// is dropped by our handler instead of killing the apalis worker at fetch.
@@ -68,7 +68,7 @@ impl Queue {
     /// The queue of a process that runs its own worker pool: for the
     /// embedded default (SQLite, no Redis) a queue inside the process,
     /// otherwise the shared queue of [`Queue::connect`].
-    pub async fn connect_in_process(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
+    pub async fn connect_in_process(settings: &Settings, store: &Store) -> Result<Self> {
         if settings.redis_url.is_none() && store.dialect() == Dialect::Sqlite {
             return Ok(Queue::Memory(MemoryQueue::default()));
         }
@@ -82,7 +82,7 @@ impl Queue {
     }
 
     /// Connects to the queue the settings name and prepares its tables.
-    pub async fn connect(settings: &Settings, store: &Store) -> Result<Self, BoxError> {
+    pub async fn connect(settings: &Settings, store: &Store) -> Result<Self> {
         let queue_name = Self::apalis_queue_name(settings);
         if let Some(url) = &settings.redis_url {
             let queue = RedisQueue::connect(url, queue_name).await?;
@@ -137,7 +137,7 @@ impl Queue {
 
     /// Publishes one message per job. The in-process queue takes them
     /// whatever its room: callers that can wait use a [`Handoff`] instead.
-    pub async fn publish(&self, jobs: &[QueuedJob]) -> Result<(), BoxError> {
+    pub async fn publish(&self, jobs: &[QueuedJob]) -> Result<()> {
         let messages = || jobs.iter().map(message).collect::<Vec<Message>>();
         match self.clone() {
             Queue::Redis(queue) => queue.push(jobs).await?,
@@ -187,7 +187,7 @@ impl Queue {
     /// Returns the messages of Redis consumers that died (see
     /// [`RedisQueue::return_abandoned`]); nothing to do for the other
     /// queues, whose worker pools recover their own.
-    pub async fn return_abandoned(&self) -> Result<u64, BoxError> {
+    pub async fn return_abandoned(&self) -> Result<u64> {
         match self {
             Queue::Redis(queue) => queue.return_abandoned().await,
             _ => Ok(0),
@@ -197,7 +197,7 @@ impl Queue {
     /// After a start, makes jobs whose messages only this queue could have
     /// held due for publishing again: an in-process queue starts empty, so
     /// messages a previous process published into it died with it.
-    pub async fn recover(&self, store: &Store) -> Result<(), BoxError> {
+    pub async fn recover(&self, store: &Store) -> Result<()> {
         if let Queue::Memory(_) = self {
             let due = store.make_outbox_due_now().await?;
             if due > 0 {
@@ -215,7 +215,7 @@ impl Queue {
     /// `REPUBLISH_AFTER`. Always `false` for the other queues: the
     /// database's queue tables are as durable as the jobs themselves, and
     /// the in-process queue is recovered at start ([`Queue::recover`]).
-    pub async fn lost_messages(&self) -> Result<bool, BoxError> {
+    pub async fn lost_messages(&self) -> Result<bool> {
         let Queue::Redis(queue) = self else {
             return Ok(false);
         };
@@ -228,7 +228,7 @@ impl Queue {
 
     /// Records that everything unclaimed has been made due for publishing
     /// since the queue was last found to have lost its messages.
-    pub async fn mark_intact(&self) -> Result<(), BoxError> {
+    pub async fn mark_intact(&self) -> Result<()> {
         if let Queue::Redis(queue) = self {
             ::redis::cmd("SET")
                 .arg(queue.key("intact"))
@@ -250,7 +250,7 @@ impl Queue {
     /// apalis's own `Vacuum` is not used: on SQLite it deletes every
     /// finished row in one statement and then rebuilds the file (`VACUUM`);
     /// Postgres has none.
-    pub async fn forget_finished(&self, queue_name: &str, limit: usize) -> Result<u64, BoxError> {
+    pub async fn forget_finished(&self, queue_name: &str, limit: usize) -> Result<u64> {
         let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
         Ok(match self {
             Queue::Redis(_) | Queue::Memory(_) => 0,
@@ -274,7 +274,7 @@ impl Queue {
     }
 
     /// Whether the queue answers (for `/readyz`).
-    pub async fn ping(&self) -> Result<(), BoxError> {
+    pub async fn ping(&self) -> Result<()> {
         match self {
             Queue::Redis(queue) => {
                 ::redis::cmd("PING")

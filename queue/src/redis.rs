@@ -36,7 +36,7 @@ use shared::store::QueuedJob;
 use tokio::sync::Semaphore;
 use tracing::warn;
 
-use crate::{BoxError, Message};
+use crate::{Message, Result};
 
 static PUSH: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/push.lua")));
@@ -63,7 +63,7 @@ pub struct RedisQueue {
 }
 
 impl RedisQueue {
-    pub async fn connect(url: &str, prefix: String) -> Result<Self, BoxError> {
+    pub async fn connect(url: &str, prefix: String) -> Result<Self> {
         let client = redis::Client::open(url)?;
         // redis-rs's 500 ms default response timeout would turn one slow
         // answer into a failed fetch.
@@ -88,7 +88,7 @@ impl RedisQueue {
 
     /// Pushes one message per job onto its tenant's FIFO, in one round
     /// trip, and wakes idle consumers.
-    pub async fn push(&self, jobs: &[QueuedJob]) -> Result<(), BoxError> {
+    pub async fn push(&self, jobs: &[QueuedJob]) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
         }
@@ -104,7 +104,7 @@ impl RedisQueue {
 
     /// Returns the in-flight messages of consumers whose heartbeat expired;
     /// returns how many.
-    pub async fn return_abandoned(&self) -> Result<u64, BoxError> {
+    pub async fn return_abandoned(&self) -> Result<u64> {
         Ok(REAP
             .key(&self.prefix)
             .arg("")
@@ -226,7 +226,7 @@ impl Consumer {
 
     /// One fetch of up to `slots` messages, carrying the acknowledgements
     /// waiting since the last; they wait for the next one if it fails.
-    async fn fetch_and_acknowledge(&self, slots: usize) -> Result<Vec<Vec<u8>>, BoxError> {
+    async fn fetch_and_acknowledge(&self, slots: usize) -> Result<Vec<Vec<u8>>> {
         let acks = std::mem::take(&mut *self.lock_acks());
         let fetched = FETCH
             .key(&self.0.queue.prefix)
@@ -302,7 +302,7 @@ impl Consumer {
         }
     }
 
-    async fn acknowledge_raw(&self, raw: &[u8]) -> Result<(), BoxError> {
+    async fn acknowledge_raw(&self, raw: &[u8]) -> Result<()> {
         let key = self.0.queue.key(&format!("inflight:{}", self.0.name));
         redis::cmd("LREM")
             .arg(key)
@@ -325,7 +325,7 @@ impl Consumer {
     /// Returns whatever this consumer still holds to the queue and stops
     /// its heartbeat: for a consumer that stops (its handlers are done, or
     /// were abandoned at the end of the shutdown grace).
-    pub async fn release(&self) -> Result<u64, BoxError> {
+    pub async fn release(&self) -> Result<u64> {
         self.0.heartbeat.abort();
         // Finished messages must not go back with the unfinished ones.
         self.fetch_and_acknowledge(0).await?;

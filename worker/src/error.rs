@@ -9,19 +9,12 @@ pub enum Error {
     /// The database, through the store.
     #[error(transparent)]
     Store(#[from] shared::Error),
-    /// The database that holds apalis's queue tables.
-    #[error("queue database: {0}")]
-    QueueDatabase(#[from] sqlx::Error),
-    /// Redis, as the queue.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// The queue: pushing or fetching a message, or apalis running its
-    /// workers.
+    /// The queue: connecting to it, recovering it, handing messages back.
+    #[error(transparent)]
+    Queue(#[from] queue::Error),
+    /// apalis running its workers.
     #[error("queue: {0}")]
     Apalis(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The in-process queue's workers have stopped.
-    #[error("the in-process queue is closed")]
-    QueueClosed,
     /// `METRICS_ADDR` could not be served.
     #[error("cannot serve metrics on METRICS_ADDR {addr}: {detail}")]
     Metrics { addr: String, detail: String },
@@ -41,12 +34,6 @@ impl Error {
     /// An apalis error, whatever its type.
     pub fn apalis(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::Apalis(Box::new(error))
-    }
-}
-
-impl From<queue::BoxError> for Error {
-    fn from(error: queue::BoxError) -> Self {
-        Error::Apalis(error)
     }
 }
 

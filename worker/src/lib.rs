@@ -4,16 +4,21 @@
 //! the transport; the database is the truth (`docs/design.md`): every state
 //! change is made, and fenced, in the store.
 
+mod background;
 mod dispatcher;
 mod error;
+mod poll;
 mod pool;
+mod process;
 mod retention;
 mod runner;
 mod sweeper;
+mod workers;
 
 pub use dispatcher::Dispatcher;
 pub use error::{Error, Result};
-pub use pool::{WorkerPool, cancel_on_signal, run_worker_process};
+pub use pool::WorkerPool;
+pub use process::{cancel_on_signal, run_worker_process};
 pub use retention::{run_pruner, run_queue_vacuum};
 pub use runner::{Runner, backoff_delay};
 pub use sweeper::run_sweeper;

@@ -1,0 +1,103 @@
+//! What a worker pool runs beside its apalis workers: the outbox relay, the
+//! lease sweeper, the webhook dispatcher, the retention pruner and the
+//! queue vacuum. Each is safe to run in many processes at once, and runs
+//! until the pool stops it, after its apalis workers have stopped.
+
+use std::time::Duration;
+
+use queue::{Queue, run_relay};
+use shared::{notify::Signals, settings::Settings, store::Store};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::{
+    Dispatcher,
+    retention::{run_pruner, run_queue_vacuum},
+    sweeper::run_sweeper,
+};
+
+/// The background tasks of a pool, as configured; [`BackgroundTasks::start`]
+/// runs them.
+pub struct BackgroundTasks {
+    queue_name: String,
+    republish_after: Duration,
+    sweep_every: Duration,
+    job_retention: Duration,
+    dispatcher: Dispatcher,
+}
+
+impl BackgroundTasks {
+    pub fn new(store: Store, settings: &Settings) -> Self {
+        let webhook_retries: Duration = settings.webhook_retry_schedule.0.iter().sum();
+        if settings.job_retention < webhook_retries {
+            warn!(
+                job_retention = ?settings.job_retention,
+                ?webhook_retries,
+                "JOB_RETENTION is shorter than WEBHOOK_RETRY_SCHEDULE: a job may be deleted, \
+                 with its events, while a receiver is still being retried"
+            );
+        }
+        Self {
+            dispatcher: Dispatcher::new(store, settings),
+            queue_name: Queue::apalis_queue_name(settings),
+            republish_after: settings.republish_after,
+            sweep_every: (settings.job_lease / 4)
+                .clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            job_retention: settings.job_retention,
+        }
+    }
+
+    /// Spawns the relay, the sweeper, the dispatcher, the pruner and the
+    /// queue vacuum; they run until [`Running::stop`].
+    pub fn start(&self, store: &Store, queue: &Queue, signals: &Signals) -> Running {
+        let background = CancellationToken::new();
+        let relay = tokio::spawn(run_relay(
+            store.clone(),
+            queue.clone(),
+            signals.clone(),
+            self.republish_after,
+            background.clone(),
+        ));
+        let sweeper = tokio::spawn(run_sweeper(
+            store.clone(),
+            signals.clone(),
+            self.sweep_every,
+            background.clone(),
+        ));
+        let dispatcher = tokio::spawn(
+            self.dispatcher
+                .clone()
+                .run(signals.clone(), background.clone()),
+        );
+        let pruner = tokio::spawn(run_pruner(
+            store.clone(),
+            self.job_retention,
+            background.clone(),
+        ));
+        let vacuum = tokio::spawn(run_queue_vacuum(
+            queue.clone(),
+            self.queue_name.clone(),
+            background.clone(),
+        ));
+        Running {
+            background,
+            tasks: [relay, sweeper, dispatcher, pruner, vacuum],
+        }
+    }
+}
+
+/// The running background tasks of a pool.
+pub struct Running {
+    background: CancellationToken,
+    tasks: [JoinHandle<()>; 5],
+}
+
+impl Running {
+    /// Stops every task and waits for each to end.
+    pub async fn stop(self) {
+        self.background.cancel();
+        let [relay, sweeper, dispatcher, pruner, vacuum] = self.tasks;
+        let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum);
+    }
+}

@@ -1,0 +1,85 @@
+//! The `worker` process around its pool: connecting, the metrics
+//! endpoint on `METRICS_ADDR`, and SIGTERM/SIGINT.
+
+use queue::Queue;
+use shared::{notify::Signals, settings::Settings, store::Store};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{Error, Result, WorkerPool};
+
+/// The `worker` binary: connect, migrate, run the pool until SIGTERM/SIGINT.
+pub async fn run_worker_process(settings: Settings) -> Result<()> {
+    let store = Store::connect(&settings.database_url).await?;
+    store.migrate().await?;
+    let queue = Queue::connect(&settings, &store).await?;
+    let metrics = match &settings.metrics_addr {
+        Some(addr) => Some(serve_metrics(addr)?),
+        None => None,
+    };
+    let pool = WorkerPool::new(store, queue, Signals::default(), &settings);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let result = pool.run(shutdown).await;
+    if let Some(metrics) = metrics {
+        metrics.stop(true).await;
+    }
+    result
+}
+
+/// Serves `GET /metrics` (Prometheus text) on `addr` and prints
+/// `metrics on http://{addr}` once it listens.
+fn serve_metrics(addr: &str) -> Result<actix_web::dev::ServerHandle> {
+    use actix_web::{App, HttpResponse, HttpServer, http::header, web};
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| Error::Metrics {
+            addr: addr.to_owned(),
+            detail: format!("cannot install the recorder: {e}"),
+        })?;
+    let metrics_error = |e: std::io::Error| Error::Metrics {
+        addr: addr.to_owned(),
+        detail: e.to_string(),
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(metrics_error)?;
+    let bound = listener.local_addr().map_err(metrics_error)?;
+    let server = HttpServer::new(move || {
+        let handle = handle.clone();
+        App::new().route(
+            "/metrics",
+            web::get().to(move || {
+                let body = handle.render();
+                async move {
+                    HttpResponse::Ok()
+                        .insert_header((header::CONTENT_TYPE, "text/plain; version=0.0.4"))
+                        .body(body)
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)
+    .map_err(metrics_error)?
+    .run();
+    let stop = server.handle();
+    tokio::spawn(server);
+    println!("metrics on http://{bound}");
+    Ok(stop)
+}
+
+/// Cancels the token on SIGTERM or SIGINT.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(error) => {
+            warn!(%error, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+    token.cancel();
+}

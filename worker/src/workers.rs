@@ -1,0 +1,181 @@
+//! The apalis workers of a pool, configured around the sharp edges of
+//! apalis 1.0 listed in `docs/design.md` ("apalis 1.0: what we rely on and
+//! work around"): a unique name per process and per restart, `QUEUE_PREFETCH`
+//! messages per fetch (1 by default), an explicit queue and poll interval,
+//! messages decoded as any JSON, and a handler that never fails or panics.
+//! A worker that keeps failing (Redis or the database down) is started
+//! again after a pause, for as long as the process runs: an outage never
+//! ends the process, and it resumes by itself when the service returns.
+
+use std::{sync::Arc, time::Duration};
+
+use apalis::prelude::*;
+use queue::{Consumer, Message, Queue};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{
+    Error, Result,
+    poll::{POLL, PollEvery},
+    runner::Runner,
+};
+
+/// Quick restarts of a failing apalis worker inside one monitor; after
+/// that the monitor ends and [`ApalisWorkers::run_until_shutdown`] starts
+/// a new one after a pause, so an outage of Redis or the database never makes a hot loop and
+/// never ends the process.
+const QUICK_RESTARTS: usize = 3;
+/// The pause before a new monitor: it doubles from the first to the last
+/// while the pool keeps failing, and starts over once a monitor has run
+/// for a minute.
+const RESTART_PAUSE: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
+
+async fn handle_message(
+    message: Message,
+    runner: Data<Arc<Runner>>,
+    consumer: Data<Option<Consumer>>,
+) -> Result<(), BoxDynError> {
+    // Frees the message's slot however the handler ends, and acknowledges
+    // the message once it has run (the Redis queue).
+    let delivery = consumer
+        .as_ref()
+        .map(|consumer| consumer.delivery(&message));
+    runner.handle(message).await;
+    if let Some(delivery) = &delivery {
+        delivery.finished();
+    }
+    Ok(())
+}
+
+/// The apalis workers that feed a pool's [`Runner`], one monitor at a
+/// time, on whichever backend the queue is.
+pub struct ApalisWorkers {
+    runner: Arc<Runner>,
+    queue: Queue,
+    concurrency: usize,
+    grace: Duration,
+}
+
+impl ApalisWorkers {
+    pub fn new(runner: Arc<Runner>, queue: Queue, concurrency: usize, grace: Duration) -> Self {
+        Self {
+            runner,
+            queue,
+            concurrency,
+            grace,
+        }
+    }
+
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// Runs apalis monitors one after another until `shutdown`: a monitor
+    /// ends when its worker keeps failing (Redis or the database is down,
+    /// a message apalis cannot decode), and the next one starts after a
+    /// pause. Jobs are never lost meanwhile: the outbox holds them, and the
+    /// relay publishes them again.
+    pub async fn run_until_shutdown(&self, shutdown: &CancellationToken) -> Result<()> {
+        let mut pause = RESTART_PAUSE.0;
+        for generation in 0.. {
+            let started = std::time::Instant::now();
+            let result = self.run_generation(shutdown.clone(), generation).await;
+            if shutdown.is_cancelled() {
+                return result;
+            }
+            match result {
+                Ok(()) => warn!(
+                    generation,
+                    "the apalis workers stopped; starting them again"
+                ),
+                Err(error) => {
+                    warn!(generation, %error, "the apalis workers failed; starting them again")
+                }
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                pause = RESTART_PAUSE.0;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(RESTART_PAUSE.1);
+        }
+        Ok(())
+    }
+
+    async fn run_generation(&self, shutdown: CancellationToken, generation: u64) -> Result<()> {
+        let base = format!("{}-g{generation}", self.runner.worker_id);
+        let runner = self.runner.clone();
+        let concurrency = self.concurrency;
+        let published = self.runner.signals.published_notify();
+        // One Redis consumer per generation: a generation that ends hands
+        // back what it still holds (below), and a process that dies stops
+        // its heartbeat, so its messages return to the queue.
+        let consumer = self
+            .queue
+            .redis()
+            .map(|queue| queue.consumer(base.clone(), concurrency));
+        let signal = async move {
+            shutdown.cancelled().await;
+            Ok(())
+        };
+        let handlers_consumer = consumer.clone();
+        macro_rules! run_monitor {
+            ($new_backend:expr) => {{
+                let new_backend = $new_backend;
+                Monitor::new()
+                    .shutdown_timeout(self.grace)
+                    .should_restart(|ctx, error| {
+                        warn!(worker = ctx.name(), %error, restarts = ctx.restarts(), "apalis worker failed");
+                        ctx.restarts() < QUICK_RESTARTS
+                    })
+                    .register(move |restarts| {
+                        // A new name per restart: apalis refuses a name it
+                        // saw within the heartbeat window (docs/design.md,
+                        // apalis 1.0, item 7).
+                        WorkerBuilder::new(format!("{base}-r{restarts}"))
+                            .backend(new_backend())
+                            .data(runner.clone())
+                            .data(handlers_consumer.clone())
+                            .concurrency(concurrency)
+                            .catch_panic()
+                            .parallelize(tokio::spawn)
+                            .build(handle_message)
+                    })
+                    .run_with_signal(signal)
+                    .await
+                    .map_err(Error::apalis)
+            }};
+        }
+        let result = match self.queue.clone() {
+            // Fetches block on Redis for a push: no polling.
+            Queue::Redis(_) => {
+                let consumer = consumer
+                    .clone()
+                    .ok_or_else(|| Error::Apalis("a Redis queue has a consumer".into()))?;
+                run_monitor!(move || consumer.storage())
+            }
+            Queue::Sqlite(storage) => {
+                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
+                run_monitor!(move || backend.clone())
+            }
+            Queue::Postgres(storage) => {
+                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
+                run_monitor!(move || backend.clone())
+            }
+            // A channel wakes its reader when a message arrives: no polling.
+            Queue::Memory(queue) => run_monitor!(move || queue.storage()),
+        };
+        if let Some(consumer) = consumer {
+            match consumer.release().await {
+                Ok(0) => {}
+                Ok(returned) => info!(returned, "handed unstarted messages back to the queue"),
+                Err(error) => {
+                    warn!(%error, "could not hand messages back to the queue; they return when its heartbeat lapses")
+                }
+            }
+        }
+        result
+    }
+}
