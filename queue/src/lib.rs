@@ -28,6 +28,8 @@ pub use memory::{FAIR_SHARE, FairQueue, MEMORY_QUEUE_CAPACITY, MemoryQueue, Room
 pub use redis::{ALIVE, Consumer, Delivery, RedisQueue};
 pub use relay::run_relay;
 
+/// The longest pause between tries of [`Queue::recover`].
+const RECOVER_MAX_PAUSE: Duration = Duration::from_secs(16);
 /// The payload type: decoded as any JSON value, so a malformed message
 /// is dropped by our handler instead of killing the apalis worker at fetch.
 pub type Message = Value;
@@ -197,9 +199,25 @@ impl Queue {
     /// After a start, makes jobs whose messages only this queue could have
     /// held due for publishing again: an in-process queue starts empty, so
     /// messages a previous process published into it died with it.
+    ///
+    /// A database that is busy or briefly down is waited for (a long
+    /// write, such as a large ledger import, can hold SQLite's one writer
+    /// past its busy timeout), for about a minute and a half at most, so a
+    /// pool does not fail to start on a transient outage.
     pub async fn recover(&self, store: &Store) -> Result<()> {
         if let Queue::Memory(_) = self {
-            let due = store.make_outbox_due_now().await?;
+            let mut pause = Duration::from_secs(1);
+            let due = loop {
+                match store.make_outbox_due_now().await {
+                    Ok(due) => break due,
+                    Err(error) if error.is_unavailable() && pause <= RECOVER_MAX_PAUSE => {
+                        tracing::warn!(%error, "the database is busy or down; recovering the queue again shortly");
+                        tokio::time::sleep(pause).await;
+                        pause *= 2;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            };
             if due > 0 {
                 tracing::info!(due, "republishing unclaimed jobs of an earlier process");
             }
