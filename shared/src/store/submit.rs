@@ -78,20 +78,6 @@ impl NewJob {
 }
 
 impl Store {
-    /// Submits one job without an idempotency key: a batch of one, due
-    /// for the relay at once.
-    #[cfg(feature = "test-hooks")]
-    pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
-        let submission = Submission {
-            job: job.clone(),
-            created_at: now_ms(),
-            key: None,
-        };
-        self.submit_batch(std::slice::from_ref(&submission), None)
-            .await?;
-        Ok(job.queued(submission.created_at))
-    }
-
     /// Writes a batch of submits in one transaction; answers in order.
     /// With `published_for_ms`, the caller publishes the inserted jobs
     /// itself right after the commit (the embedded queue), so their outbox
