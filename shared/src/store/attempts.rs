@@ -95,11 +95,11 @@ impl Store {
             return Ok(Vec::new());
         }
         let now = now_ms();
-        // `status = 'QUEUED'` is the guard: of two deliveries of one job,
+        // Requiring QUEUED is the guard: of two deliveries of one job,
         // in this batch or in two processes, one finds it RUNNING.
-        let claim = "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1,
+        let claim = "UPDATE jobs SET status = $4, attempts = attempts + 1,
                  started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
-             WHERE job_id IN ({ids}) AND status = 'QUEUED' AND run_after <= $1
+             WHERE job_id IN ({ids}) AND status = $5 AND run_after <= $1
              RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts";
         // On Postgres the IN list is padded to a size bucket (repeating the
         // last id, which changes nothing), so a connection prepares and
@@ -110,7 +110,7 @@ impl Store {
             super::Dialect::Postgres => padded_len(job_ids.len()),
             super::Dialect::Sqlite => job_ids.len(),
         };
-        let ids = placeholders(4, listed);
+        let ids = placeholders(6, listed);
         let padding = std::iter::repeat_n(&job_ids[job_ids.len() - 1], listed - job_ids.len());
         let rows = match self.dialect {
             // One statement, so one round trip and no BEGIN or COMMIT: the
@@ -126,7 +126,9 @@ impl Store {
                 let mut query = sqlx::query(built(&sql))
                     .bind(now)
                     .bind(lease_until)
-                    .bind(worker_id);
+                    .bind(worker_id)
+                    .bind(JobStatus::Running.as_str())
+                    .bind(JobStatus::Queued.as_str());
                 for job_id in job_ids.iter().chain(padding) {
                     query = query.bind(job_id);
                 }
@@ -137,7 +139,9 @@ impl Store {
                 let mut query = sqlx::query(built(&claim.replace("{ids}", &ids)))
                     .bind(now)
                     .bind(lease_until)
-                    .bind(worker_id);
+                    .bind(worker_id)
+                    .bind(JobStatus::Running.as_str())
+                    .bind(JobStatus::Queued.as_str());
                 for job_id in job_ids.iter().chain(padding) {
                     query = query.bind(job_id);
                 }
@@ -174,10 +178,11 @@ impl Store {
     pub async fn attempt_held_by(&self, job_id: &str, worker_id: &str) -> Result<Option<Claim>> {
         let row = sqlx::query(
             "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts FROM jobs
-             WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2",
+             WHERE job_id = $1 AND status = $3 AND worker_id = $2",
         )
         .bind(job_id)
         .bind(worker_id)
+        .bind(JobStatus::Running.as_str())
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(claim_from_row).transpose()
@@ -193,12 +198,13 @@ impl Store {
         let _turn = self.write_turn().await;
         let row = sqlx::query(
             "UPDATE jobs SET lease_expires_at = $3
-             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
+             WHERE job_id = $1 AND attempts = $2 AND status = $4
              RETURNING cancel_requested",
         )
         .bind(job_id)
         .bind(attempt)
         .bind(lease_until)
+        .bind(JobStatus::Running.as_str())
         .fetch_optional(&self.pool)
         .await?;
         lease_check(row)
@@ -214,12 +220,13 @@ impl Store {
         let _turn = self.write_turn().await;
         let row = sqlx::query(
             "UPDATE jobs SET progress = $3
-             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
+             WHERE job_id = $1 AND attempts = $2 AND status = $4
              RETURNING cancel_requested",
         )
         .bind(job_id)
         .bind(attempt)
         .bind(progress.clamp(0.0, 1.0))
+        .bind(JobStatus::Running.as_str())
         .fetch_optional(&self.pool)
         .await?;
         lease_check(row)
@@ -257,13 +264,15 @@ impl Store {
             // A cancel asked while this attempt ran wins over its retry: the
             // client asked the job to stop, and it has stopped.
             let cancelled = sqlx::query(
-                "UPDATE jobs SET status = 'CANCELLED', finished_at = $3, lease_expires_at = NULL,
+                "UPDATE jobs SET status = $4, finished_at = $3, lease_expires_at = NULL,
                      worker_id = NULL, cancel_requested = 0
-                 WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING' AND cancel_requested = 1",
+                 WHERE job_id = $1 AND attempts = $2 AND status = $5 AND cancel_requested = 1",
             )
             .bind(job_id)
             .bind(attempt)
             .bind(now)
+            .bind(JobStatus::Cancelled.as_str())
+            .bind(JobStatus::Running.as_str())
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -283,8 +292,8 @@ impl Store {
             "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
                  error_type = $6, error_message = $7,
                  lease_expires_at = NULL, worker_id = NULL,
-                 cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE 0 END
-             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'",
+                 cancel_requested = CASE WHEN $3 = $8 THEN cancel_requested ELSE 0 END
+             WHERE job_id = $1 AND attempts = $2 AND status = $9",
         )
         .bind(job_id)
         .bind(attempt)
@@ -293,6 +302,8 @@ impl Store {
         .bind(run_after)
         .bind(error.map(|e| e.error_type.as_str()))
         .bind(error.map(|e| e.message.as_str()))
+        .bind(JobStatus::Queued.as_str())
+        .bind(JobStatus::Running.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected()
@@ -383,6 +394,7 @@ impl Store {
     pub async fn requeue_lapsed_leases(&self, limit: i64) -> Result<(usize, Vec<String>)> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
+        // 'RUNNING' stays a literal: only it matches the partial index jobs_running_leases.
         let rows = sqlx::query(built(&format!(
             "SELECT job_id, attempts - handbacks AS counted, max_attempts,
                  CASE WHEN {SAGA_UNFINISHED} THEN 1 ELSE 0 END AS saga_unfinished
@@ -407,20 +419,21 @@ impl Store {
             let saga_unfinished = row.try_get::<i64, _>("saga_unfinished")? == 1;
             if attempts < max_attempts || saga_unfinished {
                 sqlx::query(
-                    "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
+                    "UPDATE jobs SET status = $4, run_after = $2, lease_expires_at = NULL,
                          worker_id = NULL, error_type = 'lease_expired', error_message = $3
                      WHERE job_id = $1",
                 )
                 .bind(&job_id)
                 .bind(now)
                 .bind(&message)
+                .bind(JobStatus::Queued.as_str())
                 .execute(&mut *tx)
                 .await?;
                 upsert_outbox(&mut tx, &job_id, now).await?;
                 requeued += 1;
             } else {
                 sqlx::query(
-                    "UPDATE jobs SET status = 'FAILED', finished_at = $2, lease_expires_at = NULL,
+                    "UPDATE jobs SET status = $4, finished_at = $2, lease_expires_at = NULL,
                          worker_id = NULL, error_type = 'lease_expired', error_message = $3,
                          cancel_requested = 0
                      WHERE job_id = $1",
@@ -428,6 +441,7 @@ impl Store {
                 .bind(&job_id)
                 .bind(now)
                 .bind(&message)
+                .bind(JobStatus::Failed.as_str())
                 .execute(&mut *tx)
                 .await?;
                 discard_all_chunks(&mut tx, &job_id).await?;
@@ -451,14 +465,16 @@ impl Store {
         for (job_id, attempt) in attempts {
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(
-                "UPDATE jobs SET status = 'QUEUED', run_after = $3, lease_expires_at = NULL,
+                "UPDATE jobs SET status = $4, run_after = $3, lease_expires_at = NULL,
                      worker_id = NULL, handbacks = handbacks + 1, error_type = 'shutdown',
                      error_message = 'the worker shut down before the attempt finished'
-                 WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'",
+                 WHERE job_id = $1 AND attempts = $2 AND status = $5",
             )
             .bind(job_id)
             .bind(attempt)
             .bind(now)
+            .bind(JobStatus::Queued.as_str())
+            .bind(JobStatus::Running.as_str())
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -480,14 +496,17 @@ async fn succeed_in_statements(
     attempts: &[(String, i64, ResultBody)],
 ) -> Result<std::collections::HashSet<(String, i64)>> {
     let sql = format!(
-        "UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
+        "UPDATE jobs SET status = $2, finished_at = $1, progress = 1.0,
                  error_type = NULL, error_message = NULL, lease_expires_at = NULL,
                  worker_id = NULL, cancel_requested = 0
-             WHERE status = 'RUNNING' AND ({})
+             WHERE status = $3 AND ({})
              RETURNING job_id, attempts",
-        pairs_equal(2, attempts.len(), "job_id", "attempts")
+        pairs_equal(4, attempts.len(), "job_id", "attempts")
     );
-    let mut query = sqlx::query(built(&sql)).bind(now_ms());
+    let mut query = sqlx::query(built(&sql))
+        .bind(now_ms())
+        .bind(JobStatus::Succeeded.as_str())
+        .bind(JobStatus::Running.as_str());
     for (job_id, attempt, _) in attempts {
         query = query.bind(job_id).bind(*attempt);
     }
@@ -544,8 +563,8 @@ async fn succeed_in_one_statement(
     attempts: &[(String, i64, ResultBody)],
 ) -> Result<std::collections::HashSet<(String, i64)>> {
     let listed = padded_len(attempts.len());
-    let pairs = pairs_equal(3, listed, "job_id", "attempts");
-    let first_result = 3 + 2 * listed;
+    let pairs = pairs_equal(5, listed, "job_id", "attempts");
+    let first_result = 5 + 2 * listed;
     let results = (0..listed)
         .map(|row| {
             let n = first_result + 5 * row;
@@ -563,10 +582,10 @@ async fn succeed_in_one_statement(
     // applied stores its result (the fence), as in the statements above.
     let sql = format!(
         "WITH done AS (
-             UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
+             UPDATE jobs SET status = $3, finished_at = $1, progress = 1.0,
                  error_type = NULL, error_message = NULL, lease_expires_at = NULL,
                  worker_id = NULL, cancel_requested = 0
-             WHERE status = 'RUNNING' AND ({pairs})
+             WHERE status = $4 AND ({pairs})
              RETURNING job_id, attempts
          ), stored AS (
              INSERT INTO job_results (job_id, body, chunk_attempt, chunk_count)
@@ -584,7 +603,9 @@ async fn succeed_in_one_statement(
     let padding = std::iter::repeat_n(last, listed - attempts.len());
     let mut query = sqlx::query(built(&sql))
         .bind(now_ms())
-        .bind(super::FINISHED_CHANNEL);
+        .bind(super::FINISHED_CHANNEL)
+        .bind(JobStatus::Succeeded.as_str())
+        .bind(JobStatus::Running.as_str());
     for (job_id, attempt, _) in attempts.iter().chain(padding) {
         query = query.bind(job_id).bind(*attempt);
     }

@@ -2,6 +2,13 @@
 //! `migrations/{postgres,sqlite}` it relies on. One code path serves both
 //! databases through sqlx's `Any` driver; where their dialects differ, a
 //! `Dialect` method says so.
+//!
+//! A job's status and an event's state are bound from `JobStatus` and
+//! `EventState`, except in a statement that finds rows by status rather
+//! than by key: there the status stays a literal, since Postgres's generic
+//! plan for a parameter can use no partial index (`WHERE status =
+//! 'RUNNING'`) and guesses the share of rows in a status from the number of
+//! statuses, not from the table.
 
 mod attempts;
 mod dashboard;

@@ -12,7 +12,7 @@
 use sqlx::Row;
 
 use super::{Store, WriteTx, built, pairs_equal};
-use crate::Result;
+use crate::{Result, model::JobStatus};
 
 /// Chunks deleted per transaction when an attempt clears its predecessors'
 /// (about 256 KiB each): short transactions, so SQLite's one writer lock is
@@ -89,13 +89,14 @@ impl Store {
         let written = sqlx::query(built(&format!(
             "INSERT INTO job_result_chunks (job_id, attempt, seq, body)
              SELECT job_id, attempts, $3, $4 FROM jobs
-             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'{}",
+             WHERE job_id = $1 AND attempts = $2 AND status = $5{}",
             self.dialect.for_share()
         )))
         .bind(job_id)
         .bind(attempt)
         .bind(seq)
         .bind(body)
+        .bind(JobStatus::Running.as_str())
         .execute(&self.pool)
         .await?
         .rows_affected();
