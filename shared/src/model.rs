@@ -58,6 +58,27 @@ impl JobStatus {
     }
 }
 
+/// Where a webhook event is in its delivery (`webhook_events.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventState {
+    /// Waiting for its next attempt (`next_attempt_at`).
+    Pending,
+    /// Final: an attempt got a 2xx.
+    Delivered,
+    /// Final: attempts used up, or its webhook is gone or disabled.
+    Failed,
+}
+
+impl EventState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventState::Pending => "pending",
+            EventState::Delivered => "delivered",
+            EventState::Failed => "failed",
+        }
+    }
+}
+
 /// A job as stored.
 #[derive(Debug, Clone)]
 pub struct Job {

@@ -160,6 +160,9 @@ impl Store {
             }
         }
         // Ids are time-ordered: the smallest queued id is the oldest.
+        // A literal: with a parameter, Postgres's generic plan walks the
+        // primary key through every finished job (300 ms against 0.03 ms
+        // on 300,000 jobs) instead of jobs_by_tenant_status.
         let oldest = sqlx::query(
             "SELECT created_at FROM jobs WHERE tenant_id = $1 AND status = 'QUEUED'
              ORDER BY job_id LIMIT 1",
@@ -176,6 +179,7 @@ impl Store {
     pub async fn throughput(&self, tenant_id: &str, minutes: i64) -> Result<Vec<ThroughputMinute>> {
         let end = (now_ms() / MINUTE_MS + 1) * MINUTE_MS;
         let since = end - minutes * MINUTE_MS;
+        // The final statuses stay literals: only they match the partial index jobs_finished.
         let rows = sqlx::query(
             "SELECT (finished_at - $2) / 60000 AS minute, status, COUNT(*) AS n FROM jobs
              WHERE tenant_id = $1 AND finished_at >= $2

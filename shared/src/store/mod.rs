@@ -2,17 +2,28 @@
 //! `migrations/{postgres,sqlite}` it relies on. One code path serves both
 //! databases through sqlx's `Any` driver; where their dialects differ, a
 //! `Dialect` method says so.
+//!
+//! A job's status and an event's state are bound from `JobStatus` and
+//! `EventState`, except in a statement that finds rows by status rather
+//! than by key: there the status stays a literal, since Postgres's generic
+//! plan for a parameter can use no partial index (`WHERE status =
+//! 'RUNNING'`) and guesses the share of rows in a status from the number of
+//! statuses, not from the table.
 
+mod attempts;
 mod dashboard;
 mod idempotency;
 mod jobs;
 mod keys;
 mod ledger;
+mod outbox;
 mod periods;
 mod results;
 mod retention;
 mod sagas;
 mod submit;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod webhooks;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
@@ -23,15 +34,17 @@ use sqlx::{
     migrate::Migrator,
 };
 
+pub use attempts::{Claim, LeaseCheck};
 pub use dashboard::{
     DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, WebhookHealth,
 };
 pub use idempotency::{KeyLookup, StoredResponse};
-pub use jobs::{CancelOutcome, Claim, JobFilter, LeaseCheck, NewJob, QueuedJob, RetryOutcome};
+pub use jobs::{CancelOutcome, JobFilter, NewJob, RetryOutcome};
 pub use keys::{
     ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key, new_key,
 };
 pub use ledger::{GstRow, ImportOutcome};
+pub use outbox::QueuedJob;
 pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
 pub use results::StoredResult;
 pub use retention::{

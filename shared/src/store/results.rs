@@ -12,7 +12,7 @@
 use sqlx::Row;
 
 use super::{Store, WriteTx, built, pairs_equal};
-use crate::Result;
+use crate::{Result, model::JobStatus};
 
 /// Chunks deleted per transaction when an attempt clears its predecessors'
 /// (about 256 KiB each): short transactions, so SQLite's one writer lock is
@@ -53,16 +53,6 @@ impl Store {
         }))
     }
 
-    /// The result of the tenant's job when it is one document (`None` for
-    /// a chunked result).
-    #[cfg(feature = "test-hooks")]
-    pub async fn job_result(&self, tenant_id: &str, job_id: &str) -> Result<Option<String>> {
-        Ok(match self.stored_result(tenant_id, job_id).await? {
-            Some(StoredResult::Document(body)) => Some(body),
-            _ => None,
-        })
-    }
-
     /// Chunk `seq` of an attempt's result.
     pub async fn result_chunk(
         &self,
@@ -99,13 +89,14 @@ impl Store {
         let written = sqlx::query(built(&format!(
             "INSERT INTO job_result_chunks (job_id, attempt, seq, body)
              SELECT job_id, attempts, $3, $4 FROM jobs
-             WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'{}",
+             WHERE job_id = $1 AND attempts = $2 AND status = $5{}",
             self.dialect.for_share()
         )))
         .bind(job_id)
         .bind(attempt)
         .bind(seq)
         .bind(body)
+        .bind(JobStatus::Running.as_str())
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -149,22 +140,6 @@ impl Store {
             }
             deleted += query.execute(&self.pool).await?.rows_affected();
         }
-    }
-
-    /// How many chunks each attempt of the job has stored, by attempt: for
-    /// tests of the fencing and the cleanup.
-    #[cfg(feature = "test-hooks")]
-    pub async fn result_chunk_counts(&self, job_id: &str) -> Result<Vec<(i64, i64)>> {
-        sqlx::query(
-            "SELECT attempt, COUNT(*) AS n FROM job_result_chunks WHERE job_id = $1
-             GROUP BY attempt ORDER BY attempt",
-        )
-        .bind(job_id)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|row| Ok((row.try_get("attempt")?, row.try_get("n")?)))
-        .collect()
     }
 }
 

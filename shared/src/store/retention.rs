@@ -59,6 +59,7 @@ impl Store {
         let limit = i64::try_from(limit.min(self.max_prune_batch())).unwrap_or(0);
         let mut tx = self.begin_write().await?;
         let began = std::time::Instant::now();
+        // The final statuses stay literals: only they match the partial index jobs_finished.
         let job_ids = sqlx::query(built(&format!(
             "SELECT job_id FROM jobs
              WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < $1

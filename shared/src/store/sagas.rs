@@ -6,7 +6,7 @@
 use sqlx::{Row, any::AnyRow};
 
 use super::{Store, WriteTx};
-use crate::{Result, time::now_ms};
+use crate::{Result, model::JobStatus, time::now_ms};
 
 /// Where a saga is going.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,11 +172,12 @@ impl Store {
     /// no other attempt can take over before this one's writes commit.
     pub async fn attempt_is_current(&self, tx: &mut WriteTx, fence: Fence<'_>) -> Result<bool> {
         let row = sqlx::query(super::built(&format!(
-            "SELECT 1 AS current FROM jobs WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'{}",
+            "SELECT 1 AS current FROM jobs WHERE job_id = $1 AND attempts = $2 AND status = $3{}",
             self.dialect.for_update()
         )))
         .bind(fence.job_id)
         .bind(fence.attempt)
+        .bind(JobStatus::Running.as_str())
         .fetch_optional(&mut **tx)
         .await?;
         Ok(row.is_some())

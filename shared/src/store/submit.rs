@@ -78,20 +78,6 @@ impl NewJob {
 }
 
 impl Store {
-    /// Submits one job without an idempotency key: a batch of one, due
-    /// for the relay at once.
-    #[cfg(feature = "test-hooks")]
-    pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
-        let submission = Submission {
-            job: job.clone(),
-            created_at: now_ms(),
-            key: None,
-        };
-        self.submit_batch(std::slice::from_ref(&submission), None)
-            .await?;
-        Ok(job.queued(submission.created_at))
-    }
-
     /// Writes a batch of submits in one transaction; answers in order.
     /// With `published_for_ms`, the caller publishes the inserted jobs
     /// itself right after the commit (the embedded queue), so their outbox
@@ -258,7 +244,7 @@ async fn submit_in_one_statement(
             let cells: Vec<String> = COLUMNS
                 .iter()
                 .enumerate()
-                .map(|(column, ty)| format!("${}::{ty}", 3 + row * COLUMNS.len() + column))
+                .map(|(column, ty)| format!("${}::{ty}", 4 + row * COLUMNS.len() + column))
                 .collect();
             format!("({})", cells.join(", "))
         })
@@ -279,7 +265,7 @@ async fn submit_in_one_statement(
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
                                run_after, status)
              SELECT s.job_id, s.tenant_id, s.kind, s.params, s.max_attempts, s.created_at,
-                    s.created_at, 'QUEUED'
+                    s.created_at, $3
              FROM submitted s
              WHERE s.job_id IS NOT NULL AND (s.idem_key IS NULL OR EXISTS (
                  SELECT 1 FROM written w
@@ -293,7 +279,8 @@ async fn submit_in_one_statement(
     );
     let mut query = sqlx::query(built(&sql))
         .bind(crate::time::now_ms())
-        .bind(published_for_ms.unwrap_or(0));
+        .bind(published_for_ms.unwrap_or(0))
+        .bind(JobStatus::Queued.as_str());
     for s in candidates {
         query = bind_job(query, s);
         query = match &s.key {

@@ -5,7 +5,7 @@ use sqlx::{Row, any::AnyRow};
 use super::{Store, WriteTx, built, placeholders};
 use crate::{
     Result,
-    model::Job,
+    model::{EventState, Job},
     time::{now_ms, to_rfc3339},
     webhooks::{event_type_of, new_secret},
 };
@@ -319,6 +319,7 @@ impl Store {
     /// delivery's timeout), so concurrent dispatchers never send one twice.
     pub async fn claim_due_events(&self, limit: i64, lease_until: i64) -> Result<Vec<DueEvent>> {
         let _turn = self.write_turn().await;
+        // 'pending' stays a literal: only it matches the partial index webhook_events_due.
         let claimed = sqlx::query(built(&format!(
             "UPDATE webhook_events SET next_attempt_at = $2 WHERE event_id IN (
                  SELECT event_id FROM webhook_events WHERE state = 'pending' AND next_attempt_at <= $1
@@ -367,20 +368,21 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let attempt = event.attempts + 1;
         let state = if record.delivered {
-            "delivered"
+            EventState::Delivered
         } else if record.next_attempt_at.is_some() {
-            "pending"
+            EventState::Pending
         } else {
-            "failed"
+            EventState::Failed
         };
         let updated = sqlx::query(
             "UPDATE webhook_events SET attempts = $2, state = $3, next_attempt_at = $4
-             WHERE event_id = $1 AND state = 'pending'",
+             WHERE event_id = $1 AND state = $5",
         )
         .bind(&event.event_id)
         .bind(attempt)
-        .bind(state)
+        .bind(state.as_str())
         .bind(record.next_attempt_at.unwrap_or(now))
+        .bind(EventState::Pending.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -410,10 +412,14 @@ impl Store {
                 .bind(&event.webhook_id)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query("UPDATE webhook_events SET state = 'failed' WHERE webhook_id = $1 AND state = 'pending'")
-                .bind(&event.webhook_id)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE webhook_events SET state = $2 WHERE webhook_id = $1 AND state = $3",
+            )
+            .bind(&event.webhook_id)
+            .bind(EventState::Failed.as_str())
+            .bind(EventState::Pending.as_str())
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -422,12 +428,12 @@ impl Store {
     /// Ends an event whose webhook was disabled before its turn came.
     pub async fn drop_event(&self, event_id: &str) -> Result<()> {
         let _turn = self.write_turn().await;
-        sqlx::query(
-            "UPDATE webhook_events SET state = 'failed' WHERE event_id = $1 AND state = 'pending'",
-        )
-        .bind(event_id)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query("UPDATE webhook_events SET state = $2 WHERE event_id = $1 AND state = $3")
+            .bind(event_id)
+            .bind(EventState::Failed.as_str())
+            .bind(EventState::Pending.as_str())
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 }
@@ -468,7 +474,7 @@ async fn insert_event(
     .to_string();
     sqlx::query(
         "INSERT INTO webhook_events (event_id, webhook_id, job_id, event_type, body, created_at, attempts, state, next_attempt_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 0, 'pending', $6)",
+         VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $6)",
     )
     .bind(new_id("evt_"))
     .bind(webhook_id)
@@ -476,6 +482,7 @@ async fn insert_event(
     .bind(event_type)
     .bind(body)
     .bind(now)
+    .bind(EventState::Pending.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(())
