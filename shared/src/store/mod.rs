@@ -469,7 +469,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sqlite_write_ended_without_commit_is_undone_before_the_next_writer() {
-        let dir = std::env::temp_dir().join(format!("receipt-store-{}", uuid::Uuid::new_v4()));
+        let dir = std::env::temp_dir().join(format!("receipt-store-{}", uuid::Uuid::now_v7()));
         let store = Store::connect(&format!("sqlite://{}/jobs.db", dir.display()))
             .await
             .unwrap();
