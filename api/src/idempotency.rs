@@ -88,38 +88,70 @@ impl FromRequest for IdempotencyKey {
 /// What identifies "the same request": method, path, and the body as
 /// canonical JSON (key order and white space do not count).
 pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
-    let canonical_body = match serde_json::from_slice::<Value>(body) {
-        Ok(value) => canonical_json(&value),
-        Err(_) => String::from_utf8_lossy(body).into_owned(),
-    };
-    let digest = Sha256::new()
+    let mut hasher = Sha256::new()
         .chain_update(request.method().as_str())
         .chain_update(b"\n")
         .chain_update(request.path())
-        .chain_update(b"\n")
-        .chain_update(canonical_body)
-        .finalize();
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+        .chain_update(b"\n");
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) => {
+            let mut canonical = Vec::with_capacity(body.len());
+            write_canonical(&value, &mut canonical);
+            hasher.update(&canonical);
+        }
+        Err(_) => hasher.update(String::from_utf8_lossy(body).as_bytes()),
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(64);
+    for byte in hasher.finalize() {
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    hex
 }
 
 /// JSON with object keys sorted at every level and no white space.
 pub fn canonical_json(value: &Value) -> String {
+    let mut canonical = Vec::new();
+    write_canonical(value, &mut canonical);
+    String::from_utf8_lossy(&canonical).into_owned()
+}
+
+/// [`canonical_json`] into one buffer, without a string per member.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            let members: Vec<String> = entries
-                .into_iter()
-                .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), canonical_json(v)))
-                .collect();
-            format!("{{{}}}", members.join(","))
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (n, (key, value)) in entries.into_iter().enumerate() {
+                if n > 0 {
+                    out.push(b',');
+                }
+                write_compact(key, out);
+                out.push(b':');
+                write_canonical(value, out);
+            }
+            out.push(b'}');
         }
         Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(canonical_json).collect();
-            format!("[{}]", items.join(","))
+            out.push(b'[');
+            for (n, item) in items.iter().enumerate() {
+                if n > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
         }
-        other => other.to_string(),
+        other => write_compact(other, out),
     }
+}
+
+/// Compact JSON, as `Value`'s `Display` writes it.
+fn write_compact(value: &impl serde::Serialize, out: &mut Vec<u8>) {
+    // Writing a string or scalar into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// An answer an effect produced: sent now, and stored against the key.
@@ -301,6 +333,17 @@ mod tests {
             );
         }
         assert!(parse_key(&[b'k'; 256]).is_err());
+    }
+
+    #[test]
+    fn canonical_json_is_compact_sorted_and_escaped_as_stored_fingerprints_expect() {
+        let value: Value =
+            serde_json::from_str(r#"{"b": "q\"\u0001é", "a": [1.5, {"d": null, "c": true}]}"#)
+                .unwrap();
+        assert_eq!(
+            canonical_json(&value),
+            r#"{"a":[1.5,{"c":true,"d":null}],"b":"q\"\u0001é"}"#
+        );
     }
 
     #[test]

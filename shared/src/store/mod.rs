@@ -29,7 +29,7 @@ mod webhooks;
 use std::{str::FromStr, sync::Arc, time::Duration};
 
 use sqlx::{
-    Any, AnyConnection, AnyPool, Executor, Transaction,
+    Any, AnyConnection, AnyPool, Connection, Executor, Transaction,
     any::{AnyConnectOptions, AnyPoolOptions},
     migrate::Migrator,
 };
@@ -55,7 +55,7 @@ pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
 pub use submit::{Submission, SubmissionKey, Submitted};
 pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
 
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
 use crate::Result;
 
@@ -67,34 +67,82 @@ const MIGRATIONS_TABLE: &str = "receipt_migrations";
 pub const FINISHED_CHANNEL: &str = "receipt_job_finished";
 
 /// A transaction that writes; store functions that take one compose into
-/// the caller's transaction. On SQLite it also holds this process's turn
-/// to write (see [`Store::write_turn`]) until it ends.
-pub struct WriteTx {
-    tx: Transaction<'static, Any>,
-    _turn: Option<OwnedMutexGuard<()>>,
+/// the caller's transaction. On SQLite it runs on the process's one
+/// writing connection, which it holds (and with it this process's turn to
+/// write, see [`Store::write_turn`]) until it ends.
+pub struct WriteTx(TxOn);
+
+enum TxOn {
+    Pool(Transaction<'static, Any>),
+    /// `None` once committed or rolled back.
+    Writer(Option<WriterGuard>),
 }
+
+type WriterGuard = OwnedMappedMutexGuard<Option<AnyConnection>, AnyConnection>;
 
 impl std::ops::Deref for WriteTx {
     type Target = AnyConnection;
 
     fn deref(&self) -> &AnyConnection {
-        &self.tx
+        match &self.0 {
+            TxOn::Pool(tx) => tx,
+            TxOn::Writer(Some(conn)) => conn,
+            TxOn::Writer(None) => unreachable!("a WriteTx is used only before it ends"),
+        }
     }
 }
 
 impl std::ops::DerefMut for WriteTx {
     fn deref_mut(&mut self) -> &mut AnyConnection {
-        &mut self.tx
+        match &mut self.0 {
+            TxOn::Pool(tx) => tx,
+            TxOn::Writer(Some(conn)) => conn,
+            TxOn::Writer(None) => unreachable!("a WriteTx is used only before it ends"),
+        }
     }
 }
 
 impl WriteTx {
-    pub async fn commit(self) -> std::result::Result<(), sqlx::Error> {
-        self.tx.commit().await
+    pub async fn commit(mut self) -> std::result::Result<(), sqlx::Error> {
+        match std::mem::replace(&mut self.0, TxOn::Writer(None)) {
+            TxOn::Pool(tx) => tx.commit().await,
+            TxOn::Writer(Some(mut conn)) => {
+                let committed = conn.execute("COMMIT").await.map(|_| ());
+                if committed.is_err() {
+                    // A failed COMMIT may leave the transaction open: end it
+                    // before the next writer's BEGIN.
+                    let _ = conn.execute("ROLLBACK").await;
+                }
+                committed
+            }
+            TxOn::Writer(None) => Ok(()),
+        }
     }
 
-    pub async fn rollback(self) -> std::result::Result<(), sqlx::Error> {
-        self.tx.rollback().await
+    pub async fn rollback(mut self) -> std::result::Result<(), sqlx::Error> {
+        match std::mem::replace(&mut self.0, TxOn::Writer(None)) {
+            TxOn::Pool(tx) => tx.rollback().await,
+            TxOn::Writer(Some(mut conn)) => conn.execute("ROLLBACK").await.map(|_| ()),
+            TxOn::Writer(None) => Ok(()),
+        }
+    }
+}
+
+/// A transaction dropped without an end (an error, a cancelled request)
+/// is rolled back before the writing connection serves anyone else: the
+/// rollback keeps the turn until it is done.
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        if let TxOn::Writer(writer) = &mut self.0
+            && let Some(mut conn) = writer.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                if let Err(error) = conn.execute("ROLLBACK").await {
+                    tracing::warn!(%error, "rolling back an abandoned SQLite transaction failed");
+                }
+            });
+        }
     }
 }
 
@@ -146,8 +194,9 @@ pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
     url: String,
-    /// SQLite only: see [`Store::write_turn`].
-    write_gate: Option<Arc<Mutex<()>>>,
+    /// SQLite only: the one connection this process writes with, and the
+    /// turn to use it (see [`Store::write_turn`]); `None` once closed.
+    write_gate: Option<Arc<Mutex<Option<AnyConnection>>>>,
 }
 
 impl Store {
@@ -160,6 +209,7 @@ impl Store {
             Dialect::Postgres => url.to_owned(),
         };
         let options = AnyConnectOptions::from_str(&url)?;
+        let mut writer = None;
         let pool = match dialect {
             Dialect::Postgres => {
                 AnyPoolOptions::new()
@@ -169,32 +219,21 @@ impl Store {
                     .await?
             }
             Dialect::Sqlite => {
+                let mut conn = AnyConnection::connect_with(&options).await?;
+                configure_sqlite(&mut conn).await?;
+                writer = Some(conn);
                 AnyPoolOptions::new()
                     .max_connections(8)
                     .acquire_timeout(Duration::from_secs(5))
-                    .after_connect(|conn, _| {
-                        Box::pin(async move {
-                            // WAL lets readers run beside the one writer;
-                            // NORMAL is durable across a process crash.
-                            for pragma in [
-                                "PRAGMA journal_mode = WAL",
-                                "PRAGMA synchronous = NORMAL",
-                                "PRAGMA busy_timeout = 10000",
-                                "PRAGMA foreign_keys = ON",
-                                // Checkpoints run in the background (below),
-                                // not inside whichever commit fills the WAL.
-                                "PRAGMA wal_autocheckpoint = 0",
-                            ] {
-                                conn.execute(pragma).await?;
-                            }
-                            Ok(())
-                        })
-                    })
+                    // A connection to a file in this process cannot have
+                    // gone away while idle: no ping on every acquire.
+                    .test_before_acquire(false)
+                    .after_connect(|conn, _| Box::pin(configure_sqlite(conn)))
                     .connect_with(options)
                     .await?
             }
         };
-        let write_gate = (dialect == Dialect::Sqlite).then(|| Arc::new(Mutex::new(())));
+        let write_gate = writer.map(|conn| Arc::new(Mutex::new(Some(conn))));
         if dialect == Dialect::Sqlite {
             tokio::spawn(checkpoint_in_background(pool.clone()));
         }
@@ -232,18 +271,26 @@ impl Store {
 
     pub async fn close(&self) {
         self.pool.close().await;
+        if let Some(gate) = &self.write_gate
+            && let Some(conn) = gate.lock().await.take()
+        {
+            let _ = conn.close().await;
+        }
     }
 
     /// A transaction that will write. SQLite takes the write lock at BEGIN,
     /// so two writers queue instead of one failing when it upgrades a read
-    /// lock.
+    /// lock; it writes on the process's writing connection, so a write
+    /// neither takes a connection from the pool nor gives it back (sqlx
+    /// pings a connection it is given back: a round trip to its thread).
     pub async fn begin_write(&self) -> Result<WriteTx> {
-        let turn = self.write_turn().await;
-        let tx = match self.dialect {
-            Dialect::Postgres => self.pool.begin().await?,
-            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+        let Some(gate) = &self.write_gate else {
+            return Ok(WriteTx(TxOn::Pool(self.pool.begin().await?)));
         };
-        Ok(WriteTx { tx, _turn: turn })
+        let mut conn = OwnedMutexGuard::try_map(gate.clone().lock_owned().await, Option::as_mut)
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        conn.execute("BEGIN IMMEDIATE").await?;
+        Ok(WriteTx(TxOn::Writer(Some(conn))))
     }
 
     /// SQLite: this process's writers take turns here, in order, instead
@@ -251,7 +298,7 @@ impl Store {
     /// between tries: under load those sleeps were most of a write's
     /// latency. Writers in other processes still meet the busy handler.
     /// Postgres locks rows, not the database: no turn.
-    pub(super) async fn write_turn(&self) -> Option<OwnedMutexGuard<()>> {
+    pub(super) async fn write_turn(&self) -> Option<OwnedMutexGuard<Option<AnyConnection>>> {
         match &self.write_gate {
             Some(gate) => Some(gate.clone().lock_owned().await),
             None => None,
@@ -282,6 +329,23 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Every SQLite connection's settings. WAL lets readers run beside the one
+/// writer; NORMAL is durable across a process crash.
+async fn configure_sqlite(conn: &mut AnyConnection) -> std::result::Result<(), sqlx::Error> {
+    for pragma in [
+        "PRAGMA journal_mode = WAL",
+        "PRAGMA synchronous = NORMAL",
+        "PRAGMA busy_timeout = 10000",
+        "PRAGMA foreign_keys = ON",
+        // Checkpoints run in the background (below), not inside whichever
+        // commit fills the WAL.
+        "PRAGMA wal_autocheckpoint = 0",
+    ] {
+        conn.execute(pragma).await?;
+    }
+    Ok(())
 }
 
 /// Copies the SQLite WAL back into the database five times a second,
@@ -402,5 +466,65 @@ pub async fn forward_finished_notifications(url: String, signals: crate::notify:
             Err(error) => tracing::warn!(%error, "cannot connect the notification listener"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn probe_rows(store: &Store) -> Vec<i64> {
+        sqlx::query_scalar("SELECT n FROM probe ORDER BY n")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_write_ended_without_commit_is_undone_before_the_next_writer() {
+        let dir = std::env::temp_dir().join(format!("receipt-store-{}", uuid::Uuid::now_v7()));
+        let store = Store::connect(&format!("sqlite://{}/jobs.db", dir.display()))
+            .await
+            .unwrap();
+        let mut tx = store.begin_write().await.unwrap();
+        tx.execute("CREATE TABLE probe (n INTEGER NOT NULL)")
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+
+        // Dropped mid-way (an error, a cancelled request): rolled back.
+        let mut tx = store.begin_write().await.unwrap();
+        tx.execute("INSERT INTO probe (n) VALUES (1)")
+            .await
+            .unwrap();
+        drop(tx);
+        // A failed statement, then dropped.
+        let mut tx = store.begin_write().await.unwrap();
+        tx.execute("INSERT INTO probe (n) VALUES (2)")
+            .await
+            .unwrap();
+        assert!(
+            tx.execute("INSERT INTO probe (n) VALUES (NULL)")
+                .await
+                .is_err()
+        );
+        drop(tx);
+        // Rolled back on purpose.
+        let mut tx = store.begin_write().await.unwrap();
+        tx.execute("INSERT INTO probe (n) VALUES (3)")
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+
+        let mut tx = store.begin_write().await.unwrap();
+        tx.execute("INSERT INTO probe (n) VALUES (4)")
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(probe_rows(&store).await, [4]);
+
+        store.close().await;
+        assert!(store.begin_write().await.is_err(), "closed");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
