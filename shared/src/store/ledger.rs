@@ -68,89 +68,21 @@ impl Store {
         tenant_id: &str,
         entries: &[LedgerEntry],
     ) -> Result<ImportOutcome> {
-        // A savepoint: a conflicting batch is undone without ending the
-        // caller's transaction, which still records the 409 answer.
-        let mut tx = sqlx::Connection::begin(&mut **outer).await?;
-        let now = now_ms();
-        let mut inserted_ids = std::collections::HashSet::new();
-        for chunk in entries.chunks(INSERT_CHUNK) {
-            let mut sql = String::from(
-                "INSERT INTO ledger_entries (tenant_id, entry_id, entry_date, direction, amount_paise,
-                     rate_centi, interstate, party, description, created_at) VALUES ",
-            );
-            for i in 0..chunk.len() {
-                let p = i * 9;
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql += &format!(
-                    "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                    p + 2,
-                    p + 3,
-                    p + 4,
-                    p + 5,
-                    p + 6,
-                    p + 7,
-                    p + 8,
-                    p + 9,
-                    p + 10
-                );
-            }
-            sql.push_str(" ON CONFLICT (tenant_id, entry_id) DO NOTHING RETURNING entry_id");
-            let mut query = sqlx::query(built(&sql)).bind(tenant_id);
-            for entry in chunk {
-                query = query
-                    .bind(&entry.entry_id)
-                    .bind(&entry.date)
-                    .bind(entry.direction.as_str())
-                    .bind(entry.amount_paise)
-                    .bind(entry.rate_centi)
-                    .bind(i64::from(entry.interstate))
-                    .bind(&entry.party)
-                    .bind(&entry.description)
-                    .bind(now);
-            }
-            for row in query.fetch_all(&mut *tx).await? {
-                inserted_ids.insert(row.try_get::<String, _>("entry_id")?);
-            }
-        }
-        let known: Vec<&LedgerEntry> = entries
-            .iter()
-            .filter(|e| !inserted_ids.contains(&e.entry_id))
-            .collect();
-        let mut stored = HashMap::new();
-        for chunk in known.chunks(INSERT_CHUNK) {
-            let placeholders: Vec<String> =
-                (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
-            let sql = format!(
-                "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE tenant_id = $1 AND entry_id IN ({})",
-                placeholders.join(", ")
-            );
-            let mut query = sqlx::query(built(&sql)).bind(tenant_id);
-            for entry in chunk {
-                query = query.bind(&entry.entry_id);
-            }
-            for row in query.fetch_all(&mut *tx).await? {
-                let entry = entry_from_row(&row)?;
-                stored.insert(entry.entry_id.clone(), entry);
-            }
-        }
-        let mut conflicts: Vec<String> = known
-            .iter()
-            .filter(|e| stored.get(&e.entry_id) != Some(**e))
-            .map(|e| e.entry_id.clone())
-            .collect();
-        if !conflicts.is_empty() {
-            conflicts.sort();
-            conflicts.dedup();
-            tx.rollback().await?;
-            return Ok(ImportOutcome::Conflict { ids: conflicts });
-        }
-        tx.commit().await?;
-        Ok(ImportOutcome::Imported {
-            inserted: inserted_ids.len(),
-            skipped: known.len(),
-        })
+        // A savepoint: a conflicting batch (or a failed statement) is undone
+        // without ending the caller's transaction, which still records the
+        // 409 answer. Written as SQL rather than a nested sqlx transaction:
+        // on SQLite the caller's transaction runs on the writing connection,
+        // which sqlx does not know to be inside a transaction.
+        sqlx::query("SAVEPOINT ledger_import")
+            .execute(&mut **outer)
+            .await?;
+        let outcome = insert_and_compare(outer, tenant_id, entries).await;
+        let end = match &outcome {
+            Ok(ImportOutcome::Imported { .. }) => "RELEASE SAVEPOINT ledger_import",
+            Ok(ImportOutcome::Conflict { .. }) | Err(_) => "ROLLBACK TO SAVEPOINT ledger_import",
+        };
+        sqlx::query(end).execute(&mut **outer).await?;
+        outcome
     }
 
     /// The GST aggregate over `[from, to]` (dates as `YYYY-MM-DD`), in SQL
@@ -234,4 +166,90 @@ impl Store {
         .await?;
         rows.iter().map(entry_from_row).collect()
     }
+}
+
+/// The import itself, inside [`Store::import_entries`]'s savepoint.
+async fn insert_and_compare(
+    conn: &mut sqlx::AnyConnection,
+    tenant_id: &str,
+    entries: &[LedgerEntry],
+) -> Result<ImportOutcome> {
+    let now = now_ms();
+
+    let mut inserted_ids = std::collections::HashSet::new();
+    for chunk in entries.chunks(INSERT_CHUNK) {
+        let mut sql = String::from(
+            "INSERT INTO ledger_entries (tenant_id, entry_id, entry_date, direction, amount_paise,
+                 rate_centi, interstate, party, description, created_at) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            let p = i * 9;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql += &format!(
+                "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5,
+                p + 6,
+                p + 7,
+                p + 8,
+                p + 9,
+                p + 10
+            );
+        }
+        sql.push_str(" ON CONFLICT (tenant_id, entry_id) DO NOTHING RETURNING entry_id");
+        let mut query = sqlx::query(built(&sql)).bind(tenant_id);
+        for entry in chunk {
+            query = query
+                .bind(&entry.entry_id)
+                .bind(&entry.date)
+                .bind(entry.direction.as_str())
+                .bind(entry.amount_paise)
+                .bind(entry.rate_centi)
+                .bind(i64::from(entry.interstate))
+                .bind(&entry.party)
+                .bind(&entry.description)
+                .bind(now);
+        }
+        for row in query.fetch_all(&mut *conn).await? {
+            inserted_ids.insert(row.try_get::<String, _>("entry_id")?);
+        }
+    }
+    let known: Vec<&LedgerEntry> = entries
+        .iter()
+        .filter(|e| !inserted_ids.contains(&e.entry_id))
+        .collect();
+    let mut stored = HashMap::new();
+    for chunk in known.chunks(INSERT_CHUNK) {
+        let placeholders: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+        let sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE tenant_id = $1 AND entry_id IN ({})",
+            placeholders.join(", ")
+        );
+        let mut query = sqlx::query(built(&sql)).bind(tenant_id);
+        for entry in chunk {
+            query = query.bind(&entry.entry_id);
+        }
+        for row in query.fetch_all(&mut *conn).await? {
+            let entry = entry_from_row(&row)?;
+            stored.insert(entry.entry_id.clone(), entry);
+        }
+    }
+    let mut conflicts: Vec<String> = known
+        .iter()
+        .filter(|e| stored.get(&e.entry_id) != Some(**e))
+        .map(|e| e.entry_id.clone())
+        .collect();
+    if !conflicts.is_empty() {
+        conflicts.sort();
+        conflicts.dedup();
+        return Ok(ImportOutcome::Conflict { ids: conflicts });
+    }
+    Ok(ImportOutcome::Imported {
+        inserted: inserted_ids.len(),
+        skipped: known.len(),
+    })
 }
