@@ -69,6 +69,12 @@ struct Args {
     /// Worker processes in the production shape.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Jobs run through each new service before a scenario, after which
+    /// the database's planner statistics are taken (0: none). Measures
+    /// the service as it runs after its first minute, not while Postgres
+    /// still plans for tables of a few rows.
+    #[arg(long, default_value_t = 2_000)]
+    warm_up: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -121,7 +127,12 @@ async fn admin(sql: &str) -> Result<()> {
 }
 
 impl Service {
-    async fn start(shape: Shape, workers: usize, concurrency: usize) -> Result<Self> {
+    async fn start(
+        shape: Shape,
+        workers: usize,
+        concurrency: usize,
+        warm_up: usize,
+    ) -> Result<Self> {
         // Before the database exists: a missing binary must not leave one.
         bin("api")?;
         bin("worker")?;
@@ -190,7 +201,25 @@ impl Service {
         };
         // Let the workers register with the queue before timing anything.
         tokio::time::sleep(Duration::from_millis(500)).await;
+        if warm_up > 0 {
+            service.warm_up(warm_up, concurrency).await?;
+        }
         Ok(service)
+    }
+
+    /// Runs `jobs` jobs through the service, then has the database take
+    /// its planner statistics, as a deployment's own traffic and
+    /// autovacuum have within its first minute. Without it, Postgres plans
+    /// each hot statement for the tables of a few rows it sees in the
+    /// first second, and a run keeps those plans to its end (see
+    /// docs/performance.md, "Findings").
+    async fn warm_up(&self, jobs: usize, concurrency: usize) -> Result<()> {
+        end_to_end(self, jobs, concurrency).await?;
+        let pool = self.pool().await?;
+        sqlx::query("ANALYZE").execute(&pool).await?;
+        pool.close().await;
+        println!("# warmed up with {jobs} jobs, statistics taken");
+        Ok(())
     }
 
     /// The watcher's pool: one connection, so [`backends`] can leave it out.
@@ -702,13 +731,13 @@ async fn old_jobs(pool: &AnyPool) -> Result<i64> {
 /// match and only the pruning differs.
 async fn prune(shape: Shape, args: &Args) -> Result<Value> {
     let idle = {
-        let service = Service::start(shape, args.workers, args.concurrency).await?;
+        let service = Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
         prefill_jobs(&service, args.rows, chrono::Utc::now().timestamp_millis()).await?;
         let result = submit_only(&service, args.prune_rate, args.submit_secs).await?;
         service.stop().await?;
         result
     };
-    let service = Service::start(shape, args.workers, args.concurrency).await?;
+    let service = Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
     // Finished in 1970: all of them are past any retention. The pruner
     // starts on them while they are written.
     prefill_jobs(&service, args.rows, 0).await?;
@@ -859,7 +888,8 @@ async fn main() -> Result<()> {
     println!("# receipt-bench {:?}", args);
     for &shape in &shapes {
         if wants("e2e") {
-            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
             let run = end_to_end(&service, args.jobs, args.concurrency).await?;
             let rss = service.peak_rss();
             service.stop().await?;
@@ -877,7 +907,8 @@ async fn main() -> Result<()> {
             );
         }
         if wants("submit") {
-            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
             let result = submit_only(&service, args.rate, args.submit_secs).await?;
             service.stop().await?;
             let summary = format!(
@@ -891,7 +922,8 @@ async fn main() -> Result<()> {
             print_result("submit", shape.name(), result, &summary);
         }
         if wants("pickup") {
-            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
             let result = pickup(&service, args.pickup_jobs).await?;
             service.stop().await?;
             let summary = format!(
@@ -904,7 +936,7 @@ async fn main() -> Result<()> {
         if wants("fairness") {
             // Two slots, as a small deployment has: a FIFO queue would make
             // the second tenant wait for the whole backlog.
-            let service = Service::start(shape, args.workers, 2).await?;
+            let service = Service::start(shape, args.workers, 2, args.warm_up).await?;
             let result = fairness(&service, args.fairness_backlog, args.fairness_jobs).await?;
             service.stop().await?;
             let summary = format!(
@@ -917,7 +949,8 @@ async fn main() -> Result<()> {
             print_result("fairness", shape.name(), result, &summary);
         }
         if wants("scale") {
-            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
             let empty = end_to_end(&service, args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
@@ -962,7 +995,8 @@ async fn main() -> Result<()> {
             print_result("prune", shape.name(), result, &summary);
         }
         if wants("report") {
-            let service = Service::start(shape, args.workers, args.concurrency).await?;
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
             let result = report(&service, args.rows).await?;
             service.stop().await?;
             let summary = format!(
@@ -983,7 +1017,13 @@ async fn main() -> Result<()> {
         let mut bull_cpu = Vec::new();
         let redis = redis_pid().await?;
         for _ in 0..args.rounds {
-            let service = Service::start(Shape::Production, args.workers, args.concurrency).await?;
+            let service = Service::start(
+                Shape::Production,
+                args.workers,
+                args.concurrency,
+                args.warm_up,
+            )
+            .await?;
             let run = end_to_end(&service, args.jobs, args.concurrency).await?;
             service.stop().await?;
             receipt.push(run.jobs_per_s);
