@@ -16,6 +16,7 @@ mod lifecycle;
 mod limits;
 mod observability;
 mod openapi_client;
+mod query_plans;
 mod reports;
 mod retention;
 mod retries;

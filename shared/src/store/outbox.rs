@@ -42,7 +42,9 @@ impl Store {
         let mut tx = self.begin_write().await?;
         // Two statements: as one (`UPDATE .. WHERE job_id IN (SELECT ..)`)
         // Postgres plans a hash join over a scan of the whole outbox, dead
-        // rows and all, on every call.
+        // rows and all, on every call. Both are planned anew each time (not
+        // prepared): the outbox is a queue, and a plan cached while it held
+        // a few rows scans all of it once it holds a backlog.
         // The tenant rides along for the queue's fair scheduling; a scalar
         // subquery, so the job rows are read but not locked.
         let due = sqlx::query(built(&format!(
@@ -54,6 +56,7 @@ impl Store {
         )))
         .bind(now)
         .bind(limit)
+        .persistent(false)
         .fetch_all(&mut *tx)
         .await?
         .iter()
@@ -82,7 +85,7 @@ impl Store {
         for job in &due {
             query = query.bind(&job.job_id);
         }
-        query.execute(&mut *tx).await?;
+        query.persistent(false).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(due)
     }

@@ -1,0 +1,90 @@
+//! `outbox` is a queue: a few rows one minute, a backlog of thousands the
+//! next. A statement prepared while it was small keeps the plan Postgres
+//! made then (a sequential scan) and would read the whole backlog, dead
+//! rows and all, on every job; the statements that touch it on every job
+//! are planned for the rows it holds when they run.
+
+use std::time::{Duration, Instant};
+
+use crate::common::{Backend, TestEnv};
+
+const BACKLOG: i64 = 5_000;
+
+/// `count` queued jobs named `{prefix}{n}`, each with its outbox row.
+fn queued_jobs(prefix: &str, count: i64) -> String {
+    format!(
+        "INSERT INTO jobs (job_id, tenant_id, kind, params, status, max_attempts, created_at,
+                           run_after)
+         SELECT '{prefix}' || lpad(i::text, 6, '0'), 'tenant-a', 'sleep', '{{\"ms\":0}}',
+                'QUEUED', 3, 0, 0
+         FROM generate_series(1, {count}) AS s(i);
+         INSERT INTO outbox (job_id, publish_at)
+         SELECT '{prefix}' || lpad(i::text, 6, '0'), 0 FROM generate_series(1, {count}) AS s(i);"
+    )
+}
+
+/// Rows of `outbox` read by sequential scans and rows deleted from it so
+/// far, once the statistics count at least `deleted` deletions (a backend
+/// reports its counts up to a second after its transaction).
+async fn outbox_reads(env: &TestEnv, deleted: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = env
+            .count("SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'")
+            .await;
+        if seen >= deleted {
+            return env
+                .count("SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox'")
+                .await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the statistics never counted {deleted} deletions (saw {seen})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_claim_behind_a_backlog_reads_the_outbox_by_key() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let store = env.store().await;
+    store.migrate().await.expect("migrate");
+    // A young deployment: a few jobs, and statistics taken while the outbox
+    // was small, as autovacuum takes them between bursts.
+    env.execute_sql(&format!("{} ANALYZE outbox;", queued_jobs("early", 12)))
+        .await;
+    let lease_until = shared::time::now_ms() + 60_000;
+    // More claims than Postgres makes custom plans for before it settles
+    // on a generic one (five).
+    for n in 1..=12 {
+        let claimed = store
+            .claim_attempts(&[format!("early{n:06}")], "worker-1", lease_until)
+            .await
+            .expect("claim");
+        assert!(claimed[0].is_some(), "early job {n} was not claimed");
+    }
+    env.execute_sql(&queued_jobs("backlog", BACKLOG)).await;
+    let before = outbox_reads(&env, 12).await;
+
+    let claimed = store
+        .claim_attempts(&["backlog000001".to_owned()], "worker-1", lease_until)
+        .await
+        .expect("claim");
+    assert!(
+        claimed[0].is_some(),
+        "the backlog's first job was not claimed"
+    );
+
+    let read = outbox_reads(&env, 13).await - before;
+    assert!(
+        read < BACKLOG,
+        "one claim read {read} outbox rows by sequential scan, behind a backlog of {BACKLOG}"
+    );
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM outbox").await,
+        BACKLOG - 1,
+        "the claim deleted its job's outbox row and no other"
+    );
+    store.close().await;
+}
