@@ -41,6 +41,31 @@ struct ActiveCount {
     read_at: Instant,
     /// As read, plus the submits this process admitted since.
     count: i64,
+    /// A request is reading the count again: the others go on with this
+    /// one meanwhile, rather than each sending the same `COUNT(*)` (which,
+    /// behind a backlog, held every pooled connection once a second).
+    refreshing: bool,
+}
+
+/// What a submit goes by: a count to use, or the duty to read it.
+enum ActiveCountTurn {
+    Known(i64),
+    Read,
+}
+
+/// Hands the refresh back if its request ends (an error, a dropped
+/// future) before writing a new count, so the next request reads it.
+struct RefreshDuty<'a> {
+    limits: &'a Limits,
+    tenant: &'a str,
+}
+
+impl Drop for RefreshDuty<'_> {
+    fn drop(&mut self) {
+        if let Some(known) = self.limits.lock_active().get_mut(self.tenant) {
+            known.refreshing = false;
+        }
+    }
 }
 
 impl Limits {
@@ -76,18 +101,23 @@ impl Limits {
     /// Admits one more job of the tenant, or refuses it while the tenant
     /// has `MAX_ACTIVE_JOBS` queued or running.
     pub async fn admit_job(&self, store: &Store, tenant: &str) -> ApiResult<()> {
-        let cached = self.lock_active().get(tenant).copied();
-        let count = match cached {
-            Some(known) if known.read_at.elapsed() < ACTIVE_COUNT_FOR => known.count,
-            _ => {
+        let count = match self.active_count_turn(tenant) {
+            ActiveCountTurn::Known(count) => count,
+            ActiveCountTurn::Read => {
+                let duty = RefreshDuty {
+                    limits: self,
+                    tenant,
+                };
                 let count = store.count_active_jobs(tenant).await?;
                 self.lock_active().insert(
                     tenant.to_owned(),
                     ActiveCount {
                         read_at: Instant::now(),
                         count,
+                        refreshing: false,
                     },
                 );
+                drop(duty);
                 count
             }
         };
@@ -103,6 +133,23 @@ impl Limits {
             known.count += 1;
         }
         Ok(())
+    }
+
+    /// The tenant's count while it is fresh or another request is reading
+    /// it; else this request reads it (and only this one, if a count was
+    /// ever read: a tenant's first submits each read).
+    fn active_count_turn(&self, tenant: &str) -> ActiveCountTurn {
+        let mut counts = self.lock_active();
+        match counts.get_mut(tenant) {
+            Some(known) if known.refreshing || known.read_at.elapsed() < ACTIVE_COUNT_FOR => {
+                ActiveCountTurn::Known(known.count)
+            }
+            Some(known) => {
+                known.refreshing = true;
+                ActiveCountTurn::Read
+            }
+            None => ActiveCountTurn::Read,
+        }
     }
 
     fn lock_active(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActiveCount>> {
@@ -158,5 +205,75 @@ impl Drop for LongPoll {
                 open.remove(&self.tenant);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["api"]).expect("default settings");
+        Limits::new(&cli.settings)
+    }
+
+    /// A count of `count` read `age` ago.
+    fn known(limits: &Limits, tenant: &str, count: i64, age: Duration) {
+        let read_at = Instant::now().checked_sub(age).expect("an earlier instant");
+        limits.lock_active().insert(
+            tenant.to_owned(),
+            ActiveCount {
+                read_at,
+                count,
+                refreshing: false,
+            },
+        );
+    }
+
+    fn reads(turn: ActiveCountTurn) -> bool {
+        matches!(turn, ActiveCountTurn::Read)
+    }
+
+    #[test]
+    fn a_stale_count_is_read_again_by_one_request_while_the_others_use_it() {
+        let limits = limits();
+        known(&limits, "acme", 7, ACTIVE_COUNT_FOR * 2);
+        assert!(reads(limits.active_count_turn("acme")));
+        for _ in 0..50 {
+            assert!(matches!(
+                limits.active_count_turn("acme"),
+                ActiveCountTurn::Known(7)
+            ));
+        }
+        // Another tenant's count is its own.
+        assert!(reads(limits.active_count_turn("globex")));
+    }
+
+    #[test]
+    fn a_fresh_count_is_used_without_reading() {
+        let limits = limits();
+        known(&limits, "acme", 3, Duration::ZERO);
+        assert!(matches!(
+            limits.active_count_turn("acme"),
+            ActiveCountTurn::Known(3)
+        ));
+    }
+
+    #[test]
+    fn a_read_that_ends_without_a_count_passes_to_the_next_request() {
+        let limits = limits();
+        known(&limits, "acme", 7, ACTIVE_COUNT_FOR * 2);
+        assert!(reads(limits.active_count_turn("acme")));
+        // The reading request failed, or its client went away.
+        drop(RefreshDuty {
+            limits: &limits,
+            tenant: "acme",
+        });
+        assert!(reads(limits.active_count_turn("acme")));
     }
 }
