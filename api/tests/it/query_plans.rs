@@ -24,9 +24,9 @@ fn queued_jobs(prefix: &str, count: i64) -> String {
     )
 }
 
-/// Rows of `outbox` read by sequential scans and rows deleted from it so
-/// far, once the statistics count at least `deleted` deletions (a backend
-/// reports its counts up to a second after its transaction).
+/// Rows of `outbox` read by sequential scans so far, once the statistics
+/// count at least `deleted` deletions from it (a backend reports its
+/// counts some time after its transaction).
 async fn outbox_reads(env: &TestEnv, deleted: i64) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -95,12 +95,6 @@ impl Store {
             return Ok(Vec::new());
         }
         let now = now_ms();
-        // Requiring QUEUED is the guard: of two deliveries of one job,
-        // in this batch or in two processes, one finds it RUNNING.
-        let claim = "UPDATE jobs SET status = $4, attempts = attempts + 1,
-                 started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
-             WHERE job_id IN ({ids}) AND status = $5 AND run_after <= $1
-             RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts";
         let rows = match self.dialect {
             // One call of `claim_jobs` (its migration says why a function):
             // the claim and its outbox delete commit together, with no BEGIN
@@ -128,9 +122,19 @@ impl Store {
                 query.fetch_all(&self.pool).await?
             }
             super::Dialect::Sqlite => {
-                let ids = placeholders(6, job_ids.len());
+                // Requiring QUEUED is the guard: of two deliveries of one
+                // job, in this batch or in two processes, one finds it
+                // RUNNING (as in `claim_jobs`).
+                let claim = format!(
+                    "UPDATE jobs SET status = $4, attempts = attempts + 1,
+                         started_at = COALESCE(started_at, $1), lease_expires_at = $2,
+                         worker_id = $3
+                     WHERE job_id IN ({}) AND status = $5 AND run_after <= $1
+                     RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts",
+                    placeholders(6, job_ids.len())
+                );
                 let mut tx = self.begin_write().await?;
-                let mut query = sqlx::query(built(&claim.replace("{ids}", &ids)))
+                let mut query = sqlx::query(built(&claim))
                     .bind(now)
                     .bind(lease_until)
                     .bind(worker_id)
