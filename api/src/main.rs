@@ -50,6 +50,7 @@ enum KeysCommand {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    shared::failpoints::arm();
     logging::init(
         cli.settings.log_format,
         LogStream::Stderr,

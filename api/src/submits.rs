@@ -116,7 +116,10 @@ impl SubmitGroup {
                 &submissions,
                 handoff.publishes().then_some(self.republish_after_ms),
             )
-            .await?;
+            .await;
+        // The windows between this commit and the push that follows it.
+        let outcomes = shared::failpoints::lose_answer("api::submit_commit_answer_lost", outcomes)?;
+        shared::failpoints::crash_if_armed("api::submit_after_commit");
         let new_jobs: Vec<QueuedJob> = submissions
             .iter()
             .zip(&outcomes)

@@ -179,6 +179,32 @@ impl Queue {
         }
     }
 
+    /// Whether a message published into this queue can be lost while the
+    /// job's outbox row says it was published: only Redis, whose pushes
+    /// follow the commit that makes a job (an api killed in between, or a
+    /// commit whose answer was lost), and which can lose writes in a crash
+    /// or a failover. The database's queues are written in the relay's own
+    /// transaction, and the in-process queue is recovered at start.
+    pub fn can_lose_published(&self) -> bool {
+        matches!(self, Queue::Redis(_))
+    }
+
+    /// Those of `jobs` whose message this queue does not hold, waiting or
+    /// in flight: published, unclaimed, and lost. Only Redis is asked
+    /// ([`Queue::can_lose_published`]).
+    pub async fn not_held(&self, jobs: Vec<QueuedJob>) -> Result<Vec<QueuedJob>> {
+        let Queue::Redis(queue) = self else {
+            return Ok(Vec::new());
+        };
+        let ids: Vec<&str> = jobs.iter().map(|job| job.job_id.as_str()).collect();
+        let held = queue.holds(&ids).await?;
+        Ok(jobs
+            .into_iter()
+            .zip(held)
+            .filter_map(|(job, held)| (!held).then_some(job))
+            .collect())
+    }
+
     pub fn redis(&self) -> Option<&RedisQueue> {
         match self {
             Queue::Redis(queue) => Some(queue),
@@ -345,30 +371,35 @@ impl Handoff {
         !matches!(self, Handoff::Relay)
     }
 
-    /// Publishes committed jobs. A push that fails hands the jobs back to
-    /// the relay, due in a second; returns whether the queue has them.
-    pub async fn publish(self, queue: &Queue, store: &Store, jobs: &[QueuedJob]) -> bool {
+    /// Hands jobs to the queue; answers whether the queue has them.
+    pub async fn send(self, queue: &Queue, jobs: &[QueuedJob]) -> Result<bool> {
         if jobs.is_empty() {
-            return true;
+            return Ok(true);
         }
         match self {
             Handoff::Room(room) => {
                 room.send(jobs);
-                true
+                Ok(true)
             }
-            Handoff::Relay => false,
-            Handoff::Push => match queue.publish(jobs).await {
-                Ok(()) => true,
-                Err(error) => {
-                    warn!(%error, count = jobs.len(), "publishing to the queue failed; the relay will retry");
-                    let job_ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
-                    let soon = shared::time::now_ms() + 1_000;
-                    if let Err(error) = store.retry_outbox_soon(&job_ids, soon).await {
-                        warn!(%error, "could not hand the jobs to the relay; republished later");
-                    }
-                    false
+            Handoff::Relay => Ok(false),
+            Handoff::Push => queue.publish(jobs).await.map(|()| true),
+        }
+    }
+
+    /// Publishes committed jobs. A push that fails hands the jobs back to
+    /// the relay, due in a second; returns whether the queue has them.
+    pub async fn publish(self, queue: &Queue, store: &Store, jobs: &[QueuedJob]) -> bool {
+        match self.send(queue, jobs).await {
+            Ok(published) => published,
+            Err(error) => {
+                warn!(%error, count = jobs.len(), "publishing to the queue failed; the relay will retry");
+                let job_ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
+                let soon = shared::time::now_ms() + 1_000;
+                if let Err(error) = store.retry_outbox_soon(&job_ids, soon).await {
+                    warn!(%error, "could not hand the jobs to the relay; republished later");
                 }
-            },
+                false
+            }
         }
     }
 }

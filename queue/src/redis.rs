@@ -9,6 +9,11 @@
 //! - `:inflight:{consumer}`: messages a consumer fetched and has not
 //!   finished; `:alive:{consumer}`: its heartbeat, with a time to live;
 //!   `:consumers`: the consumers that may hold messages;
+//!   `:fetched:{consumer}`: its last fetch's number and messages, so a
+//!   fetch whose answer was lost is answered again (`lua/fetch.lua`);
+//! - `:held`: for each job, how many of its messages the queue holds
+//!   (waiting or in flight), so the relay finds published jobs whose
+//!   message was lost by asking ([`RedisQueue::holds`]);
 //! - `:intact`: present while Redis holds what was published into it
 //!   ([`crate::Queue::lost_messages`]).
 //!
@@ -21,7 +26,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -96,10 +101,28 @@ impl RedisQueue {
         for job in jobs {
             invocation
                 .arg(&job.tenant_id)
+                .arg(&job.job_id)
                 .arg(crate::message(job).to_string());
         }
         let _: u64 = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(())
+    }
+
+    /// Whether the queue holds a message for each of these jobs, waiting or
+    /// in flight (counted in `:held` by the push and fetch scripts).
+    pub async fn holds(&self, job_ids: &[&str]) -> Result<Vec<bool>> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let counts: Vec<Option<i64>> = redis::cmd("HMGET")
+            .arg(self.key("held"))
+            .arg(job_ids)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(counts
+            .into_iter()
+            .map(|count| count.is_some_and(|count| count > 0))
+            .collect())
     }
 
     /// Returns the in-flight messages of consumers whose heartbeat expired;
@@ -139,6 +162,7 @@ impl RedisQueue {
             name,
             free: Arc::new(Semaphore::new(slots)),
             acks: Mutex::new(Vec::new()),
+            fetch_number: AtomicU64::new(1),
             heartbeat,
         }))
     }
@@ -153,6 +177,9 @@ struct ConsumerInner {
     /// (one round trip for both: a finished handler frees the slot that
     /// fetch fills) or, for a consumer that stops, by its release.
     acks: Mutex<Vec<String>>,
+    /// The number of the next fetch: the same until a fetch is answered,
+    /// so a fetch whose answer was lost gets its messages when tried again.
+    fetch_number: AtomicU64,
     heartbeat: tokio::task::JoinHandle<()>,
 }
 
@@ -225,21 +252,39 @@ impl Consumer {
     }
 
     /// One fetch of up to `slots` messages, carrying the acknowledgements
-    /// waiting since the last; they wait for the next one if it fails.
+    /// waiting since the last; they wait for the next one if it fails, and
+    /// the next one asks again under the same number.
     async fn fetch_and_acknowledge(&self, slots: usize) -> Result<Vec<Vec<u8>>> {
         let acks = std::mem::take(&mut *self.lock_acks());
-        let fetched = FETCH
+        let number = self.0.fetch_number.load(Ordering::Relaxed);
+        let fetched: std::result::Result<Vec<Vec<u8>>, redis::RedisError> = FETCH
             .key(&self.0.queue.prefix)
             .arg(&self.0.name)
             .arg(slots)
             .arg(ALIVE.as_millis() as u64)
+            .arg(number)
             .arg(&acks)
             .invoke_async(&mut self.0.queue.conn.clone())
             .await;
-        if fetched.is_err() {
-            self.lock_acks().extend(acks);
+        // The window this number closes: the script ran, its answer never came.
+        let fetched = if shared::failpoints::armed("queue::fetch_answer_lost") {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "failpoint: the fetch's answer was lost",
+            )))
+        } else {
+            fetched
+        };
+        match fetched {
+            Ok(messages) => {
+                self.0.fetch_number.fetch_add(1, Ordering::Relaxed);
+                Ok(messages)
+            }
+            Err(error) => {
+                self.lock_acks().extend(acks);
+                Err(error.into())
+            }
         }
-        Ok(fetched?)
     }
 
     fn lock_acks(&self) -> std::sync::MutexGuard<'_, Vec<String>> {

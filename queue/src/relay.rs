@@ -1,11 +1,16 @@
-//! The outbox relay: publishes due outbox rows to the queue in batches.
-//! Several relays may run at once (every `api` and `worker` process runs
-//! one); a row is leased before it is published, so they rarely overlap,
-//! and when they do the claim guard makes the duplicate message harmless.
+//! The outbox relay: publishes due outbox rows to the queue in batches,
+//! and finds published jobs whose message the queue lost. Several relays
+//! may run at once (every `api` and `worker` process runs one); a row is
+//! leased before it is published, so they rarely overlap, and when they do
+//! the claim guard makes the duplicate message harmless.
 
 use std::time::Duration;
 
-use shared::{notify::Signals, store::Store, time::duration_ms};
+use shared::{
+    notify::Signals,
+    store::{QueuedJob, Store},
+    time::{duration_ms, now_ms},
+};
 use tokio_util::sync::CancellationToken as Shutdown;
 use tracing::warn;
 
@@ -15,10 +20,19 @@ const BATCH: usize = 200;
 /// How often the relay looks without being woken (rows written by another
 /// process, retries whose backoff has passed).
 const IDLE_POLL: Duration = Duration::from_millis(100);
+/// How long the relay waits after the queue refused a publish.
+const PUBLISH_FAILED_PAUSE: Duration = Duration::from_secs(1);
 
-/// How often the relay asks whether the queue lost its messages, and
-/// returns those of dead Redis consumers.
+/// How often the relay asks whether the queue lost its messages, returns
+/// those of dead Redis consumers, and checks a page of published jobs.
 const LOSS_CHECK: Duration = Duration::from_secs(1);
+/// How long after its publish a job must be held by the queue: a push
+/// that follows its commit has had this long to arrive.
+pub const LOST_AFTER: Duration = Duration::from_secs(3);
+/// Published, unclaimed jobs checked against the queue per look: a lost
+/// message is found within `LOST_AFTER` plus one look per this many jobs
+/// the queue holds.
+const LOSS_CHECK_PAGE: i64 = 1_000;
 
 pub async fn run_relay(
     store: Store,
@@ -28,6 +42,7 @@ pub async fn run_relay(
     shutdown: Shutdown,
 ) {
     let mut last_loss_check = tokio::time::Instant::now() - LOSS_CHECK;
+    let mut sweep = LostMessageSweep::default();
     loop {
         if last_loss_check.elapsed() >= LOSS_CHECK {
             last_loss_check = tokio::time::Instant::now();
@@ -39,21 +54,28 @@ pub async fn run_relay(
                     "returned the messages of a queue consumer that stopped"
                 ),
             }
+            if queue.can_lose_published() {
+                sweep.look(&store, &queue).await;
+            }
         }
         let (handoff, batch) = queue.handoff_up_to(BATCH);
+        let mut pause = IDLE_POLL;
         let mut published_full_batch = false;
-        match store
-            .take_due_outbox(batch as i64, duration_ms(republish_after))
-            .await
-        {
+        let taken = store
+            .take_due_outbox(batch as i64, duration_ms(republish_after), |jobs| {
+                send(handoff, &queue, jobs)
+            })
+            .await;
+        match taken {
             Ok(jobs) if !jobs.is_empty() => {
-                if handoff.publish(&queue, &store, &jobs).await {
-                    published_full_batch = jobs.len() == batch;
-                    signals.published();
-                }
+                published_full_batch = jobs.len() == batch;
+                signals.published();
             }
             Ok(_) => {}
-            Err(error) => warn!(%error, "reading the outbox failed"),
+            Err(error) => {
+                warn!(%error, "reading the outbox failed");
+                pause = PUBLISH_FAILED_PAUSE;
+            }
         }
         if published_full_batch {
             continue;
@@ -61,7 +83,69 @@ pub async fn run_relay(
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = signals.outbox_wait() => {}
-            () = tokio::time::sleep(IDLE_POLL) => {}
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// Hands leased jobs to the queue; answers whether it has them.
+async fn send(handoff: crate::Handoff, queue: &Queue, jobs: Vec<QueuedJob>) -> bool {
+    match handoff.send(queue, &jobs).await {
+        Ok(published) => published,
+        Err(error) => {
+            warn!(%error, count = jobs.len(), "publishing to the queue failed; trying again");
+            tokio::time::sleep(PUBLISH_FAILED_PAUSE).await;
+            false
+        }
+    }
+}
+
+/// Walks the published, unclaimed jobs a page per look, in job id order,
+/// and publishes again those the queue does not hold: a job committed by
+/// an api that died before its push, or whose commit's answer was lost,
+/// and messages a Redis crash or failover lost. Found by asking the queue,
+/// not by waiting for `REPUBLISH_AFTER`, which stays the last resort.
+#[derive(Default)]
+struct LostMessageSweep {
+    /// The last job id looked at; empty to start from the first again.
+    after: String,
+}
+
+impl LostMessageSweep {
+    async fn look(&mut self, store: &Store, queue: &Queue) {
+        let published_before = now_ms() - duration_ms(LOST_AFTER);
+        let page = match store
+            .published_unclaimed(&self.after, published_before, LOSS_CHECK_PAGE)
+            .await
+        {
+            Ok(page) => page,
+            Err(error) => {
+                warn!(%error, "could not read the published jobs");
+                return;
+            }
+        };
+        self.after = match page.last() {
+            Some(last) if page.len() as i64 == LOSS_CHECK_PAGE => last.job_id.clone(),
+            _ => String::new(),
+        };
+        let lost = match queue.not_held(page).await {
+            Ok(lost) if lost.is_empty() => return,
+            Ok(lost) => lost,
+            // The queue is down: the next look, once it answers, finds out.
+            Err(_) => return,
+        };
+        let republished = store
+            .republish_outbox(&lost, published_before, |jobs| {
+                send(crate::Handoff::Push, queue, jobs)
+            })
+            .await;
+        match republished {
+            Ok(jobs) if !jobs.is_empty() => warn!(
+                count = jobs.len(),
+                "the queue did not hold these published jobs; published them again"
+            ),
+            Ok(_) => {}
+            Err(error) => warn!(%error, "could not publish lost jobs again"),
         }
     }
 }

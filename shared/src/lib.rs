@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod error;
+pub mod failpoints;
 pub mod ledger;
 pub mod logging;
 pub mod model;

@@ -26,6 +26,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    shared::failpoints::arm();
     logging::init(
         cli.settings.log_format,
         LogStream::Stdout,

@@ -94,6 +94,8 @@ impl Runner {
             warn!(%message, "dropping a queue message without a job_id");
             return;
         };
+        // The window between a fetch and its claim.
+        shared::failpoints::crash_if_armed("worker::before_claim");
         let Some(claim) = self.claim(job_id).await else {
             return;
         };
@@ -127,7 +129,11 @@ impl Runner {
         let mut pause = Duration::from_millis(100);
         let mut failed_before = false;
         loop {
-            let claimed = match self.claims.call(job_id.to_owned()).await {
+            let claimed = shared::failpoints::lose_answer(
+                "worker::claim_answer_lost",
+                self.claims.call(job_id.to_owned()).await,
+            );
+            let claimed = match claimed {
                 Ok(None) if failed_before => {
                     self.store.attempt_held_by(job_id, &self.worker_id).await
                 }
@@ -323,6 +329,7 @@ impl Runner {
                         .await
                 }
             };
+            let written = shared::failpoints::lose_answer("worker::outcome_answer_lost", written);
             match written {
                 Ok(true) => {
                     if let AttemptOutcome::RetryAt { .. } = outcome {

@@ -231,6 +231,11 @@ impl TestEnv {
     }
 
     /// The store, for assertions on what was written.
+    /// A connection to this test's Redis.
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis_at(&self.redis_url).await
+    }
+
     pub async fn store(&self) -> shared::store::Store {
         let url = match self.backend {
             Backend::Sqlite => self.database_url.clone(),
@@ -269,6 +274,15 @@ impl Drop for TestEnv {
 }
 
 /// One number read with SQL from the database at `url`.
+/// A connection to the Redis at `url`.
+pub async fn redis_at(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).expect("redis");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis")
+}
+
 pub async fn count_at(url: &str, sql: &str) -> i64 {
     use sqlx::Row;
     sqlx::any::install_default_drivers();
@@ -408,6 +422,21 @@ impl Process {
             std::thread::sleep(Duration::from_millis(50));
         }
         None
+    }
+
+    /// Waits (up to 30 s) for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.try_wait() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the process did not exit within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The exit status, if the process has exited.

@@ -96,17 +96,9 @@ async fn end_statements_blocked_by(conn: &mut sqlx::PgConnection) {
     .expect("end the blocked statements");
 }
 
-async fn redis_connection(env: &TestEnv) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(env.redis_url.as_str()).expect("redis");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis")
-}
-
 /// Messages held in flight by this test's Redis consumers.
 async fn in_flight(env: &TestEnv) -> usize {
-    let mut conn = redis_connection(env).await;
+    let mut conn = env.redis().await;
     let lists: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}:jobs:inflight:*", env.queue_name))
         .query_async(&mut conn)
@@ -180,7 +172,7 @@ async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
 
 /// Messages waiting in this test's Redis queue (all tenants).
 async fn waiting(env: &TestEnv) -> usize {
-    let mut conn = redis_connection(env).await;
+    let mut conn = env.redis().await;
     redis::cmd("LLEN")
         .arg(format!("{}:jobs:fifo:tenant-a", env.queue_name))
         .query_async(&mut conn)
@@ -197,7 +189,7 @@ async fn a_redis_worker_holds_no_more_messages_than_it_has_free_slots() {
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     // Once the relay found the new queue and marked it intact; before, it
     // would publish the jobs a second time, as after a loss.
-    let mut conn = redis_connection(&env).await;
+    let mut conn = env.redis().await;
     let intact = format!("{}:jobs:intact", env.queue_name);
     while !redis::cmd("EXISTS")
         .arg(&intact)

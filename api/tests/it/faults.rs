@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use bench::servers::{PrivatePostgres, PrivateRedis};
 
-use crate::common::{Api, Backend, KEY_A, Process, TestEnv};
+use crate::common::{Api, Backend, KEY_A, Process, TestEnv, redis_at};
 
 /// Retrying clients and the jobs they were given.
 struct Stream {
@@ -227,13 +227,6 @@ async fn production_shape_with(
     Shape { env, api, worker }
 }
 
-/// Two windows close only when a job is published again: a job an api
-/// committed but was killed before pushing, and a message a worker fetched
-/// but was killed before claiming (apalis hands it back only after a minute
-/// without the dead worker's heartbeat). Both wait for REPUBLISH_AFTER;
-/// these tests shorten it so they need not wait minutes.
-const SHORT_REPUBLISH: (&str, &str) = ("REPUBLISH_AFTER", "5s");
-
 /// 200 `sleep` jobs of `ms` from retrying clients, with `fault` injected
 /// 1.5 s in; once it returns (the server answers again), every accepted job
 /// must succeed within 30 s, one per key, with api and worker still up.
@@ -276,14 +269,50 @@ async fn every_job_succeeds_after_redis_restarts_with_its_data() {
     let postgres = PrivatePostgres::start();
     let mut redis = PrivateRedis::start_persistent();
     let mut shape = production_shape(&postgres, &redis).await;
+    let queue = shape.env.queue_name.clone();
+    let held_key = format!("{queue}:jobs:held");
+    let intact_key = format!("{queue}:jobs:intact");
+    let worker = shape.worker.pid().to_string();
+    let redis_url = redis.url();
+    let mut survived = 0;
+    let survived_ref = &mut survived;
     every_job_succeeds_through(&mut shape, 100, async || {
+        // The worker is stopped while Redis dies, so what the queue held
+        // just before can be looked for just after.
+        signal_pid(&worker, "-STOP");
+        let held: Vec<String> = redis::cmd("HKEYS")
+            .arg(&held_key)
+            .query_async(&mut redis_at(&redis_url).await)
+            .await
+            .expect("the jobs the queue holds");
+        assert!(!held.is_empty(), "a backlog in the queue when Redis dies");
         // Killed, so nothing is flushed at exit: the append-only file,
         // synced on every write, is what brings the queue back.
         redis.kill();
-        tokio::time::sleep(Duration::from_secs(3)).await;
         redis.start_again();
+        let mut conn = redis_at(&redis_url).await;
+        let still: Vec<Option<i64>> = redis::cmd("HMGET")
+            .arg(&held_key)
+            .arg(&held)
+            .query_async(&mut conn)
+            .await
+            .expect("the jobs the queue holds after");
+        let intact: bool = redis::cmd("EXISTS")
+            .arg(&intact_key)
+            .query_async(&mut conn)
+            .await
+            .expect("the intact marker");
+        assert!(intact, "Redis came back with its data");
+        *survived_ref = still.iter().filter(|count| count.is_some()).count();
+        assert_eq!(
+            *survived_ref,
+            held.len(),
+            "every message survived the restart"
+        );
+        signal_pid(&worker, "-CONT");
     })
     .await;
+    assert!(survived > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,7 +402,7 @@ async fn assert_all_succeed_one(env: &TestEnv, job_id: &str, deadline: Instant) 
 async fn an_api_killed_mid_burst_makes_one_job_per_key_on_the_next_api() {
     let postgres = PrivatePostgres::start();
     let redis = PrivateRedis::start();
-    let mut shape = production_shape_with(&postgres, &redis, &[SHORT_REPUBLISH]).await;
+    let mut shape = production_shape(&postgres, &redis).await;
     let target = Target::new(&shape.api.base);
 
     let stream = Stream::start_on(&target, 8, 25, 20);
@@ -395,7 +424,7 @@ async fn an_api_killed_mid_burst_makes_one_job_per_key_on_the_next_api() {
 async fn workers_killed_twice_mid_stream_leave_every_job_succeeded() {
     let postgres = PrivatePostgres::start();
     let redis = PrivateRedis::start();
-    let mut shape = production_shape_with(&postgres, &redis, &[SHORT_REPUBLISH]).await;
+    let mut shape = production_shape(&postgres, &redis).await;
     let mut second = shape.env.start_worker(&[]);
 
     let stream = Stream::start(&shape.api.base, 8, 25, 100);
@@ -458,8 +487,12 @@ async fn a_frozen_worker_that_wakes_after_its_lease_overwrites_nothing() {
 }
 
 fn signal(process: &Process, signal: &str) {
+    signal_pid(&process.pid().to_string(), signal);
+}
+
+fn signal_pid(pid: &str, signal: &str) {
     let status = std::process::Command::new("kill")
-        .args([signal, &process.pid().to_string()])
+        .args([signal, pid])
         .status()
         .expect("kill");
     assert!(status.success());

@@ -23,4 +23,5 @@ mod retries;
 mod sagas;
 mod scale;
 mod webhooks;
+mod windows;
 mod worker_behaviour;

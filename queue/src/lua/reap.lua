@@ -27,7 +27,7 @@ local function release(consumer)
         end
         returned = returned + 1
     end
-    redis.call("DEL", inflight, prefix .. ":alive:" .. consumer)
+    redis.call("DEL", inflight, prefix .. ":alive:" .. consumer, prefix .. ":fetched:" .. consumer)
     redis.call("SREM", prefix .. ":consumers", consumer)
 end
 

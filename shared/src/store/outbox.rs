@@ -15,15 +15,25 @@ pub struct QueuedJob {
 }
 
 impl Store {
-    /// Leases up to `limit` due outbox rows for publishing: their next
-    /// publish time moves `republish_after_ms` ahead (doubling on each
-    /// republish, up to 32 times), so a message the queue loses is sent
-    /// again then, and concurrent relays do not take the same rows.
-    pub async fn take_due_outbox(
+    /// Leases up to `limit` due outbox rows and hands them to `publish`
+    /// before the lease commits: their next publish time moves
+    /// `republish_after_ms` ahead (doubling on each republish, up to 32
+    /// times), so a message the queue loses is sent again then at the
+    /// latest, and concurrent relays do not take the same rows. A process
+    /// that dies after its push and before the commit leaves the rows due
+    /// (a duplicate message, which the claim guard drops), never leased
+    /// and unpublished. `publish` answers whether the queue has the jobs;
+    /// when it has not, nothing is leased. Returns the jobs published.
+    pub async fn take_due_outbox<F, Fut>(
         &self,
         limit: i64,
         republish_after_ms: i64,
-    ) -> Result<Vec<QueuedJob>> {
+        publish: F,
+    ) -> Result<Vec<QueuedJob>>
+    where
+        F: FnOnce(Vec<QueuedJob>) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         if limit <= 0 {
             return Ok(Vec::new());
         }
@@ -45,30 +55,16 @@ impl Store {
         // rows and all, on every call. Both are planned anew each time (not
         // prepared): the outbox is a queue, and a plan cached while it held
         // a few rows scans all of it once it holds a backlog.
-        // The tenant rides along for the queue's fair scheduling; a scalar
-        // subquery, so the job rows are read but not locked.
-        let due = sqlx::query(built(&format!(
-            "SELECT job_id,
-                    (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
-             FROM outbox WHERE publish_at <= $1
-             ORDER BY publish_at LIMIT $2{}",
-            self.dialect.skip_locked()
-        )))
-        .bind(now)
-        .bind(limit)
-        .persistent(false)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(QueuedJob {
-                job_id: r.try_get("job_id")?,
-                tenant_id: r
-                    .try_get::<Option<String>, _>("tenant_id")?
-                    .unwrap_or_default(),
-            })
-        })
-        .collect::<Result<Vec<QueuedJob>>>()?;
+        let due = select_outbox(
+            &mut tx,
+            &format!(
+                "publish_at <= $1 ORDER BY publish_at LIMIT $2{}",
+                self.dialect.skip_locked()
+            ),
+            now,
+            limit,
+        )
+        .await?;
         if due.is_empty() {
             return Ok(due);
         }
@@ -86,8 +82,87 @@ impl Store {
             query = query.bind(&job.job_id);
         }
         query.persistent(false).execute(&mut *tx).await?;
+        if !publish(due.clone()).await {
+            return Ok(Vec::new());
+        }
+        crate::failpoints::crash_if_armed("store::outbox_published_before_lease");
         tx.commit().await?;
         Ok(due)
+    }
+
+    /// Up to `limit` jobs that were published before `published_before`
+    /// and are not yet claimed, in job id order after `after`: the ones
+    /// whose message the queue should still hold. A relay asks the queue
+    /// about them ([`Store::republish_outbox`] for those it lost).
+    pub async fn published_unclaimed(
+        &self,
+        after: &str,
+        published_before: i64,
+        limit: i64,
+    ) -> Result<Vec<QueuedJob>> {
+        let mut conn = self.pool.acquire().await?;
+        let sql = format!(
+            "{OUTBOX_JOBS} job_id > $1 AND republish_ms > 0 AND publish_at - republish_ms <= $2
+             ORDER BY job_id LIMIT $3"
+        );
+        let rows = sqlx::query(built(&sql))
+            .bind(after)
+            .bind(published_before)
+            .bind(limit)
+            .persistent(false)
+            .fetch_all(&mut *conn)
+            .await?;
+        rows.iter().map(queued_job).collect()
+    }
+
+    /// Publishes again those of `jobs` (from [`Store::published_unclaimed`])
+    /// that are still unclaimed and were not published since
+    /// `published_before`, through `publish`, before the new publish time
+    /// commits; the condition keeps two relays that found the same lost
+    /// message from both sending it. Returns the jobs published.
+    pub async fn republish_outbox<F, Fut>(
+        &self,
+        jobs: &[QueuedJob],
+        published_before: i64,
+        publish: F,
+    ) -> Result<Vec<QueuedJob>>
+    where
+        F: FnOnce(Vec<QueuedJob>) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_write().await?;
+        let sql = format!(
+            "UPDATE outbox SET publish_at = $1 + republish_ms
+             WHERE republish_ms > 0 AND publish_at - republish_ms <= $2 AND job_id IN ({})
+             RETURNING job_id",
+            placeholders(3, jobs.len())
+        );
+        let mut query = sqlx::query(built(&sql))
+            .bind(now_ms())
+            .bind(published_before);
+        for job in jobs {
+            query = query.bind(&job.job_id);
+        }
+        let taken: std::collections::HashSet<String> = query
+            .persistent(false)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| Ok(row.try_get::<String, _>("job_id")?))
+            .collect::<Result<_>>()?;
+        let lost: Vec<QueuedJob> = jobs
+            .iter()
+            .filter(|job| taken.contains(&job.job_id))
+            .cloned()
+            .collect();
+        if lost.is_empty() || !publish(lost.clone()).await {
+            return Ok(Vec::new());
+        }
+        tx.commit().await?;
+        Ok(lost)
     }
 
     /// Makes every outbox row that was published due now, as if it never
@@ -123,6 +198,37 @@ impl Store {
         query.execute(&self.pool).await?;
         Ok(())
     }
+}
+
+/// Outbox rows with their job's tenant, which the queue schedules fairly
+/// by; a scalar subquery, so the job rows are read but not locked.
+const OUTBOX_JOBS: &str = "SELECT job_id,
+        (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
+    FROM outbox WHERE";
+
+async fn select_outbox(
+    tx: &mut WriteTx,
+    condition: &str,
+    now: i64,
+    limit: i64,
+) -> Result<Vec<QueuedJob>> {
+    let sql = format!("{OUTBOX_JOBS} {condition}");
+    let rows = sqlx::query(built(&sql))
+        .bind(now)
+        .bind(limit)
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await?;
+    rows.iter().map(queued_job).collect()
+}
+
+fn queued_job(row: &sqlx::any::AnyRow) -> Result<QueuedJob> {
+    Ok(QueuedJob {
+        job_id: row.try_get("job_id")?,
+        tenant_id: row
+            .try_get::<Option<String>, _>("tenant_id")?
+            .unwrap_or_default(),
+    })
 }
 
 pub(super) async fn upsert_outbox(tx: &mut WriteTx, job_id: &str, publish_at: i64) -> Result<()> {

@@ -1,0 +1,204 @@
+//! Crash windows between two steps, each reached every time by a failpoint
+//! (`shared::failpoints`) armed in the process under test, in the
+//! production shape. `REPUBLISH_AFTER` keeps its default of five minutes:
+//! every job must run within seconds, because lost messages are found by
+//! asking the queue, not by waiting.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::{Backend, KEY_A, TestEnv};
+
+/// Well under `REPUBLISH_AFTER`, and what a job may wait after a fault.
+const SOON: Duration = Duration::from_secs(20);
+
+async fn post_sleep(base: &str, key: &str) -> reqwest::Result<reqwest::Response> {
+    reqwest::Client::new()
+        .post(format!("{base}/v1/reports/sleep"))
+        .bearer_auth(KEY_A)
+        .header("Idempotency-Key", key)
+        .json(&json!({ "ms": 10 }))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+}
+
+/// The job the stored answer for `key` names, from a retry of the submit.
+async fn accepted_on_retry(base: &str, key: &str) -> String {
+    let response = post_sleep(base, key).await.expect("the retry is answered");
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        response
+            .headers()
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok()),
+        Some("true"),
+        "the retry replays the first submit's answer"
+    );
+    let job: Value = response.json().await.expect("a job");
+    job["job_id"].as_str().expect("job_id").to_owned()
+}
+
+async fn assert_succeeds_by(env: &TestEnv, job_id: &str, deadline: Instant) {
+    let store = env.store().await;
+    loop {
+        let job = store.get_job_unscoped(job_id).await.expect("read job");
+        if job.as_ref().map(|j| j.status.as_str()) == Some("SUCCEEDED") {
+            assert_eq!(job.as_ref().map(|j| j.attempts), Some(1), "{job:?}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "{job_id} still not run: {job:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let _worker = env.start_worker(&[]);
+    let mut dying = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "false"),
+            ("FAILPOINTS", "api::submit_after_commit=return"),
+        ])
+        .await;
+    assert!(
+        post_sleep(&dying.base, "killed-after-commit")
+            .await
+            .is_err(),
+        "the api dies before it answers"
+    );
+    dying.process.as_mut().expect("api").wait_exit();
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM jobs WHERE status = 'QUEUED'")
+            .await,
+        1,
+        "the job was committed before the api died"
+    );
+
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let job_id = accepted_on_retry(&api.base, "killed-after-commit").await;
+    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_whose_commit_answer_was_lost_runs_within_seconds() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let _worker = env.start_worker(&[]);
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "false"),
+            ("FAILPOINTS", "api::submit_commit_answer_lost=1*return"),
+        ])
+        .await;
+    let first = post_sleep(&api.base, "answer-lost")
+        .await
+        .expect("answered");
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(first.headers().get("retry-after").is_some());
+
+    let job_id = accepted_on_retry(&api.base, "answer-lost").await;
+    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_fetch_answer_was_lost_still_runs() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let submitted = post_sleep(&api.base, "fetch-lost").await.expect("answered");
+    assert_eq!(submitted.status(), StatusCode::ACCEPTED);
+    let job: Value = submitted.json().await.expect("a job");
+    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+
+    // The worker's first fetch takes the waiting message into its
+    // in-flight list; the answer never reaches it. Its heartbeat goes on,
+    // so nothing hands the message back on its behalf.
+    let _worker = env.start_worker(&[("FAILPOINTS", "queue::fetch_answer_lost=1*return")]);
+    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_fetch_and_claim_leaves_its_job_to_another() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let mut dying = env.start_worker(&[("FAILPOINTS", "worker::before_claim=return")]);
+    let submitted = post_sleep(&api.base, "worker-killed")
+        .await
+        .expect("answered");
+    assert_eq!(submitted.status(), StatusCode::ACCEPTED);
+    let job: Value = submitted.json().await.expect("a job");
+    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    dying.wait_exit();
+    let killed = Instant::now();
+
+    let _worker = env.start_worker(&[]);
+    assert_succeeds_by(&env, &job_id, killed + SOON).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_between_its_push_and_its_lease_leaves_nothing_waiting() {
+    // Postgres without Redis: the relay publishes every job, into
+    // apalis's queue table, and dies before its lease commits.
+    let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+    let mut dying = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "false"),
+            ("FAILPOINTS", "store::outbox_published_before_lease=return"),
+        ])
+        .await;
+    let submitted = post_sleep(&dying.base, "relay-killed").await;
+    let process = dying.process.as_mut().expect("api");
+    process.wait_exit();
+    let job_id = match submitted {
+        Ok(response) if response.status() == StatusCode::ACCEPTED => {
+            let job: Value = response.json().await.expect("a job");
+            job["job_id"].as_str().expect("job_id").to_owned()
+        }
+        // The relay may have died before the answer went out.
+        _ => {
+            let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+            accepted_on_retry(&api.base, "relay-killed").await
+        }
+    };
+    let killed = Instant::now();
+    let _worker = env.start_worker(&[]);
+    assert_succeeds_by(&env, &job_id, killed + SOON).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_commit_answer_was_lost_runs_its_job_once() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    // A lease well beyond SOON: the job must run by the claim that went
+    // through, not by a second attempt after that claim's lease lapsed.
+    let _worker = env.start_worker(&[
+        ("FAILPOINTS", "worker::claim_answer_lost=1*return"),
+        ("JOB_LEASE", "60s"),
+    ]);
+    let submitted = post_sleep(&api.base, "claim-lost").await.expect("answered");
+    let job: Value = submitted.json().await.expect("a job");
+    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_whose_commit_answer_was_lost_is_recorded_once() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let _worker = env.start_worker(&[("FAILPOINTS", "worker::outcome_answer_lost=1*return")]);
+    let submitted = post_sleep(&api.base, "success-lost")
+        .await
+        .expect("answered");
+    let job: Value = submitted.json().await.expect("a job");
+    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+    let result = reqwest::Client::new()
+        .get(format!("{}/v1/jobs/{job_id}/result", api.base))
+        .bearer_auth(KEY_A)
+        .send()
+        .await
+        .expect("the result");
+    assert_eq!(result.status(), StatusCode::OK);
+}

@@ -1,0 +1,53 @@
+//! Named points where a test can stop a process or make a step fail, so
+//! that a crash window (a process dying between two steps, an answer lost
+//! after a commit) is reached every time rather than by luck. Built only
+//! with the `failpoints` feature, which the integration tests turn on; a
+//! release build has none, and every point compiles to nothing.
+//!
+//! A test arms points through the `FAILPOINTS` variable of the process it
+//! starts (the `fail` crate's syntax: `name=action;name=action`, where
+//! `return` takes the point's action below and `1*return` takes it once).
+//! Each point names its action where it stands: [`crash_if_armed`], or a
+//! step that fails when [`armed`] says so.
+
+/// Arms the points named by `FAILPOINTS`, for the life of the process.
+/// A no-op without the `failpoints` feature.
+pub fn arm() {
+    #[cfg(feature = "failpoints")]
+    std::mem::forget(fail::FailScenario::setup());
+}
+
+/// Whether the point is armed (and, for a point armed `N*return`, takes
+/// one of its N).
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn armed(point: &str) -> bool {
+    fail::fail_point!(point, |_| true);
+    false
+}
+
+/// Ends the process at once when the point is armed, as a `SIGKILL` would:
+/// no destructor, no flush, no answer sent.
+pub fn crash_if_armed(point: &str) {
+    if armed(point) {
+        eprintln!("failpoint {point}: crashing");
+        std::process::abort();
+    }
+}
+
+/// The error of a commit whose answer was lost: the database did the work,
+/// and the caller cannot tell.
+pub fn lost_answer(point: &str) -> crate::Error {
+    crate::Error::Unavailable(sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        format!("failpoint {point}: the answer was lost"),
+    )))
+}
+
+/// `result`, or, when the point is armed and the step succeeded, the
+/// error of a lost answer in its place.
+pub fn lose_answer<T>(point: &str, result: crate::Result<T>) -> crate::Result<T> {
+    match result {
+        Ok(_) if armed(point) => Err(lost_answer(point)),
+        result => result,
+    }
+}
