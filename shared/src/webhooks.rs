@@ -228,6 +228,99 @@ pub async fn guarded_client(
     client.build().map_err(|e| e.to_string())
 }
 
+/// The most of a receiver's answer (a webhook's, a filing endpoint's) that
+/// is read: the rest is never read, and the connection is dropped.
+pub const ANSWER_LIMIT: usize = 64 * 1024;
+
+/// A receiver's answer, read to at most [`ANSWER_LIMIT`] bytes.
+pub struct Answer {
+    pub status: u16,
+    /// The body as far as it was read.
+    pub body: Vec<u8>,
+    /// Whether the body was longer than [`ANSWER_LIMIT`] (then `body`
+    /// holds none of it).
+    pub over_size: bool,
+}
+
+impl Answer {
+    /// The body as text, for an error message or a JSON parse.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// What to send in a [`signed_post`].
+pub struct SignedPost<'a> {
+    pub url: &'a str,
+    pub secret: &'a str,
+    /// The `webhook-id`, which the signature covers.
+    pub id: &'a str,
+    /// Sent as `Idempotency-Key` too, when given.
+    pub idempotency_key: Option<&'a str>,
+    pub body: String,
+    pub allow_private: bool,
+    pub timeout: Duration,
+    pub user_agent: &'a str,
+}
+
+/// One signed POST (Standard Webhooks) through [`guarded_client`], its
+/// answer read to at most [`ANSWER_LIMIT`] bytes; or why there was no
+/// answer (a refused address or secret, a timeout, a failed connection).
+pub async fn signed_post(post: SignedPost<'_>) -> Result<Answer, String> {
+    let url = parse_url(post.url)?;
+    // Checked again at each request (DNS can change).
+    let client = guarded_client(&url, post.allow_private, post.timeout, post.user_agent).await?;
+    let timestamp = crate::time::now_ms() / 1000;
+    let signature = sign(post.secret, post.id, timestamp, &post.body)?;
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("webhook-id", post.id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature);
+    if let Some(key) = post.idempotency_key {
+        request = request.header("idempotency-key", key);
+    }
+    let failed = |e: reqwest::Error| {
+        if e.is_timeout() {
+            format!("no answer within {}s", post.timeout.as_secs_f64())
+        } else {
+            e.to_string()
+        }
+    };
+    let response = request.body(post.body).send().await.map_err(failed)?;
+    let status = response.status().as_u16();
+    let (body, over_size) = read_capped(response, ANSWER_LIMIT).await.map_err(failed)?;
+    Ok(Answer {
+        status,
+        body,
+        over_size,
+    })
+}
+
+/// At most `cap` bytes of a body, read as it comes; a longer body (by its
+/// `Content-Length` or as read) is `(empty, true)`, and the response, with
+/// its connection, is dropped unread beyond that point.
+async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > cap as u64)
+    {
+        return Ok((Vec::new(), true));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > cap {
+            return Ok((Vec::new(), true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
