@@ -666,7 +666,8 @@ async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
             .map(|webhook| pages::WebhookRow {
                 health: health.remove(&webhook.webhook_id).unwrap_or_default(),
                 webhook,
-                idempotency_key: fresh_key(),
+                enable_key: fresh_key(),
+                rotate_key: fresh_key(),
             })
             .collect();
         let page = pages::webhooks(viewer, &rows, next_cursor.as_deref(), &[]);
@@ -709,7 +710,8 @@ async fn webhook_view(
         pages::WebhookRow {
             webhook,
             health,
-            idempotency_key: fresh_key(),
+            enable_key: fresh_key(),
+            rotate_key: fresh_key(),
         },
         deliveries,
     ))

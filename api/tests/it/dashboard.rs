@@ -74,6 +74,15 @@ fn field(page: &str, name: &str) -> String {
     page[start..].split('"').next().expect("a value").to_owned()
 }
 
+/// The value of the hidden field `name` in the form that posts to `action`.
+fn form_field(page: &str, action: &str, name: &str) -> String {
+    let form = page
+        .split("<form")
+        .find(|form| form.contains(&format!("action=\"{action}\"")))
+        .unwrap_or_else(|| panic!("no form to {action} in {page}"));
+    field(form, name)
+}
+
 fn assert_redirect(reply: &Reply, to: &str) {
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
     assert_eq!(reply.header("location"), Some(to), "{:?}", reply.headers);
@@ -563,10 +572,60 @@ async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
     assert!(!other.get("/dashboard/webhooks").await.text.contains(id));
 }
 
+/// The enable and rotate forms of one page are two requests: each has its
+/// own Idempotency-Key, so sending one does not spoil the other.
+async fn a_webhook_page_enables_then_rotates_with_its_forms_keys(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ])
+        .await;
+    let reply = api
+        .post(
+            "/v1/webhooks",
+            &json!({"url": "http://127.0.0.1:9/hooks/a"}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let id = reply.json()["id"].as_str().unwrap().to_owned();
+    env.execute_sql(&format!(
+        "UPDATE webhooks SET enabled = 0 WHERE webhook_id = '{id}'"
+    ))
+    .await;
+    let mut visitor = Visitor::new(&api);
+    visitor.sign_in(KEY_A).await;
+    let page = visitor.get(&format!("/dashboard/webhooks/{id}")).await;
+    let csrf = field(&page.text, "csrf_token");
+    let enable = format!("/dashboard/webhooks/{id}/enable");
+    let rotate = format!("/dashboard/webhooks/{id}/rotate-secret");
+    let enable_key = form_field(&page.text, &enable, "idempotency_key");
+    let rotate_key = form_field(&page.text, &rotate, "idempotency_key");
+
+    let enabled = visitor
+        .post(
+            &enable,
+            &[("csrf_token", &csrf), ("idempotency_key", &enable_key)],
+        )
+        .await;
+    let rotated = visitor
+        .post(
+            &rotate,
+            &[("csrf_token", &csrf), ("idempotency_key", &rotate_key)],
+        )
+        .await;
+
+    assert_redirect(&enabled, &format!("/dashboard/webhooks/{id}?done=enabled"));
+    assert_page(&rotated, 200, "The new secret");
+    assert_ne!(enable_key, rotate_key);
+}
+
 crate::on_both_backends!(
     signing_in_opens_a_strict_session_that_signing_out_closes,
     a_session_ends_when_its_key_is_revoked_or_when_it_expires,
     a_tenant_sees_and_acts_on_its_own_jobs_only,
     bad_input_gets_a_message_on_the_page_never_a_500,
     the_webhooks_page_enables_and_rotates,
+    a_webhook_page_enables_then_rotates_with_its_forms_keys,
 );
