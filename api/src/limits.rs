@@ -1,4 +1,5 @@
-//! Per-tenant limits: request rate, active jobs, registered webhooks and
+//! Per-tenant limits: request rate, active jobs, registered webhooks (per
+//! tenant and per job) and
 //! concurrent long polls. Each refusal is a 429 problem with `Retry-After`
 //! and changes nothing, so the client may retry the same request (and the
 //! same idempotency key) later. Another tenant is never affected.
@@ -19,7 +20,10 @@ use governor::{
     DefaultKeyedRateLimiter, Quota, RateLimiter,
     clock::{Clock, DefaultClock},
 };
-use shared::{settings::Settings, store::Store};
+use shared::{
+    settings::Settings,
+    store::{Registration, Store, WebhookCaps},
+};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -31,7 +35,7 @@ pub struct Limits {
     clock: DefaultClock,
     max_active_jobs: i64,
     active_jobs: Mutex<HashMap<String, ActiveCount>>,
-    max_webhooks: i64,
+    webhook_caps: WebhookCaps,
     max_long_polls: usize,
     long_polls: Arc<Mutex<HashMap<String, usize>>>,
 }
@@ -77,7 +81,10 @@ impl Limits {
             clock: DefaultClock::default(),
             max_active_jobs: i64::try_from(settings.max_active_jobs).unwrap_or(i64::MAX),
             active_jobs: Mutex::default(),
-            max_webhooks: i64::try_from(settings.max_webhooks).unwrap_or(i64::MAX),
+            webhook_caps: WebhookCaps {
+                per_tenant: i64::try_from(settings.max_webhooks).unwrap_or(i64::MAX),
+                per_job: i64::try_from(settings.max_webhooks_per_job).unwrap_or(i64::MAX),
+            },
             max_long_polls: settings.max_long_polls as usize,
             long_polls: Arc::default(),
         }
@@ -156,18 +163,28 @@ impl Limits {
         self.active_jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Refuses a new tenant-wide webhook once the tenant has `MAX_WEBHOOKS`.
-    pub async fn admit_webhook(&self, store: &Store, tenant: &str) -> ApiResult<()> {
-        let registered = store.count_tenant_webhooks(tenant).await?;
-        if registered >= self.max_webhooks {
-            return Err(ApiError::TooManyRequests {
-                detail: format!(
-                    "this tenant has {registered} webhooks, its limit (MAX_WEBHOOKS); delete one first"
-                ),
-                retry_after_secs: 60,
-            });
-        }
-        Ok(())
+    /// The webhook caps a registration goes by, checked in its transaction
+    /// ([`Store::register_webhook`]) so that registrations at once cannot
+    /// pass them.
+    pub fn webhook_caps(&self) -> WebhookCaps {
+        self.webhook_caps
+    }
+
+    /// The refusal of a registration over a cap, if it was.
+    pub fn refuse_webhook(registration: &Registration) -> Option<ApiError> {
+        let detail = match registration {
+            Registration::TenantFull(count) => format!(
+                "this tenant has {count} webhooks, its limit (MAX_WEBHOOKS); delete one first"
+            ),
+            Registration::JobFull(count) => format!(
+                "this job has {count} webhooks, its limit (MAX_WEBHOOKS_PER_JOB); delete one first"
+            ),
+            Registration::Registered(_) | Registration::NoJob => return None,
+        };
+        Some(ApiError::TooManyRequests {
+            detail,
+            retry_after_secs: 60,
+        })
     }
 
     /// A place for one more long poll of the tenant, held until dropped.

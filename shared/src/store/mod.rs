@@ -53,7 +53,9 @@ pub use retention::{
 };
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
 pub use submit::{Submission, SubmissionKey, Submitted};
-pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
+pub use webhooks::{
+    Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,
+};
 
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
