@@ -11,6 +11,7 @@
 
 use std::{
     collections::HashMap,
+    net::IpAddr,
     num::NonZeroU32,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -27,11 +28,17 @@ use shared::{
 
 use crate::error::{ApiError, ApiResult};
 
+/// Client addresses whose sign-in rate is tracked before those back to a
+/// full allowance are forgotten.
+const SIGN_IN_ADDRESSES: usize = 10_000;
+
 /// How long a count of a tenant's active jobs is trusted.
 const ACTIVE_COUNT_FOR: Duration = Duration::from_secs(1);
 
 pub struct Limits {
     requests: DefaultKeyedRateLimiter<String>,
+    /// Dashboard sign-ins by client address, before a tenant is known.
+    sign_ins: DefaultKeyedRateLimiter<IpAddr>,
     clock: DefaultClock,
     max_active_jobs: i64,
     active_jobs: Mutex<HashMap<String, ActiveCount>>,
@@ -78,6 +85,7 @@ impl Limits {
         let burst = rate.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
         Self {
             requests: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+            sign_ins: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
             clock: DefaultClock::default(),
             max_active_jobs: i64::try_from(settings.max_active_jobs).unwrap_or(i64::MAX),
             active_jobs: Mutex::default(),
@@ -103,6 +111,25 @@ impl Limits {
                 })
             }
         }
+    }
+
+    /// Counts one dashboard sign-in from this client address against
+    /// `RATE_LIMIT`, whatever key it sends; the tenant's own count
+    /// ([`Limits::request`]) follows once the key is known.
+    pub fn sign_in(&self, from: IpAddr) -> ApiResult<()> {
+        // Addresses are not a bounded set: forget those whose rate is
+        // back to full before the map grows large.
+        if self.sign_ins.len() >= SIGN_IN_ADDRESSES {
+            self.sign_ins.retain_recent();
+            self.sign_ins.shrink_to_fit();
+        }
+        self.sign_ins.check_key(&from).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.clock.now());
+            ApiError::TooManyRequests {
+                detail: "too many sign-ins from this address (RATE_LIMIT); retry later".into(),
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            }
+        })
     }
 
     /// Admits one more job of the tenant, or refuses it while the tenant

@@ -36,7 +36,8 @@ use sqlx::{
 
 pub use attempts::{Claim, LeaseCheck};
 pub use dashboard::{
-    DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, WebhookHealth,
+    DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, TokenCheck, WebhookHealth,
+    check_session_token,
 };
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, JobFilter, NewJob, RetryOutcome};
