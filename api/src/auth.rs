@@ -17,7 +17,7 @@ use std::{
 
 use actix_web::{FromRequest, HttpRequest, dev::Payload, http::header, web};
 use shared::{
-    store::{Store, hash_key},
+    store::{Store, TokenCheck, check_session_token, hash_key},
     time::now_ms,
 };
 use tokio_util::sync::CancellationToken;
@@ -47,6 +47,8 @@ pub struct ApiKeys {
 struct ValidKeys {
     generation: i64,
     by_hash: HashMap<String, KeyOwner>,
+    /// key id -> its hash, to check a dashboard session's token.
+    hash_by_id: HashMap<String, String>,
 }
 
 struct KeyOwner {
@@ -61,6 +63,7 @@ impl ApiKeys {
             valid: Arc::new(RwLock::new(ValidKeys {
                 generation: i64::MIN,
                 by_hash: HashMap::new(),
+                hash_by_id: HashMap::new(),
             })),
             uses: Arc::default(),
         };
@@ -70,6 +73,10 @@ impl ApiKeys {
 
     async fn reload(&self, store: &Store) -> shared::Result<()> {
         let (generation, keys) = store.valid_api_keys().await?;
+        let hash_by_id = keys
+            .iter()
+            .map(|key| (key.key_id.clone(), key.key_hash.clone()))
+            .collect();
         let by_hash = keys
             .into_iter()
             .map(|key| {
@@ -85,6 +92,7 @@ impl ApiKeys {
         *self.valid.write().unwrap_or_else(|e| e.into_inner()) = ValidKeys {
             generation,
             by_hash,
+            hash_by_id,
         };
         Ok(())
     }
@@ -107,6 +115,23 @@ impl ApiKeys {
     /// The tenant of a valid key, noting the use; no database query.
     pub fn tenant(&self, key: &str) -> Option<String> {
         self.tenant_of_hash(&hash_key(key))
+    }
+
+    /// The id and tenant of a valid key, noting the use; no query.
+    pub fn owner(&self, key: &str) -> Option<(String, String)> {
+        let hash = hash_key(key);
+        let tenant = self.tenant_of_hash(&hash)?;
+        let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
+        let key_id = valid.by_hash.get(&hash)?.key_id.clone();
+        Some((key_id, tenant))
+    }
+
+    /// Whether a dashboard session token could have been issued for one
+    /// of the valid keys ([`check_session_token`]): a made-up cookie is
+    /// refused here, without a query, as a wrong key is.
+    pub fn check_session_token(&self, token: &str) -> TokenCheck {
+        let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
+        check_session_token(token, |key_id| valid.hash_by_id.get(key_id).cloned())
     }
 
     /// [`ApiKeys::tenant`] for a key known by its hash (a dashboard

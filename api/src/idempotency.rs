@@ -278,6 +278,9 @@ where
     }
     let answer = match effect(&mut tx).await {
         Ok(answer) => answer,
+        // A limit's refusal changes nothing and is not kept under the
+        // key: the same request may be sent again once below the limit.
+        Err(error @ ApiError::TooManyRequests { .. }) => return Err(error),
         Err(error) if error.status_code().is_client_error() => Answer::from_error(&error),
         Err(error) => return Err(error),
     };

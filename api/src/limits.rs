@@ -1,4 +1,5 @@
-//! Per-tenant limits: request rate, active jobs, registered webhooks and
+//! Per-tenant limits: request rate, active jobs, registered webhooks (per
+//! tenant and per job) and
 //! concurrent long polls. Each refusal is a 429 problem with `Retry-After`
 //! and changes nothing, so the client may retry the same request (and the
 //! same idempotency key) later. Another tenant is never affected.
@@ -10,6 +11,7 @@
 
 use std::{
     collections::HashMap,
+    net::IpAddr,
     num::NonZeroU32,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -19,19 +21,28 @@ use governor::{
     DefaultKeyedRateLimiter, Quota, RateLimiter,
     clock::{Clock, DefaultClock},
 };
-use shared::{settings::Settings, store::Store};
+use shared::{
+    settings::Settings,
+    store::{Registration, Store, WebhookCaps},
+};
 
 use crate::error::{ApiError, ApiResult};
+
+/// Client addresses whose sign-in rate is tracked before those back to a
+/// full allowance are forgotten.
+const SIGN_IN_ADDRESSES: usize = 10_000;
 
 /// How long a count of a tenant's active jobs is trusted.
 const ACTIVE_COUNT_FOR: Duration = Duration::from_secs(1);
 
 pub struct Limits {
     requests: DefaultKeyedRateLimiter<String>,
+    /// Dashboard sign-ins by client address, before a tenant is known.
+    sign_ins: DefaultKeyedRateLimiter<IpAddr>,
     clock: DefaultClock,
     max_active_jobs: i64,
     active_jobs: Mutex<HashMap<String, ActiveCount>>,
-    max_webhooks: i64,
+    webhook_caps: WebhookCaps,
     max_long_polls: usize,
     long_polls: Arc<Mutex<HashMap<String, usize>>>,
 }
@@ -74,10 +85,14 @@ impl Limits {
         let burst = rate.saturating_mul(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
         Self {
             requests: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+            sign_ins: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
             clock: DefaultClock::default(),
             max_active_jobs: i64::try_from(settings.max_active_jobs).unwrap_or(i64::MAX),
             active_jobs: Mutex::default(),
-            max_webhooks: i64::try_from(settings.max_webhooks).unwrap_or(i64::MAX),
+            webhook_caps: WebhookCaps {
+                per_tenant: i64::try_from(settings.max_webhooks).unwrap_or(i64::MAX),
+                per_job: i64::try_from(settings.max_webhooks_per_job).unwrap_or(i64::MAX),
+            },
             max_long_polls: settings.max_long_polls as usize,
             long_polls: Arc::default(),
         }
@@ -96,6 +111,25 @@ impl Limits {
                 })
             }
         }
+    }
+
+    /// Counts one dashboard sign-in from this client address against
+    /// `RATE_LIMIT`, whatever key it sends; the tenant's own count
+    /// ([`Limits::request`]) follows once the key is known.
+    pub fn sign_in(&self, from: IpAddr) -> ApiResult<()> {
+        // Addresses are not a bounded set: forget those whose rate is
+        // back to full before the map grows large.
+        if self.sign_ins.len() >= SIGN_IN_ADDRESSES {
+            self.sign_ins.retain_recent();
+            self.sign_ins.shrink_to_fit();
+        }
+        self.sign_ins.check_key(&from).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.clock.now());
+            ApiError::TooManyRequests {
+                detail: "too many sign-ins from this address (RATE_LIMIT); retry later".into(),
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            }
+        })
     }
 
     /// Admits one more job of the tenant, or refuses it while the tenant
@@ -156,18 +190,28 @@ impl Limits {
         self.active_jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Refuses a new tenant-wide webhook once the tenant has `MAX_WEBHOOKS`.
-    pub async fn admit_webhook(&self, store: &Store, tenant: &str) -> ApiResult<()> {
-        let registered = store.count_tenant_webhooks(tenant).await?;
-        if registered >= self.max_webhooks {
-            return Err(ApiError::TooManyRequests {
-                detail: format!(
-                    "this tenant has {registered} webhooks, its limit (MAX_WEBHOOKS); delete one first"
-                ),
-                retry_after_secs: 60,
-            });
-        }
-        Ok(())
+    /// The webhook caps a registration goes by, checked in its transaction
+    /// ([`Store::register_webhook`]) so that registrations at once cannot
+    /// pass them.
+    pub fn webhook_caps(&self) -> WebhookCaps {
+        self.webhook_caps
+    }
+
+    /// The refusal of a registration over a cap, if it was.
+    pub fn refuse_webhook(registration: &Registration) -> Option<ApiError> {
+        let detail = match registration {
+            Registration::TenantFull(count) => format!(
+                "this tenant has {count} webhooks, its limit (MAX_WEBHOOKS); delete one first"
+            ),
+            Registration::JobFull(count) => format!(
+                "this job has {count} webhooks, its limit (MAX_WEBHOOKS_PER_JOB); delete one first"
+            ),
+            Registration::Registered(_) | Registration::NoJob => return None,
+        };
+        Some(ApiError::TooManyRequests {
+            detail,
+            retry_after_secs: 60,
+        })
     }
 
     /// A place for one more long poll of the tenant, held until dropped.

@@ -46,7 +46,10 @@ pub fn sign(secret: &str, event_id: &str, timestamp: i64, body: &str) -> Result<
 /// Whether an address is one a webhook may be sent to: not loopback,
 /// private, link-local, shared (CGNAT), multicast, broadcast, unspecified,
 /// documentation or reserved; IPv4-mapped IPv6 addresses are judged as IPv4;
-/// addresses that tunnel to IPv4 (NAT64, 6to4, Teredo) are never public.
+/// addresses that tunnel to IPv4 (NAT64, 6to4, Teredo, SIIT) are never
+/// public, nor any range the IANA special-purpose registries mark not
+/// globally reachable (the 6to4 relay, discard, 2001::/23 but its global
+/// sub-ranges, 3fff::/20, 5f00::/16).
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
@@ -69,29 +72,48 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || a == 0
         || (a == 100 && (64..128).contains(&b)) // shared address space (CGNAT)
         || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 192 && b == 88 && c == 99) // 6to4 relay anycast (deprecated)
         || (a == 198 && (18..20).contains(&b)) // benchmarking
         || a >= 240) // reserved
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
+    let s = ip.segments();
+    let first = s[0];
     !(ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
+        || (s[..4] == [0, 0, 0, 0] && s[4] == 0xffff && s[5] == 0) // IPv4-translated, ::ffff:0:0:0/96
+        || (first == 0x0100 && s[1..3] == [0, 0] && s[3] <= 1) // discard-only 100::/64, dummy prefix 100:0:0:1::/64
+        || is_ietf_protocol_v6(s) // 2001::/23 but its global sub-ranges
+        || (first == 0x3fff && s[1] < 0x1000) // documentation, 3fff::/20
+        || first == 0x5f00 // segment routing SIDs, 5f00::/16
         || (first & 0xfe00) == 0xfc00 // unique local
         || (first & 0xffc0) == 0xfe80 // link-local
         || (first & 0xffc0) == 0xfec0 // site-local (deprecated)
-        || (first == 0x2001 && ip.segments()[1] == 0x0db8) // documentation
+        || (first == 0x2001 && s[1] == 0x0db8) // documentation
         // The IPv6-to-IPv4 translations and tunnels carry a packet to an
         // IPv4 address inside the IPv6 one, through a relay or translator.
         // They are refused outright rather than judged by that inner
         // address: Teredo's is obfuscated and sits behind a NAT the relay
         // sees, not us, and both tunnels are deprecated (RFC 7526 for
         // 6to4), so no receiver needs them.
-        || (first == 0x0064 && ip.segments()[1] == 0xff9b) // NAT64, 64:ff9b::/96 and 64:ff9b:1::/48
+        || (first == 0x0064 && s[1] == 0xff9b) // NAT64, 64:ff9b::/96 and 64:ff9b:1::/48
         || first == 0x2002 // 6to4, 2002::/16
-        || (first == 0x2001 && ip.segments()[1] == 0x0000) // Teredo, 2001::/32
+        || (first == 0x2001 && s[1] == 0x0000) // Teredo, 2001::/32
         || ip.to_ipv4().is_some_and(|v4| !is_public_v4(v4))) // IPv4-compatible
+}
+
+/// 2001::/23, the IETF protocol assignments, which the IANA registry marks
+/// not globally reachable but for the sub-ranges it marks reachable (the
+/// PCP and TURN anycast addresses, AMT, AS112, ORCHIDv2, drone remote ID).
+/// Teredo (2001::/32) and benchmarking (2001:2::/48) fall in it.
+fn is_ietf_protocol_v6(s: [u16; 8]) -> bool {
+    let global = (s[1] == 0x0001 && s[2..7] == [0; 5] && (1..=3).contains(&s[7]))
+        || s[1] == 0x0003
+        || (s[1] == 0x0004 && s[2] == 0x0112)
+        || (0x0020..=0x003f).contains(&s[1]);
+    s[0] == 0x2001 && s[1] < 0x0200 && !global
 }
 
 /// A webhook URL, checked for shape: `http` or `https`, with a host.
@@ -206,6 +228,99 @@ pub async fn guarded_client(
     client.build().map_err(|e| e.to_string())
 }
 
+/// The most of a receiver's answer (a webhook's, a filing endpoint's) that
+/// is read: the rest is never read, and the connection is dropped.
+pub const ANSWER_LIMIT: usize = 64 * 1024;
+
+/// A receiver's answer, read to at most [`ANSWER_LIMIT`] bytes.
+pub struct Answer {
+    pub status: u16,
+    /// The body as far as it was read.
+    pub body: Vec<u8>,
+    /// Whether the body was longer than [`ANSWER_LIMIT`] (then `body`
+    /// holds none of it).
+    pub over_size: bool,
+}
+
+impl Answer {
+    /// The body as text, for an error message or a JSON parse.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// What to send in a [`signed_post`].
+pub struct SignedPost<'a> {
+    pub url: &'a str,
+    pub secret: &'a str,
+    /// The `webhook-id`, which the signature covers.
+    pub id: &'a str,
+    /// Sent as `Idempotency-Key` too, when given.
+    pub idempotency_key: Option<&'a str>,
+    pub body: String,
+    pub allow_private: bool,
+    pub timeout: Duration,
+    pub user_agent: &'a str,
+}
+
+/// One signed POST (Standard Webhooks) through [`guarded_client`], its
+/// answer read to at most [`ANSWER_LIMIT`] bytes; or why there was no
+/// answer (a refused address or secret, a timeout, a failed connection).
+pub async fn signed_post(post: SignedPost<'_>) -> Result<Answer, String> {
+    let url = parse_url(post.url)?;
+    // Checked again at each request (DNS can change).
+    let client = guarded_client(&url, post.allow_private, post.timeout, post.user_agent).await?;
+    let timestamp = crate::time::now_ms() / 1000;
+    let signature = sign(post.secret, post.id, timestamp, &post.body)?;
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("webhook-id", post.id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature);
+    if let Some(key) = post.idempotency_key {
+        request = request.header("idempotency-key", key);
+    }
+    let failed = |e: reqwest::Error| {
+        if e.is_timeout() {
+            format!("no answer within {}s", post.timeout.as_secs_f64())
+        } else {
+            e.to_string()
+        }
+    };
+    let response = request.body(post.body).send().await.map_err(failed)?;
+    let status = response.status().as_u16();
+    let (body, over_size) = read_capped(response, ANSWER_LIMIT).await.map_err(failed)?;
+    Ok(Answer {
+        status,
+        body,
+        over_size,
+    })
+}
+
+/// At most `cap` bytes of a body, read as it comes; a longer body (by its
+/// `Content-Length` or as read) is `(empty, true)`, and the response, with
+/// its connection, is dropped unread beyond that point.
+async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > cap as u64)
+    {
+        return Ok((Vec::new(), true));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > cap {
+            return Ok((Vec::new(), true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +388,91 @@ mod tests {
             "2001:1::1",
             "2003::1",
             "2a00:1450:4001::1",
+        ] {
+            assert!(is_public(text.parse().unwrap()), "{text}");
+        }
+    }
+
+    /// Every range the IANA special-purpose registries (IPv4 and IPv6)
+    /// mark not globally reachable, by its first and last address.
+    #[test]
+    fn the_special_purpose_ranges_not_globally_reachable_are_not_public() {
+        for text in [
+            // IPv4
+            "0.0.0.0",
+            "0.255.255.255",
+            "10.255.255.255",
+            "100.64.0.0",
+            "100.127.255.255",
+            "127.255.255.255",
+            "169.254.0.0",
+            "172.31.255.255",
+            "192.0.0.0",
+            "192.0.0.255",
+            "192.0.2.255",
+            "192.88.99.0",
+            "192.88.99.1",
+            "192.88.99.255",
+            "192.168.255.255",
+            "198.18.0.0",
+            "198.19.255.255",
+            "198.51.100.1",
+            "203.0.113.1",
+            "240.0.0.0",
+            "255.255.255.254",
+            // IPv6
+            "::ffff:0:0:0",
+            "::ffff:0:7f00:1",
+            "::ffff:0:808:808",
+            "::ffff:0:ffff:ffff",
+            "100::",
+            "100::1",
+            "100::ffff:ffff:ffff:ffff",
+            "100:0:0:1::1",
+            "2001::",
+            "2001:2::1",
+            "2001:10::1",
+            "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "2001:1::4",
+            "2001:db8:ffff::1",
+            "2002::1",
+            "3fff::1",
+            "3fff:fff:ffff::1",
+            "5f00::1",
+            "64:ff9b::1",
+            "64:ff9b:1:ffff::1",
+            "fc00::",
+            "fdff:ffff::1",
+            "fe80::",
+            "febf:ffff::1",
+            "fec0::1",
+        ] {
+            assert!(!is_public(text.parse().unwrap()), "{text}");
+        }
+        // The ones the registries mark globally reachable, and neighbours
+        // just outside the ranges above.
+        for text in [
+            "192.88.98.255",
+            "192.88.100.0",
+            "198.17.255.255",
+            "198.20.0.0",
+            "100.63.255.255",
+            "100.128.0.0",
+            "223.255.255.255",
+            "::ffff:1:808:808",
+            "100:0:0:2::1",
+            "ff::1",
+            "101::1",
+            "2001:1::1",
+            "2001:1::3",
+            "2001:3::1",
+            "2001:4:112::1",
+            "2001:20::1",
+            "2001:3f::1",
+            "2001:200::1",
+            "2620:4f:8000::1",
+            "3fff:1000::1",
+            "5f01::1",
         ] {
             assert!(is_public(text.parse().unwrap()), "{text}");
         }

@@ -14,13 +14,11 @@ use shared::{
     settings::Settings,
     store::{DeliveryRecord, DueEvent, Store},
     time::{duration_ms, now_ms},
-    webhooks::{guarded_client, parse_url, sign},
+    webhooks::{SignedPost, signed_post},
 };
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
-
-use crate::{Error, Result};
 
 /// Deliveries one process makes at once.
 const CONCURRENT_DELIVERIES: usize = 64;
@@ -106,7 +104,7 @@ impl Dispatcher {
         let started = Instant::now();
         let (status, error) = match self.send(&event).await {
             Ok(status) => (Some(status), None),
-            Err(error) => (None, Some(error.to_string())),
+            Err(error) => (None, Some(error)),
         };
         let delivered = status.is_some_and(|s| (200..300).contains(&s));
         let gone = status == Some(410);
@@ -130,38 +128,21 @@ impl Dispatcher {
         }
     }
 
-    /// One signed POST; the status, or why there was none.
-    async fn send(&self, event: &DueEvent) -> Result<u16> {
-        let url = parse_url(&event.url).map_err(Error::WebhookRefused)?;
-        // Checked again at delivery (DNS can change).
-        let client = guarded_client(
-            &url,
-            self.allow_private,
-            self.timeout,
-            concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")),
-        )
-        .await
-        .map_err(Error::WebhookRefused)?;
-        let timestamp = now_ms() / 1000;
-        let signature = sign(&event.secret, &event.event_id, timestamp, &event.body)
-            .map_err(Error::WebhookRefused)?;
-        let response = client
-            .post(url)
-            .header("content-type", "application/json")
-            .header("webhook-id", &event.event_id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(event.body.clone())
-            .send()
-            .await
-            .map_err(|e| {
-                if e.is_timeout() {
-                    Error::WebhookTimeout(self.timeout)
-                } else {
-                    Error::Http(e)
-                }
-            })?;
-        Ok(response.status().as_u16())
+    /// One signed POST; the status, or why there was none. The status
+    /// alone acknowledges: the body is read to `ANSWER_LIMIT` and ignored.
+    async fn send(&self, event: &DueEvent) -> Result<u16, String> {
+        let answer = signed_post(SignedPost {
+            url: &event.url,
+            secret: &event.secret,
+            id: &event.event_id,
+            idempotency_key: None,
+            body: event.body.clone(),
+            allow_private: self.allow_private,
+            timeout: self.timeout,
+            user_agent: concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")),
+        })
+        .await?;
+        Ok(answer.status)
     }
 }
 

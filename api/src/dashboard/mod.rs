@@ -6,7 +6,10 @@
 //! session cookie (HttpOnly, SameSite=Strict, Path=/dashboard, Secure over
 //! https). The session lasts [`SESSION_TTL`] and only while the key it was
 //! opened with stays valid: every request checks the key in the in-memory
-//! set that `api keys revoke` empties within a second. Every form carries
+//! set that `api keys revoke` empties within a second. The cookie's token
+//! names its key and carries a tag keyed by that key's hash, checked in
+//! memory before the session is read, so a made-up cookie costs no query.
+//! Sign-ins count against `RATE_LIMIT` by client address, then by tenant. Every form carries
 //! the session's CSRF token, checked on each POST, besides the cookie's
 //! SameSite=Strict and an Origin check. Actions go through the same code
 //! as the API's (`routes::jobs::retry_job`, ...), idempotency included:
@@ -24,7 +27,7 @@ use actix_web::{
 };
 use shared::{
     model::JobStatus,
-    store::{JobFilter, hash_key},
+    store::{JobFilter, TokenCheck, hash_key},
     time::now_ms,
 };
 
@@ -144,6 +147,14 @@ async fn viewer(state: &AppState, request: &HttpRequest) -> Result<Viewer, Refus
     let Some(token) = request.cookie(COOKIE).map(|c| c.value().to_owned()) else {
         return Err(Refusal::SignIn(None));
     };
+    // Checked in memory first, as a bearer key is: a made-up cookie costs
+    // no query.
+    match state.keys.check_session_token(&token) {
+        TokenCheck::Issued => {}
+        // Its session row goes with the expired ones, at a later sign-in.
+        TokenCheck::NoKey => return Err(Refusal::SignIn(Some("revoked"))),
+        TokenCheck::Invalid => return Err(Refusal::SignIn(Some("expired"))),
+    }
     let Some(session) = state.store.dashboard_session(&token).await? else {
         return Err(Refusal::SignIn(Some("expired")));
     };
@@ -376,15 +387,26 @@ async fn sign_in(
         let page = pages::sign_in(None, "This form was sent from another site.");
         return secured(html(StatusCode::FORBIDDEN, page));
     }
+    // Limited by address before the key is known, and by tenant after: a
+    // flood of sign-ins opens no more sessions than the rate allows.
+    if let Some(from) = request.peer_addr().map(|a| a.ip())
+        && let Err(error) = state.limits.sign_in(from)
+    {
+        return too_many_sign_ins(&error);
+    }
     // Checked in memory, like a bearer key: a wrong key costs no query.
-    let Some(tenant_id) = (!key.is_empty()).then(|| state.keys.tenant(key)).flatten() else {
+    let Some((key_id, tenant_id)) = (!key.is_empty()).then(|| state.keys.owner(key)).flatten()
+    else {
         let page = pages::sign_in(None, "That API key is not valid.");
         return secured(html(StatusCode::UNAUTHORIZED, page));
     };
+    if let Err(error) = state.limits.request(&tenant_id) {
+        return too_many_sign_ins(&error);
+    }
     let ttl = shared::time::duration_ms(SESSION_TTL);
     let session = match state
         .store
-        .create_dashboard_session(&tenant_id, &hash_key(key), ttl)
+        .create_dashboard_session(&tenant_id, &key_id, &hash_key(key), ttl)
         .await
     {
         Ok(session) => session,
@@ -410,6 +432,22 @@ async fn sign_in(
             .insert_header((header::LOCATION, PATH))
             .finish(),
     )
+}
+
+/// The sign-in page again, with 429 and `Retry-After`.
+fn too_many_sign_ins(error: &ApiError) -> HttpResponse {
+    let mut response = html(
+        StatusCode::TOO_MANY_REQUESTS,
+        pages::sign_in(None, &message_of(error)),
+    );
+    if let ApiError::TooManyRequests {
+        retry_after_secs, ..
+    } = error
+        && let Ok(value) = header::HeaderValue::from_str(&retry_after_secs.to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    secured(response)
 }
 
 async fn sign_out(
@@ -666,7 +704,8 @@ async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
             .map(|webhook| pages::WebhookRow {
                 health: health.remove(&webhook.webhook_id).unwrap_or_default(),
                 webhook,
-                idempotency_key: fresh_key(),
+                enable_key: fresh_key(),
+                rotate_key: fresh_key(),
             })
             .collect();
         let page = pages::webhooks(viewer, &rows, next_cursor.as_deref(), &[]);
@@ -709,7 +748,8 @@ async fn webhook_view(
         pages::WebhookRow {
             webhook,
             health,
-            idempotency_key: fresh_key(),
+            enable_key: fresh_key(),
+            rotate_key: fresh_key(),
         },
         deliveries,
     ))

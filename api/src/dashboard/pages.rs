@@ -32,7 +32,10 @@ pub struct JobView {
 pub struct WebhookRow {
     pub webhook: Webhook,
     pub health: WebhookHealth,
-    pub idempotency_key: String,
+    /// The enable form's Idempotency-Key; the rotate form has its own, as
+    /// the two are different requests.
+    pub enable_key: String,
+    pub rotate_key: String,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -565,13 +568,13 @@ fn webhook_actions(viewer: &Viewer, row: &WebhookRow) -> Markup {
     html! {
         @if !row.webhook.enabled {
             form method="post" action={ (PATH) "/webhooks/" (id) "/enable" } {
-                (action_fields(viewer, &row.idempotency_key))
+                (action_fields(viewer, &row.enable_key))
                 button.primary.small type="submit" { "Enable" }
             }
         }
         form method="post" action={ (PATH) "/webhooks/" (id) "/rotate-secret" }
             data-confirm="Rotate the secret? The current one stops signing at once." {
-            (action_fields(viewer, &row.idempotency_key))
+            (action_fields(viewer, &row.rotate_key))
             button.small type="submit" { "Rotate secret" }
         }
     }

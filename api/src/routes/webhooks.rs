@@ -8,7 +8,7 @@ use actix_web::{
 use serde::{Deserialize, Serialize};
 use shared::{
     ledger::FieldError,
-    store::{Delivery, NewWebhook, Webhook},
+    store::{Delivery, NewWebhook, Registration, Webhook},
     time::to_rfc3339,
     webhooks::{EVENT_TYPES, check_url},
 };
@@ -20,6 +20,7 @@ use crate::{
     body::json_body,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, execute},
+    limits::Limits,
     state::AppState,
 };
 
@@ -163,7 +164,7 @@ async fn validate(state: &AppState, request: &RegisterWebhook) -> ApiResult<Vec<
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "bad URL (not http(s), a host that does not resolve in time, or not a public address), or unknown events; or the Idempotency-Key was used with a different request"),
-        (status = 429, description = "over the tenant's request rate, or its webhooks (MAX_WEBHOOKS)"),
+        (status = 429, description = "over the tenant's request rate, its webhooks (MAX_WEBHOOKS), or the job's (MAX_WEBHOOKS_PER_JOB)"),
     ),
     security(("bearer" = []))
 )]
@@ -176,9 +177,6 @@ pub async fn register(
 ) -> ApiResult<HttpResponse> {
     let registration: RegisterWebhook = json_body(&request, &body)?;
     let events = validate(&state, &registration).await?;
-    if registration.job_id.is_none() {
-        state.limits.admit_webhook(&state.store, &tenant.0).await?;
-    }
     let new = NewWebhook {
         tenant_id: tenant.0.clone(),
         url: registration.url.clone(),
@@ -192,16 +190,19 @@ pub async fn register(
                 new.job_id.as_deref().unwrap_or_default()
             )));
         }
-        let webhook = state
+        let registration = state
             .store
-            .register_webhook(tx, &new)
-            .await?
-            .ok_or_else(|| {
-                ApiError::NotFound(format!(
-                    "there is no job {}",
-                    new.job_id.as_deref().unwrap_or_default()
-                ))
-            })?;
+            .register_webhook(tx, &new, state.limits.webhook_caps())
+            .await?;
+        if let Some(refusal) = Limits::refuse_webhook(&registration) {
+            return Err(refusal);
+        }
+        let Registration::Registered(webhook) = registration else {
+            return Err(ApiError::NotFound(format!(
+                "there is no job {}",
+                new.job_id.as_deref().unwrap_or_default()
+            )));
+        };
         Answer::json(
             StatusCode::CREATED,
             &WebhookObject::of(&webhook, true),

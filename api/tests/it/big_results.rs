@@ -17,7 +17,7 @@ use shared::{
 };
 
 use crate::{
-    common::{Api, Backend, TestEnv},
+    common::{Api, Backend, TestEnv, peak_rss},
     worker_behaviour::force_lease_lapse,
 };
 
@@ -767,17 +767,6 @@ async fn a_success_the_database_refuses_fails_no_other_success_of_its_group_comm
 }
 
 // ---------------------------------------------------------------- memory
-
-/// VmHWM: the most resident memory the process has had, in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kib * 1024
-}
 
 const MEMORY_LIMIT: u64 = 100_000_000;
 

@@ -678,3 +678,14 @@ pub fn headers_of(request: &actix_web::HttpRequest) -> HeaderMap {
     }
     headers
 }
+
+/// VmHWM: the most resident memory the process has had, in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib * 1024
+}

@@ -74,6 +74,15 @@ fn field(page: &str, name: &str) -> String {
     page[start..].split('"').next().expect("a value").to_owned()
 }
 
+/// The value of the hidden field `name` in the form that posts to `action`.
+fn form_field(page: &str, action: &str, name: &str) -> String {
+    let form = page
+        .split("<form")
+        .find(|form| form.contains(&format!("action=\"{action}\"")))
+        .unwrap_or_else(|| panic!("no form to {action} in {page}"));
+    field(form, name)
+}
+
 fn assert_redirect(reply: &Reply, to: &str) {
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
     assert_eq!(reply.header("location"), Some(to), "{:?}", reply.headers);
@@ -563,10 +572,145 @@ async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
     assert!(!other.get("/dashboard/webhooks").await.text.contains(id));
 }
 
+/// The enable and rotate forms of one page are two requests: each has its
+/// own Idempotency-Key, so sending one does not spoil the other.
+async fn a_webhook_page_enables_then_rotates_with_its_forms_keys(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ])
+        .await;
+    let reply = api
+        .post(
+            "/v1/webhooks",
+            &json!({"url": "http://127.0.0.1:9/hooks/a"}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let id = reply.json()["id"].as_str().unwrap().to_owned();
+    env.execute_sql(&format!(
+        "UPDATE webhooks SET enabled = 0 WHERE webhook_id = '{id}'"
+    ))
+    .await;
+    let mut visitor = Visitor::new(&api);
+    visitor.sign_in(KEY_A).await;
+    let page = visitor.get(&format!("/dashboard/webhooks/{id}")).await;
+    let csrf = field(&page.text, "csrf_token");
+    let enable = format!("/dashboard/webhooks/{id}/enable");
+    let rotate = format!("/dashboard/webhooks/{id}/rotate-secret");
+    let enable_key = form_field(&page.text, &enable, "idempotency_key");
+    let rotate_key = form_field(&page.text, &rotate, "idempotency_key");
+
+    let enabled = visitor
+        .post(
+            &enable,
+            &[("csrf_token", &csrf), ("idempotency_key", &enable_key)],
+        )
+        .await;
+    let rotated = visitor
+        .post(
+            &rotate,
+            &[("csrf_token", &csrf), ("idempotency_key", &rotate_key)],
+        )
+        .await;
+
+    assert_redirect(&enabled, &format!("/dashboard/webhooks/{id}?done=enabled"));
+    assert_page(&rotated, 200, "The new secret");
+    assert_ne!(enable_key, rotate_key);
+}
+
+/// Sign-ins count against `RATE_LIMIT` (by address, then by tenant): a
+/// run of them opens no more sessions than the rate allows, and the rest
+/// get the sign-in page with 429 and Retry-After.
+async fn sign_ins_over_the_rate_are_refused_with_429(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "false"), ("RATE_LIMIT", "2")])
+        .await;
+
+    let mut replies = Vec::new();
+    for _ in 0..12 {
+        replies.push(Visitor::new(&api).sign_in(KEY_A).await);
+    }
+
+    let opened = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::SEE_OTHER)
+        .count();
+    let refused: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert_eq!(opened + refused.len(), 12, "303 or 429 only");
+    assert!(opened <= 5, "{opened} sign-ins passed a rate of 2/s");
+    let refused = refused.first().expect("a refused sign-in");
+    assert_page(refused, 429, "retry later");
+    let retry_after: u64 = refused
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("whole seconds");
+    assert!(retry_after >= 1);
+    let sessions = env
+        .count("SELECT COUNT(*) AS n FROM dashboard_sessions")
+        .await;
+    assert_eq!(sessions, opened as i64, "a session per sign-in let through");
+}
+
+/// A session cookie is checked in memory before the database: with the
+/// sessions' table gone, made-up cookies (garbage, or a real key id with a
+/// forged tag) still get the sign-in page, not an error of the query.
+async fn a_made_up_session_cookie_costs_no_query(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let mut visitor = Visitor::new(&api);
+    visitor.sign_in(KEY_A).await;
+    let real = visitor.cookie.clone().expect("a session cookie");
+    let value = real.split_once('=').expect("name=value").1.to_owned();
+    let key_id = value.split('.').next().expect("a key id").to_owned();
+    assert_eq!(visitor.get("/dashboard").await.status, StatusCode::OK);
+    env.execute_sql("ALTER TABLE dashboard_sessions RENAME TO dashboard_sessions_away")
+        .await;
+
+    let forged_tag = format!("{key_id}.{}.{}", "ab".repeat(32), "cd".repeat(32));
+    let garbage = "0123456789abcdef".repeat(4);
+    for made_up in [garbage.as_str(), forged_tag.as_str(), "x", ""] {
+        let mut stranger = Visitor::new(&api);
+        stranger.cookie = Some(format!("receipt_session={made_up}"));
+        let reply = stranger.get("/dashboard/jobs").await;
+        assert_eq!(
+            reply.status,
+            StatusCode::SEE_OTHER,
+            "{made_up}: {}",
+            reply.text
+        );
+        assert!(
+            reply
+                .header("location")
+                .is_some_and(|l| l.starts_with("/dashboard/sign-in")),
+            "{:?}",
+            reply.headers
+        );
+    }
+    // The real cookie does reach the database (and fails there now).
+    assert!(
+        visitor
+            .get("/dashboard/jobs")
+            .await
+            .status
+            .is_server_error()
+    );
+}
+
 crate::on_both_backends!(
     signing_in_opens_a_strict_session_that_signing_out_closes,
     a_session_ends_when_its_key_is_revoked_or_when_it_expires,
     a_tenant_sees_and_acts_on_its_own_jobs_only,
     bad_input_gets_a_message_on_the_page_never_a_500,
     the_webhooks_page_enables_and_rotates,
+    a_webhook_page_enables_then_rotates_with_its_forms_keys,
+    sign_ins_over_the_rate_are_refused_with_429,
+    a_made_up_session_cookie_costs_no_query,
 );

@@ -126,6 +126,79 @@ async fn webhooks_beyond_max_webhooks_are_refused(backend: Backend) {
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
 }
 
+/// Registrations sent at once, all for all jobs or all for one job: each
+/// 201 or 429, and the webhooks made, as listed.
+async fn register_at_once(api: &Api, hook: &serde_json::Value, n: usize) -> (usize, usize) {
+    let replies = futures::future::join_all((0..n).map(|_| api.post("/v1/webhooks", hook))).await;
+    let created = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .count();
+    for reply in replies.iter().filter(|r| r.status != StatusCode::CREATED) {
+        assert_too_many(reply);
+    }
+    let listed = api.get("/v1/webhooks?limit=200").await.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["job_id"] == hook["job_id"])
+        .count();
+    (created, listed)
+}
+
+/// The caps hold for registrations at once: each is checked in the
+/// transaction that inserts, after a lock the others wait for.
+async fn webhooks_registered_at_once_stop_exactly_at_their_caps(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = api_without_workers(
+        &env,
+        &[
+            ("MAX_WEBHOOKS", "3"),
+            ("MAX_WEBHOOKS_PER_JOB", "3"),
+            ("RATE_LIMIT", "1000"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ],
+    )
+    .await;
+
+    let tenant_wide = register_at_once(&api, &json!({"url": "http://127.0.0.1:9/hook"}), 16).await;
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let per_job = json!({"url": "http://127.0.0.1:9/hook", "job_id": job["job_id"]});
+    let for_one_job = register_at_once(&api, &per_job, 16).await;
+
+    assert_eq!(tenant_wide, (3, 3), "created, listed: MAX_WEBHOOKS");
+    assert_eq!(for_one_job, (3, 3), "created, listed: MAX_WEBHOOKS_PER_JOB");
+    // Refused, the same Idempotency-Key may be sent again later.
+    let keyed = api
+        .client
+        .post(api.url("/v1/webhooks"))
+        .bearer_auth(&api.key)
+        .header("idempotency-key", "hook-later")
+        .json(&json!({"url": "http://127.0.0.1:9/hook"}));
+    assert_too_many(&Api::read(keyed).await);
+    let list = api.get("/v1/webhooks?limit=200").await.json();
+    let first = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["job_id"].is_null())
+        .and_then(|w| w["id"].as_str())
+        .expect("a webhook for all jobs")
+        .to_owned();
+    let deleted = api
+        .send(Method::DELETE, &format!("/v1/webhooks/{first}"), None)
+        .await;
+    assert!(deleted.status.is_success(), "{}", deleted.text);
+    let again = api
+        .client
+        .post(api.url("/v1/webhooks"))
+        .bearer_auth(&api.key)
+        .header("idempotency-key", "hook-later")
+        .json(&json!({"url": "http://127.0.0.1:9/hook"}));
+    let again = Api::read(again).await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text);
+}
+
 async fn long_polls_beyond_max_long_polls_are_refused(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = api_without_workers(&env, &[("MAX_LONG_POLLS", "2")]).await;
@@ -167,5 +240,6 @@ crate::on_both_backends!(
     a_tenant_over_its_request_rate_gets_429_and_no_one_else_does,
     a_submit_over_max_active_jobs_is_refused_and_stores_nothing,
     webhooks_beyond_max_webhooks_are_refused,
+    webhooks_registered_at_once_stop_exactly_at_their_caps,
     long_polls_beyond_max_long_polls_are_refused,
 );

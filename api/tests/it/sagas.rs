@@ -14,7 +14,7 @@ use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
 use shared::store::{Fence, SagaPhase, TurnBack};
 
-use crate::common::{Api, Backend, Process, TestEnv, headers_of, serve_on_loopback};
+use crate::common::{Api, Backend, Process, TestEnv, headers_of, peak_rss, serve_on_loopback};
 
 // -------------------------------------------------------------- receiver
 
@@ -27,6 +27,9 @@ enum Answer {
     Status(u16),
     /// Takes the filing, then holds the answer far longer than the test.
     Hang,
+    /// Answers 200 with a body of this many bytes, made as it is sent
+    /// (chunked, no Content-Length), to every try.
+    Huge(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -119,7 +122,28 @@ async fn receive(
             tokio::time::sleep(Duration::from_secs(120)).await;
             HttpResponse::Ok().finish()
         }
+        Answer::Huge(bytes) => HttpResponse::Ok()
+            .content_type("application/json")
+            .streaming(huge_body(bytes)),
     }
+}
+
+/// `{"reference": "xxx…"}` of `bytes` bytes, in 64 KiB chunks.
+pub fn huge_body(
+    bytes: usize,
+) -> impl futures::Stream<Item = Result<web::Bytes, std::convert::Infallible>> {
+    const CHUNK: usize = 64 * 1024;
+    let head = web::Bytes::from_static(br#"{"reference": ""#);
+    let tail = web::Bytes::from_static(br#""}"#);
+    let middle = bytes.saturating_sub(head.len() + tail.len());
+    let filler = web::Bytes::from(vec![b'x'; CHUNK]);
+    let chunks =
+        (0..middle.div_ceil(CHUNK)).map(move |i| Ok(filler.slice(..CHUNK.min(middle - i * CHUNK))));
+    futures::stream::iter(
+        std::iter::once(Ok(head))
+            .chain(chunks)
+            .chain(std::iter::once(Ok(tail))),
+    )
 }
 
 impl Receiver {
@@ -434,6 +458,53 @@ async fn a_filing_that_fails_twice_then_succeeds_is_filed_once_with_one_key(back
     assert_eq!(period(&api).await["state"], "closed");
 }
 
+/// A filing endpoint that answers 200 with 50 MB costs the process that
+/// files little memory (the answer is read to 64 KiB, then dropped), and
+/// is no answer: tried again under the same key, then withdrawn.
+async fn an_over_size_filing_answer_is_an_invalid_answer_read_to_a_bound(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let pool = Pool::start(&env).await;
+    let receiver = Receiver::start(&[], Answer::Huge(50_000_000), &[]);
+    prepare(&pool.api, &receiver).await;
+    let pid = pool.filer_pid();
+    let before = peak_rss(pid);
+
+    let job_id = close_month(&pool.api).await;
+    let job = finished(&pool.api, &job_id).await;
+
+    let growth = peak_rss(pid).saturating_sub(before);
+    assert!(
+        growth < 20_000_000,
+        "peak memory grew by {growth} bytes for a 50 MB answer"
+    );
+    assert_eq!(job["status"], "FAILED", "{job}");
+    assert_eq!(job["error"]["type"], "filing_invalid_answer", "{job}");
+    let file = step(&job, "file");
+    assert_eq!(file["attempts"], 5, "{job}");
+    assert_eq!(
+        file["compensation"]["outcome"], "done",
+        "accepted, maybe: withdrawn"
+    );
+    assert_eq!(receiver.of_kind("gst.withdrawal").len(), 1);
+    assert_eq!(period(&pool.api).await["state"], "open");
+}
+
+/// A 2xx answer whose reference is too long (or not a string) is no
+/// answer either: nothing that long is stored.
+async fn a_filing_reference_over_255_characters_is_an_invalid_answer(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = embedded(&env).await;
+    let receiver = Receiver::start(&[], Answer::Huge(300), &[]);
+    prepare(&api, &receiver).await;
+
+    let job_id = close_month(&api).await;
+    let job = finished(&api, &job_id).await;
+
+    assert_eq!(job["status"], "FAILED", "{job}");
+    assert_eq!(job["error"]["type"], "filing_invalid_answer", "{job}");
+    assert_eq!(period(&api).await["state"], "open");
+}
+
 /// The api and where the worker pool runs: inside it on SQLite, in a
 /// `worker` process on Postgres + Redis; either way, killable with -9.
 struct Pool {
@@ -456,6 +527,14 @@ impl Pool {
                     worker: Some(env.start_worker(&SETTINGS)),
                 }
             }
+        }
+    }
+
+    /// The process that runs the saga, and so files.
+    fn filer_pid(&self) -> u32 {
+        match &self.worker {
+            Some(worker) => worker.pid(),
+            None => self.api.process.as_ref().expect("the api").pid(),
         }
     }
 
@@ -744,6 +823,8 @@ crate::on_both_backends!(
     a_worker_killed_after_filing_resends_with_the_same_key_and_records_once,
     a_failing_compensation_is_retried_until_it_succeeds,
     a_cancel_mid_saga_runs_the_compensations,
+    an_over_size_filing_answer_is_an_invalid_answer_read_to_a_bound,
+    a_filing_reference_over_255_characters_is_an_invalid_answer,
 );
 
 /// Bad input changes nothing and gets a clear answer.

@@ -13,8 +13,7 @@ use crate::{
     ledger::month_bounds,
     saga::{Saga, Step, StepContext},
     store::{LockOutcome, Store},
-    time::now_ms,
-    webhooks::{guarded_client, parse_url, sign},
+    webhooks::{ANSWER_LIMIT, Answer, SignedPost, signed_post},
 };
 
 pub struct PeriodClose;
@@ -154,12 +153,6 @@ impl Step for Summarise {
 /// 3. The summary, sent to the tenant's filing endpoint.
 struct File;
 
-/// What a filing endpoint answered.
-struct Answer {
-    status: u16,
-    body: String,
-}
-
 impl File {
     /// One signed POST to the tenant's filing endpoint, with `key` as its
     /// `Idempotency-Key` (and `webhook-id`, which the signature covers).
@@ -175,42 +168,51 @@ impl File {
                     "no filing endpoint is registered (PUT /v1/filing-endpoint)",
                 )
             })?;
-        let unreachable = |message: String| JobFailure::retryable("filing_unreachable", message);
-        let url = parse_url(&endpoint.url).map_err(unreachable)?;
-        let client = guarded_client(
-            &url,
-            cx.job.settings.allow_private_addresses,
-            cx.job.settings.http_timeout,
-            concat!("Receipt-Filing/", env!("CARGO_PKG_VERSION")),
-        )
+        signed_post(SignedPost {
+            url: &endpoint.url,
+            secret: &endpoint.secret,
+            id: key,
+            idempotency_key: Some(key),
+            body: body.to_string(),
+            allow_private: cx.job.settings.allow_private_addresses,
+            timeout: cx.job.settings.http_timeout,
+            user_agent: concat!("Receipt-Filing/", env!("CARGO_PKG_VERSION")),
+        })
         .await
-        .map_err(unreachable)?;
-        let body = body.to_string();
-        let timestamp = now_ms() / 1000;
-        let signature = sign(&endpoint.secret, key, timestamp, &body).map_err(unreachable)?;
-        let response = client
-            .post(url)
-            .header("content-type", "application/json")
-            .header("idempotency-key", key)
-            .header("webhook-id", key)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                unreachable(if e.is_timeout() {
-                    format!(
-                        "no answer within {}s",
-                        cx.job.settings.http_timeout.as_secs_f64()
-                    )
-                } else {
-                    e.to_string()
-                })
-            })?;
-        let status = response.status().as_u16();
-        let body = response.text().await.unwrap_or_default();
-        Ok(Answer { status, body })
+        .map_err(|message| JobFailure::retryable("filing_unreachable", message))
+    }
+}
+
+/// The longest filing reference kept.
+pub const REFERENCE_LIMIT: usize = 255;
+
+/// The reference of an accepted filing's answer: `{"reference": "..."}`,
+/// at most [`REFERENCE_LIMIT`] characters with no control character; an
+/// answer with no body, not JSON or without `reference` has none (`null`).
+/// Anything else (a body over `ANSWER_LIMIT`, a reference that is not
+/// such a string) is not an answer to trust: the error says why.
+fn reference_of(answer: &Answer) -> Result<Option<String>, String> {
+    if answer.over_size {
+        return Err(format!(
+            "the filing endpoint answered {} with a body over {ANSWER_LIMIT} bytes",
+            answer.status
+        ));
+    }
+    let Ok(parsed) = serde_json::from_slice::<Value>(&answer.body) else {
+        return Ok(None);
+    };
+    match parsed.get("reference") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(reference))
+            if reference.chars().count() <= REFERENCE_LIMIT
+                && !reference.chars().any(char::is_control) =>
+        {
+            Ok(Some(reference.clone()))
+        }
+        Some(_) => Err(format!(
+            "the filing endpoint answered {} with a reference that is not a string of at most {REFERENCE_LIMIT} characters without control characters",
+            answer.status
+        )),
     }
 }
 
@@ -220,8 +222,11 @@ fn is_refusal(status: u16) -> bool {
 }
 
 /// The start of a receiver's answer, for an error message.
-fn excerpt(body: &str) -> String {
-    body.chars().take(200).collect()
+fn excerpt(answer: &Answer) -> String {
+    if answer.over_size {
+        return format!("(a body over {ANSWER_LIMIT} bytes)");
+    }
+    answer.text().chars().take(200).collect()
 }
 
 impl Step for File {
@@ -246,29 +251,24 @@ impl Step for File {
             });
             let answer = File::post(cx, &cx.idempotency_key(), &filing).await?;
             match answer.status {
-                200..=299 => {
-                    let reference =
-                        serde_json::from_str::<Value>(&answer.body)
-                            .ok()
-                            .and_then(|v| {
-                                v.get("reference")
-                                    .and_then(Value::as_str)
-                                    .map(str::to_owned)
-                            });
-                    Ok(json!({"status": answer.status, "reference": reference}))
-                }
+                200..=299 => match reference_of(&answer) {
+                    Ok(reference) => Ok(json!({"status": answer.status, "reference": reference})),
+                    // Accepted, maybe: retried under the same key, and
+                    // withdrawn if it never answers well.
+                    Err(message) => Err(JobFailure::retryable("filing_invalid_answer", message)),
+                },
                 status if is_refusal(status) => Err(JobFailure::permanent(
                     "filing_refused",
                     format!(
                         "the filing endpoint refused the return with {status}: {}",
-                        excerpt(&answer.body)
+                        excerpt(&answer)
                     ),
                 )),
                 status => Err(JobFailure::retryable(
                     "filing_unavailable",
                     format!(
                         "the filing endpoint answered {status}: {}",
-                        excerpt(&answer.body)
+                        excerpt(&answer)
                     ),
                 )),
             }
@@ -297,7 +297,7 @@ impl Step for File {
                     "withdrawal_failed",
                     format!(
                         "the filing endpoint answered the withdrawal with {status}: {}",
-                        excerpt(&answer.body)
+                        excerpt(&answer)
                     ),
                 )),
             }

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use sqlx::Row;
 
 use super::{Store, built, hash_key, placeholders};
@@ -65,18 +67,79 @@ fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The tag of a session token: HMAC-SHA256 of its random part, keyed by
+/// the hash of the API key it was opened with, which never leaves the
+/// server.
+fn session_mac(key_hash: &str, random: &str) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key_hash.as_bytes())
+        .expect("HMAC takes a key of any length");
+    mac.update(random.as_bytes());
+    mac
+}
+
+/// A session token: `{key_id}.{random}.{tag}`. Its tag lets a process
+/// tell a token it could have issued from a made-up one in memory, by the
+/// valid keys it holds, before any query.
+fn new_session_token(key_id: &str, key_hash: &str) -> String {
+    let random = random_hex();
+    let tag = session_mac(key_hash, &random).finalize().into_bytes();
+    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{key_id}.{random}.{tag}")
+}
+
+/// What a session token is, as told in memory by the valid keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// Its tag is right for the valid key it names: worth a look in the
+    /// database (it may still have expired or been closed).
+    Issued,
+    /// It has a token's shape but names no valid key: one since revoked,
+    /// or made up.
+    NoKey,
+    /// Not a token this service issues.
+    Invalid,
+}
+
+/// Checks a session token by the hash of the key it names (`key_hash_of`,
+/// from the valid keys in memory): no query.
+pub fn check_session_token(
+    token: &str,
+    key_hash_of: impl FnOnce(&str) -> Option<String>,
+) -> TokenCheck {
+    let mut parts = token.splitn(3, '.');
+    let (Some(key_id), Some(random), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
+        return TokenCheck::Invalid;
+    };
+    if tag.len() != 64 || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return TokenCheck::Invalid;
+    }
+    let Some(key_hash) = key_hash_of(key_id) else {
+        return TokenCheck::NoKey;
+    };
+    let tag: Vec<u8> = (0..32)
+        .filter_map(|i| u8::from_str_radix(&tag[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    if session_mac(&key_hash, random).verify_slice(&tag).is_ok() {
+        TokenCheck::Issued
+    } else {
+        TokenCheck::Invalid
+    }
+}
+
 impl Store {
-    /// Opens a session for a tenant signed in with the key of this hash,
-    /// valid for `ttl_ms`; sessions already expired are deleted on the way.
+    /// Opens a session for a tenant signed in with the key of this id and
+    /// hash, valid for `ttl_ms`; sessions already expired are deleted on
+    /// the way.
     pub async fn create_dashboard_session(
         &self,
         tenant_id: &str,
+        key_id: &str,
         key_hash: &str,
         ttl_ms: i64,
     ) -> Result<NewDashboardSession> {
         let now = now_ms();
         let session = NewDashboardSession {
-            token: random_hex(),
+            token: new_session_token(key_id, key_hash),
             csrf_token: random_hex(),
             expires_at: now.saturating_add(ttl_ms),
         };

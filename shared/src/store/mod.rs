@@ -36,7 +36,8 @@ use sqlx::{
 
 pub use attempts::{Claim, LeaseCheck};
 pub use dashboard::{
-    DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, WebhookHealth,
+    DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, TokenCheck, WebhookHealth,
+    check_session_token,
 };
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, JobFilter, NewJob, RetryOutcome};
@@ -53,7 +54,9 @@ pub use retention::{
 };
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
 pub use submit::{Submission, SubmissionKey, Submitted};
-pub use webhooks::{Delivery, DeliveryRecord, DueEvent, NewWebhook, Webhook};
+pub use webhooks::{
+    Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,
+};
 
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 

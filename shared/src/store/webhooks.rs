@@ -2,7 +2,7 @@
 
 use sqlx::{Row, any::AnyRow};
 
-use super::{Store, WriteTx, built, placeholders};
+use super::{Dialect, Store, WriteTx, built, placeholders};
 use crate::{
     Result,
     model::{EventState, Job},
@@ -96,27 +96,94 @@ fn events_column(events: &[String]) -> String {
     format!(",{},", events.join(","))
 }
 
+/// A `COUNT(*) AS n` of the tenant's webhooks (and of one job's), read in
+/// the registration's transaction.
+async fn count_in(
+    tx: &mut WriteTx,
+    sql: &'static str,
+    tenant_id: &str,
+    job_id: Option<&str>,
+) -> Result<i64> {
+    let mut query = sqlx::query(sql).bind(tenant_id);
+    if let Some(job_id) = job_id {
+        query = query.bind(job_id);
+    }
+    let row = query.fetch_one(&mut **tx).await?;
+    Ok(row.try_get("n")?)
+}
+
 fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::now_v7().simple())
 }
 
+/// The most webhooks a registration may make: for all the tenant's jobs,
+/// and for one job.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookCaps {
+    pub per_tenant: i64,
+    pub per_job: i64,
+}
+
+/// What a registration did.
+#[derive(Debug)]
+pub enum Registration {
+    Registered(Webhook),
+    /// No such job of the tenant.
+    NoJob,
+    /// The tenant has this many webhooks for all its jobs, its cap.
+    TenantFull(i64),
+    /// The job has this many webhooks, its cap.
+    JobFull(i64),
+}
+
 impl Store {
-    /// Registers a webhook. A per-job webhook locks its job's row first, so
-    /// it and the job's final-status transaction run one after the other:
-    /// either the final status sees the webhook and makes the event, or the
-    /// webhook sees the final status and makes it here. `None`: no such job.
+    /// Registers a webhook, within `caps`. A per-job webhook locks its
+    /// job's row first, so it and the job's final-status transaction run
+    /// one after the other: either the final status sees the webhook and
+    /// makes the event, or the webhook sees the final status and makes it
+    /// here; that lock also orders registrations for the same job, so the
+    /// count is exact. A tenant-wide one takes the tenant's webhook lock
+    /// (Postgres; SQLite has one writer at a time) for the same reason.
     pub async fn register_webhook(
         &self,
         tx: &mut WriteTx,
         new: &NewWebhook,
-    ) -> Result<Option<Webhook>> {
+        caps: WebhookCaps,
+    ) -> Result<Registration> {
         let mut final_job = None;
         if let Some(job_id) = &new.job_id {
             let Some(job) = self.lock_job(tx, &new.tenant_id, job_id).await? else {
-                return Ok(None);
+                return Ok(Registration::NoJob);
             };
+            let count = count_in(
+                tx,
+                "SELECT COUNT(*) AS n FROM webhooks WHERE tenant_id = $1 AND job_id = $2",
+                &new.tenant_id,
+                Some(job_id),
+            )
+            .await?;
+            if count >= caps.per_job {
+                return Ok(Registration::JobFull(count));
+            }
             if job.status.is_final() {
                 final_job = Some(job);
+            }
+        } else {
+            if self.dialect == Dialect::Postgres {
+                sqlx::query("SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l")
+                    .bind(format!("webhooks:{}", new.tenant_id))
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            let count = count_in(
+                tx,
+                "SELECT COUNT(*) AS n FROM webhooks WHERE tenant_id = $1 AND job_id IS NULL",
+                &new.tenant_id,
+                None,
+            )
+            .await?;
+            if count >= caps.per_tenant {
+                return Ok(Registration::TenantFull(count));
             }
         }
         let row = sqlx::query(built(&format!(
@@ -139,18 +206,7 @@ impl Store {
         {
             insert_event(tx, &webhook.webhook_id, event_type, &job).await?;
         }
-        Ok(Some(webhook))
-    }
-
-    /// The tenant's webhooks for all its jobs (for `MAX_WEBHOOKS`).
-    pub async fn count_tenant_webhooks(&self, tenant_id: &str) -> Result<i64> {
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM webhooks WHERE tenant_id = $1 AND job_id IS NULL",
-        )
-        .bind(tenant_id)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(row.try_get("n")?)
+        Ok(Registration::Registered(webhook))
     }
 
     pub async fn get_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<Option<Webhook>> {
