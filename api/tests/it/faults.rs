@@ -563,3 +563,49 @@ crate::on_both_backends!(
     five_deploys_during_one_long_job_do_not_use_up_its_attempts,
     the_embedded_api_stops_within_its_shutdown_grace,
 );
+
+/// The production shape (api and worker apart) through PgBouncer in
+/// transaction mode with 4 server connections for every client: retrying
+/// clients submit 200 jobs with their keys; each key's job succeeds in one
+/// attempt, and replaying a key gives its job back.
+async fn every_job_runs_once_through_pgbouncer(redis: bool) {
+    crate::common::through_pgbouncer(async {
+        let env = TestEnv::new(Backend::PgRedis).await;
+        let env = if redis { env } else { env.without_redis() };
+        let mut api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+        let mut worker = env.start_worker(&[]);
+        let accepted = Stream::start(&api.base, 8, 25, 5).accepted().await;
+        assert_all_succeed(&env, &accepted, Instant::now() + Duration::from_secs(60)).await;
+        let store = env.store().await;
+        for (_, job_id) in &accepted {
+            let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+            assert_eq!(job.attempts, 1, "{job_id} ran once");
+        }
+        let (key, job_id) = &accepted[0];
+        let replay = api
+            .client
+            .post(api.url("/v1/reports/sleep"))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", key)
+            .json(&json!({ "ms": 5 }))
+            .send()
+            .await
+            .expect("replay");
+        assert_eq!(replay.status(), StatusCode::ACCEPTED);
+        let replayed: Value = replay.json().await.expect("a job object");
+        assert_eq!(replayed["job_id"].as_str(), Some(job_id.as_str()));
+        assert_up("worker", &mut worker);
+        assert_up("api", api.process.as_mut().expect("api"));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_runs_once_through_pgbouncer_in_transaction_mode() {
+    every_job_runs_once_through_pgbouncer(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_runs_once_through_pgbouncer_with_the_queue_in_postgres() {
+    every_job_runs_once_through_pgbouncer(false).await;
+}
