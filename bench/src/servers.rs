@@ -71,12 +71,18 @@ fn postgres_bin_dir() -> PathBuf {
 /// A Postgres cluster in a temporary directory.
 pub struct PrivatePostgres {
     pub port: u16,
+    max_connections: u32,
     bin: PathBuf,
     dir: tempfile::TempDir,
 }
 
 impl PrivatePostgres {
     pub fn start() -> Self {
+        Self::start_with_max_connections(200)
+    }
+
+    /// With this `max_connections` (3 of them kept for superusers).
+    pub fn start_with_max_connections(max_connections: u32) -> Self {
         let bin = postgres_bin_dir();
         let dir = tempfile::tempdir().expect("temp dir");
         if running_as_root() {
@@ -101,6 +107,7 @@ impl PrivatePostgres {
         assert!(status.success(), "initdb failed");
         let postgres = PrivatePostgres {
             port: free_port(),
+            max_connections,
             bin,
             dir,
         };
@@ -131,9 +138,10 @@ impl PrivatePostgres {
     /// Starts the server (again), and waits until it accepts connections.
     pub fn start_again(&self) {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections={}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.max_connections
         );
         let log = self.dir.path().join("postgres.log").display().to_string();
         assert!(
