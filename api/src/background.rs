@@ -35,7 +35,7 @@ impl BackgroundTasks {
     ) -> Self {
         if store.dialect() == Dialect::Postgres {
             tokio::spawn(forward_finished_notifications(
-                store.url().to_owned(),
+                store.session_url().to_owned(),
                 signals.clone(),
             ));
         }

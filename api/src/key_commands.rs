@@ -12,7 +12,7 @@ use shared::{
 use tracing::info;
 
 async fn store(settings: &Settings) -> Result<Store, BoxError> {
-    let store = Store::connect(&settings.database_url).await?;
+    let store = Store::open(settings).await?;
     store.migrate().await?;
     Ok(store)
 }

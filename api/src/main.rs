@@ -93,7 +93,7 @@ async fn serve(settings: Settings) -> Result<(), api::error::BoxError> {
 }
 
 async fn migrate(settings: &Settings) -> Result<(), api::error::BoxError> {
-    let store = Store::connect(&settings.database_url).await?;
+    let store = Store::open(settings).await?;
     store.migrate().await?;
     Ok(())
 }

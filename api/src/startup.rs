@@ -46,7 +46,7 @@ impl Application {
     /// and makes or matches the API keys.
     pub async fn build(settings: Settings) -> Result<Self, BoxError> {
         let configured_keys = settings.api_keys()?;
-        let store = Store::connect(&settings.database_url).await?;
+        let store = Store::open(&settings).await?;
         store.migrate().await?;
         let queue = if settings.embedded_worker() {
             Queue::connect_in_process(&settings, &store).await?

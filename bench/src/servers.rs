@@ -71,12 +71,18 @@ fn postgres_bin_dir() -> PathBuf {
 /// A Postgres cluster in a temporary directory.
 pub struct PrivatePostgres {
     pub port: u16,
+    max_connections: u32,
     bin: PathBuf,
     dir: tempfile::TempDir,
 }
 
 impl PrivatePostgres {
     pub fn start() -> Self {
+        Self::start_with_max_connections(200)
+    }
+
+    /// With this `max_connections` (3 of them kept for superusers).
+    pub fn start_with_max_connections(max_connections: u32) -> Self {
         let bin = postgres_bin_dir();
         let dir = tempfile::tempdir().expect("temp dir");
         if running_as_root() {
@@ -101,6 +107,7 @@ impl PrivatePostgres {
         assert!(status.success(), "initdb failed");
         let postgres = PrivatePostgres {
             port: free_port(),
+            max_connections,
             bin,
             dir,
         };
@@ -131,9 +138,10 @@ impl PrivatePostgres {
     /// Starts the server (again), and waits until it accepts connections.
     pub fn start_again(&self) {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections={}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.max_connections
         );
         let log = self.dir.path().join("postgres.log").display().to_string();
         assert!(
@@ -157,6 +165,94 @@ fn data_dir(dir: &Path) -> String {
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
         self.pg_ctl(&["-m", "immediate", "stop"]);
+    }
+}
+
+/// PgBouncer in transaction pooling mode in front of a Postgres, as many
+/// managed Postgres offerings run it: each transaction may be given
+/// another of its few server connections. Stopped when dropped.
+pub struct PrivatePgBouncer {
+    pub port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl PrivatePgBouncer {
+    /// In front of the server at `postgres_port`, with `pool_size` server
+    /// connections per database (few, so that clients share them).
+    pub fn start(postgres_port: u16, pool_size: u32) -> Self {
+        let program = Path::new("/usr/sbin/pgbouncer");
+        assert!(
+            program.exists(),
+            "PgBouncer is missing (Debian: apt-get install -y pgbouncer; scripts/test installs it)"
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let config = dir.path().join("pgbouncer.ini");
+        let users = dir.path().join("users.txt");
+        std::fs::write(&users, "\"postgres\" \"\"\n").expect("users file");
+        // sqlx sends extra_float_digits at startup, which PgBouncer 1.18
+        // refuses unless told to ignore it.
+        std::fs::write(
+            &config,
+            format!(
+                "[databases]\n\
+                 * = host=127.0.0.1 port={postgres_port}\n\
+                 [pgbouncer]\n\
+                 listen_addr = 127.0.0.1\n\
+                 listen_port = {port}\n\
+                 unix_socket_dir =\n\
+                 auth_type = trust\n\
+                 auth_file = {users}\n\
+                 pool_mode = transaction\n\
+                 default_pool_size = {pool_size}\n\
+                 max_client_conn = 1000\n\
+                 ignore_startup_parameters = extra_float_digits\n\
+                 logfile = {log}\n",
+                users = users.display(),
+                log = dir.path().join("pgbouncer.log").display(),
+            ),
+        )
+        .expect("pgbouncer.ini");
+        if running_as_root() {
+            // PgBouncer refuses to run as root.
+            let status = Command::new("chown")
+                .args(["-R", "postgres:", &dir.path().display().to_string()])
+                .status()
+                .expect("chown");
+            assert!(status.success());
+        }
+        let mut command = Command::new(program);
+        if running_as_root() {
+            // Its own switch, not runuser's: the child is PgBouncer itself,
+            // which a kill then stops.
+            command.args(["-u", "postgres"]);
+        }
+        let child = command
+            .arg(&config)
+            .stdout(Stdio::null())
+            // It logs to its log file too.
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pgbouncer");
+        wait_until("PgBouncer answers", || answers(port));
+        PrivatePgBouncer {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// The pooler's URL without a database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for PrivatePgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -120,7 +120,7 @@ impl Queue {
             Dialect::Postgres => {
                 let pool = sqlx::postgres::PgPoolOptions::new()
                     .max_connections(8)
-                    .connect(store.url())
+                    .connect(store.session_url())
                     .await?;
                 PostgresStorage::setup(&pool).await?;
                 shared::store::index_finished_postgres_messages(&pool).await?;

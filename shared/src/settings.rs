@@ -23,6 +23,21 @@ pub struct Settings {
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://data/jobs.db")]
     pub database_url: String,
 
+    /// `transaction`: `DATABASE_URL` names a pooler in transaction mode
+    /// (PgBouncer's `pool_mode = transaction`), which may hand each
+    /// transaction another server connection: no statement is kept prepared
+    /// across transactions, and whatever needs a session of its own
+    /// (migrations' lock, LISTEN, apalis's Postgres queue) goes to
+    /// `DATABASE_DIRECT_URL`. `none`: a direct connection or a session-mode
+    /// pooler.
+    #[arg(long, env = "DATABASE_POOLER", default_value = "none", value_enum)]
+    pub database_pooler: DatabasePooler,
+
+    /// Postgres itself, not the pooler, for what needs a session of its
+    /// own; required with `DATABASE_POOLER=transaction`.
+    #[arg(long, env = "DATABASE_DIRECT_URL", hide_env_values = true)]
+    pub database_direct_url: Option<String>,
+
     /// Set: the job queue is Redis. Unset: it lives in the database.
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
@@ -135,6 +150,13 @@ pub struct Settings {
     /// line, for log shippers).
     #[arg(long, env = "LOG_FORMAT", default_value = "text", value_enum)]
     pub log_format: LogFormat,
+}
+
+/// What stands between Receipt and Postgres (`DATABASE_POOLER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DatabasePooler {
+    None,
+    Transaction,
 }
 
 /// A list of delays, written like `5s,5m,30m`.

@@ -46,7 +46,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn migrate(settings: &Settings) -> worker::Result<()> {
-    let store = Store::connect(&settings.database_url).await?;
+    let store = Store::open(settings).await?;
     store.migrate().await?;
     Ok(())
 }

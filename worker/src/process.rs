@@ -10,7 +10,7 @@ use crate::{Error, Result, WorkerPool};
 
 /// The `worker` binary: connect, migrate, run the pool until SIGTERM/SIGINT.
 pub async fn run_worker_process(settings: Settings) -> Result<()> {
-    let store = Store::connect(&settings.database_url).await?;
+    let store = Store::open(&settings).await?;
     store.migrate().await?;
     let queue = Queue::connect(&settings, &store).await?;
     let metrics = match &settings.metrics_addr {

@@ -44,7 +44,36 @@ pub struct TestEnv {
     /// Postgres only: whether the processes are given `REDIS_URL` (see
     /// [`TestEnv::without_redis`]).
     redis: bool,
+    /// Under [`through_pgbouncer`]: the processes' `DATABASE_URL` names
+    /// this PgBouncer (transaction mode), `database_url` the Postgres behind
+    /// it, which the test itself reads directly.
+    pooler_url: Option<String>,
+    _pooled: Option<std::sync::Arc<PooledServers>>,
     _dir: tempfile::TempDir,
+}
+
+/// A Postgres of the test's own and PgBouncer in transaction mode in front
+/// of it, for the tests declared with `through_pgbouncer!`.
+pub struct PooledServers {
+    pub postgres: bench::servers::PrivatePostgres,
+    pub pgbouncer: bench::servers::PrivatePgBouncer,
+}
+
+tokio::task_local! {
+    static POOLED: std::sync::Arc<PooledServers>;
+}
+
+/// Runs `test` with every Postgres [`TestEnv`] it makes reached by its
+/// processes through PgBouncer in transaction mode (4 server connections),
+/// as `DATABASE_POOLER=transaction` with `DATABASE_DIRECT_URL`.
+pub async fn through_pgbouncer<F: std::future::Future>(test: F) -> F::Output {
+    let postgres = bench::servers::PrivatePostgres::start();
+    let pgbouncer = bench::servers::PrivatePgBouncer::start(postgres.port, 4);
+    let servers = std::sync::Arc::new(PooledServers {
+        postgres,
+        pgbouncer,
+    });
+    POOLED.scope(servers, test).await
 }
 
 fn unique_name() -> String {
@@ -55,6 +84,20 @@ impl TestEnv {
     pub async fn new(backend: Backend) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let name = unique_name();
+        let pooled = POOLED.try_with(|servers| servers.clone()).ok();
+        if let (Backend::PgRedis, Some(servers)) = (backend, pooled) {
+            let mut env = Self::on_servers(
+                &servers.postgres.admin_url(),
+                &servers.postgres.url(),
+                REDIS_URL,
+            )
+            .await;
+            env.pooler_url = Some(format!("{}/{}", servers.pgbouncer.url(), env.queue_name));
+            env._pooled = Some(servers);
+            // Its Redis is the shared one: its keys are deleted at the end.
+            env.shared_servers = true;
+            return env;
+        }
         let (database_url, pg_database) = match backend {
             Backend::Sqlite => (format!("sqlite://{}/jobs.db", dir.path().display()), None),
             Backend::PgRedis => {
@@ -74,6 +117,8 @@ impl TestEnv {
             pg_database,
             shared_servers: true,
             redis: backend == Backend::PgRedis,
+            pooler_url: None,
+            _pooled: None,
             _dir: dir,
         }
     }
@@ -99,6 +144,8 @@ impl TestEnv {
             pg_database: None,
             shared_servers: false,
             redis: true,
+            pooler_url: None,
+            _pooled: None,
             _dir: tempfile::tempdir().expect("temp dir"),
         }
     }
@@ -126,6 +173,12 @@ impl TestEnv {
         ];
         if self.redis {
             env.push(("REDIS_URL", self.redis_url.clone()));
+        }
+        if let Some(pooler_url) = &self.pooler_url {
+            env.retain(|(k, _)| *k != "DATABASE_URL");
+            env.push(("DATABASE_URL", pooler_url.clone()));
+            env.push(("DATABASE_DIRECT_URL", self.database_url.clone()));
+            env.push(("DATABASE_POOLER", "transaction".into()));
         }
         env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
@@ -629,6 +682,26 @@ macro_rules! on_both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::common::Backend::PgRedis).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Declares one async test per scenario, an `async fn(Backend)`, run on
+/// the production shape through PgBouncer in transaction mode (see
+/// [`through_pgbouncer`]).
+#[macro_export]
+macro_rules! through_pgbouncer {
+    ($($name:ident),* $(,)?) => {
+        mod pgbouncer {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::common::through_pgbouncer(
+                        super::$name($crate::common::Backend::PgRedis),
+                    )
+                    .await;
                 }
             )*
         }

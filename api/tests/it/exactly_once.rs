@@ -132,3 +132,6 @@ crate::on_both_backends!(
     duplicate_messages_concurrent_or_later_run_the_job_once,
     a_relay_that_publishes_again_before_the_claim_changes_nothing,
 );
+
+// The production shape through PgBouncer in transaction mode.
+crate::through_pgbouncer!(duplicate_messages_concurrent_or_later_run_the_job_once,);

@@ -109,6 +109,7 @@ async fn submit_until_accepted(
                     .get("content-type")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned);
+                let retry_after = response.headers().contains_key("retry-after");
                 let body = response.text().await.unwrap_or_default();
                 assert_eq!(
                     status,
@@ -116,6 +117,7 @@ async fn submit_until_accepted(
                     "an outage is a 503, never another 5xx: {body}"
                 );
                 assert_eq!(content_type.as_deref(), Some("application/problem+json"));
+                assert!(retry_after, "a 503 says when to come back: {body}");
             }
             Ok(response) => {
                 let status = response.status();
@@ -596,3 +598,152 @@ crate::on_both_backends!(
     five_deploys_during_one_long_job_do_not_use_up_its_attempts,
     the_embedded_api_stops_within_its_shutdown_grace,
 );
+
+/// The production shape (api and worker apart) through PgBouncer in
+/// transaction mode with 4 server connections for every client: retrying
+/// clients submit 200 jobs with their keys; each key's job succeeds in one
+/// attempt, and replaying a key gives its job back.
+async fn every_job_runs_once_through_pgbouncer(redis: bool) {
+    crate::common::through_pgbouncer(async {
+        let env = TestEnv::new(Backend::PgRedis).await;
+        let env = if redis { env } else { env.without_redis() };
+        let mut api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+        let mut worker = env.start_worker(&[]);
+        let accepted = Stream::start(&api.base, 8, 25, 5).accepted().await;
+        assert_all_succeed(&env, &accepted, Instant::now() + Duration::from_secs(60)).await;
+        let store = env.store().await;
+        for (_, job_id) in &accepted {
+            let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+            assert_eq!(job.attempts, 1, "{job_id} ran once");
+        }
+        let (key, job_id) = &accepted[0];
+        let replay = api
+            .client
+            .post(api.url("/v1/reports/sleep"))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", key)
+            .json(&json!({ "ms": 5 }))
+            .send()
+            .await
+            .expect("replay");
+        assert_eq!(replay.status(), StatusCode::ACCEPTED);
+        let replayed: Value = replay.json().await.expect("a job object");
+        assert_eq!(replayed["job_id"].as_str(), Some(job_id.as_str()));
+        assert_up("worker", &mut worker);
+        assert_up("api", api.process.as_mut().expect("api"));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_runs_once_through_pgbouncer_in_transaction_mode() {
+    every_job_runs_once_through_pgbouncer(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_runs_once_through_pgbouncer_with_the_queue_in_postgres() {
+    every_job_runs_once_through_pgbouncer(false).await;
+}
+
+/// Every accepted job (each SUCCEEDED, see [`assert_all_succeed`]) has
+/// exactly one stored result; returns how many took more than one attempt
+/// (an attempt whose store calls meet an outage fails retryably and leaves
+/// no result).
+async fn assert_one_result_each(env: &TestEnv, accepted: &[(String, String)]) -> usize {
+    let store = env.store().await;
+    let mut retried = 0;
+    for (_, job_id) in accepted {
+        let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+        assert!(
+            job.attempts >= 1 && job.attempts <= job.max_attempts,
+            "{job:?}"
+        );
+        if job.attempts > 1 {
+            retried += 1;
+        }
+    }
+    let ids = accepted
+        .iter()
+        .map(|(_, id)| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let results = crate::common::count_at(
+        &env.database_url,
+        &format!("SELECT COUNT(*) FROM job_results WHERE job_id IN ({ids})"),
+    )
+    .await;
+    assert_eq!(results, accepted.len() as i64, "one result per job");
+    retried
+}
+
+/// Connections to the test's Postgres, opened until it refuses more (its
+/// `max_connections` less the superusers' reserve), held until dropped.
+async fn take_every_free_connection(url: &str) -> Vec<sqlx::PgConnection> {
+    use sqlx::Connection;
+    let mut held = Vec::new();
+    while let Ok(conn) = sqlx::PgConnection::connect(url).await {
+        held.push(conn);
+        assert!(held.len() < 500, "max_connections is small in this test");
+    }
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_succeeds_once_after_another_client_held_every_connection() {
+    // 40 connections, 3 for superusers: the api and the worker open theirs
+    // as needed, so a client taking the rest leaves them short.
+    let postgres = PrivatePostgres::start_with_max_connections(40);
+    let redis = PrivateRedis::start();
+    let mut shape = production_shape(&postgres, &redis).await;
+    let held = take_every_free_connection(&postgres.admin_url()).await;
+    assert!(!held.is_empty());
+    let stream = Stream::start(&shape.api.base, 8, 25, 5);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    drop(held);
+    let back = Instant::now();
+    let accepted = stream.accepted().await;
+    assert_eq!(accepted.len(), 200);
+    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
+    let retried = assert_one_result_each(&shape.env, &accepted).await;
+    eprintln!("{retried} of {} jobs took a second attempt", accepted.len());
+    assert_up("worker", &mut shape.worker);
+    assert_up("api", shape.api.process.as_mut().expect("api"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_succeeds_once_while_its_connections_are_terminated_five_times_a_second() {
+    use sqlx::Connection;
+    let postgres = PrivatePostgres::start();
+    let redis = PrivateRedis::start();
+    let mut shape = production_shape(&postgres, &redis).await;
+    let database = shape.env.queue_name.clone();
+    let stream = Stream::start(&shape.api.base, 8, 100, 5);
+    let mut killer = sqlx::PgConnection::connect(&postgres.admin_url())
+        .await
+        .expect("the test's own Postgres");
+    let mut terminated = 0_i64;
+    for _ in 0..25 {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()) AS t",
+        )
+        .bind(&database)
+        .fetch_one(&mut killer)
+        .await
+        .expect("terminate");
+        terminated += n;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        terminated > 25,
+        "Receipt's connections were cut ({terminated})"
+    );
+    let back = Instant::now();
+    let accepted = stream.accepted().await;
+    assert_eq!(accepted.len(), 800);
+    assert_all_succeed(&shape.env, &accepted, back + Duration::from_secs(30)).await;
+    let retried = assert_one_result_each(&shape.env, &accepted).await;
+    eprintln!("{retried} of {} jobs took a second attempt", accepted.len());
+    assert_up("worker", &mut shape.worker);
+    assert_up("api", shape.api.process.as_mut().expect("api"));
+}

@@ -516,3 +516,11 @@ crate::on_both_backends!(
     a_lossy_network_with_retries_does_each_intent_once,
     a_batch_of_submits_settles_each_key,
 );
+
+// The production shape through PgBouncer in transaction mode.
+crate::through_pgbouncer!(
+    the_same_key_twice_makes_one_job_and_replays_the_answer_byte_for_byte,
+    fifty_concurrent_requests_with_one_key_do_the_work_once,
+    a_lossy_network_with_retries_does_each_intent_once,
+    a_batch_of_submits_settles_each_key,
+);

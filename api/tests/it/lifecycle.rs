@@ -218,3 +218,10 @@ crate::on_both_backends!(
     listing_pages_through_every_job_once_newest_first,
     another_tenants_job_is_not_found,
 );
+
+// The production shape through PgBouncer in transaction mode.
+crate::through_pgbouncer!(
+    submitted_job_runs_to_success_and_serves_its_result,
+    long_poll_wakes_when_the_job_finishes_and_times_out_otherwise,
+    listing_pages_through_every_job_once_newest_first,
+);

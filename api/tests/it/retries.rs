@@ -167,3 +167,6 @@ crate::on_both_backends!(
     each_retry_of_a_failed_job_makes_one_new_job,
     only_a_failed_or_cancelled_job_of_the_tenant_can_be_retried,
 );
+
+// The production shape through PgBouncer in transaction mode.
+crate::through_pgbouncer!(each_retry_of_a_failed_job_makes_one_new_job,);

@@ -863,3 +863,9 @@ async fn period_close_refuses_what_it_cannot_do() {
     assert_eq!(open.json()["state"], "open");
     assert_eq!(env.count("SELECT COUNT(*) FROM jobs").await, 0);
 }
+
+// The production shape through PgBouncer in transaction mode.
+crate::through_pgbouncer!(
+    a_month_is_locked_summarised_filed_once_and_recorded,
+    a_filing_that_fails_twice_then_succeeds_is_filed_once_with_one_key,
+);

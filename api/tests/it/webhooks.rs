@@ -1344,3 +1344,10 @@ crate::on_both_backends!(
     a_rotated_secret_is_shown_once_and_signs_the_next_deliveries,
     enabling_or_rotating_another_tenants_webhook_is_not_found,
 );
+
+// The production shape through PgBouncer in transaction mode.
+crate::through_pgbouncer!(
+    a_finished_job_is_delivered_once_signed_and_carrying_the_job_object,
+    a_receiver_failing_twice_gets_a_third_attempt_of_the_same_event,
+    two_workers_deliver_each_of_thirty_events_exactly_once,
+);

@@ -197,20 +197,69 @@ pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
     url: String,
+    /// Postgres itself for what needs a session (`DATABASE_DIRECT_URL`
+    /// behind a transaction-mode pooler; else the pool's URL).
+    session_url: String,
     /// SQLite only: the one connection this process writes with, and the
     /// turn to use it (see [`Store::write_turn`]); `None` once closed.
     write_gate: Option<Arc<Mutex<Option<AnyConnection>>>>,
 }
 
 impl Store {
+    /// Opens the database the settings name (`DATABASE_URL`, through the
+    /// pooler `DATABASE_POOLER` says is there).
+    pub async fn open(settings: &crate::settings::Settings) -> Result<Self> {
+        use crate::settings::DatabasePooler;
+        match settings.database_pooler {
+            DatabasePooler::None => Self::connect(&settings.database_url).await,
+            DatabasePooler::Transaction => {
+                let direct = settings.database_direct_url.as_deref().ok_or_else(|| {
+                    crate::Error::Config(
+                        "DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL: migrations \
+                         and LISTEN need a session of their own, which a transaction-mode \
+                         pooler does not keep"
+                            .into(),
+                    )
+                })?;
+                for url in [&settings.database_url, direct] {
+                    if Dialect::of_url(url)? != Dialect::Postgres {
+                        return Err(crate::Error::Config(
+                            "DATABASE_POOLER=transaction is for Postgres URLs".into(),
+                        ));
+                    }
+                }
+                // A transaction-mode pooler may give each transaction another
+                // server: a statement prepared by name on one is unknown on
+                // the next, or already taken there. Without a cache, sqlx
+                // prepares the unnamed statement in the exchange that runs
+                // it (see vendor/PATCHES.md).
+                let separator = if settings.database_url.contains('?') {
+                    '&'
+                } else {
+                    '?'
+                };
+                let url = format!(
+                    "{}{separator}statement-cache-capacity=0",
+                    settings.database_url
+                );
+                Self::connect_to(&url, Some(direct)).await
+            }
+        }
+    }
+
     /// Opens a pool; for SQLite, creates the file (and its folder) if needed.
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_to(url, None).await
+    }
+
+    async fn connect_to(url: &str, session_url: Option<&str>) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::of_url(url)?;
         let url = match dialect {
             Dialect::Sqlite => sqlite_url_creating(url)?,
             Dialect::Postgres => url.to_owned(),
         };
+        let session_url = session_url.map_or_else(|| url.clone(), str::to_owned);
         let options = AnyConnectOptions::from_str(&url)?;
         let mut writer = None;
         let pool = match dialect {
@@ -244,6 +293,7 @@ impl Store {
             pool,
             dialect,
             url,
+            session_url,
             write_gate,
         })
     }
@@ -257,13 +307,28 @@ impl Store {
         &self.url
     }
 
+    /// Postgres itself, for a session of its own (LISTEN, a queue that
+    /// listens): not a transaction-mode pooler.
+    pub fn session_url(&self) -> &str {
+        &self.session_url
+    }
+
     pub async fn migrate(&self) -> Result<()> {
         let mut migrator: Migrator = match self.dialect {
             Dialect::Postgres => sqlx::migrate!("../migrations/postgres"),
             Dialect::Sqlite => sqlx::migrate!("../migrations/sqlite"),
         };
         migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
-        migrator.run(&self.pool).await?;
+        if self.session_url == self.url {
+            migrator.run(&self.pool).await?;
+        } else {
+            // The migrator's lock is a session's advisory lock: taken and
+            // released on one connection to Postgres itself.
+            let mut conn = AnyConnection::connect(&self.session_url).await?;
+            let outcome = migrator.run(&mut conn).await;
+            let _ = conn.close().await;
+            outcome?;
+        }
         Ok(())
     }
 
