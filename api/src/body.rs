@@ -8,8 +8,18 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{ApiError, ApiResult};
 
-/// The body as `T`, if it is `application/json` and decodes.
+/// The body as `T`, if it is `application/json` and decodes. `T` is the
+/// route's typed schema, read straight from the bytes: never a generic JSON
+/// tree, whose size grows with the number of values a body holds.
 pub fn json_body<T: DeserializeOwned>(request: &HttpRequest, body: &Bytes) -> ApiResult<T> {
+    json_media_type(request)?;
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
+    })
+}
+
+/// Refuses a body that is not `application/json` (415).
+pub fn json_media_type(request: &HttpRequest) -> ApiResult<()> {
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -23,7 +33,5 @@ pub fn json_body<T: DeserializeOwned>(request: &HttpRequest, body: &Bytes) -> Ap
             format!("the body must be application/json, not {media_type}")
         }));
     }
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
-    })
+    Ok(())
 }

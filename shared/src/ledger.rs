@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::calendar::{Date, Month};
+
 /// One problem with a request's content: the `errors` list of a 422.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct FieldError {
@@ -35,6 +37,7 @@ pub struct LedgerEntryInput {
     /// The client's id, 1 to 64 characters; makes the import idempotent.
     #[schema(example = "inv-2026-0001")]
     pub id: String,
+    /// `YYYY-MM-DD` exactly (`crate::calendar`).
     #[schema(example = "2026-10-03")]
     pub date: String,
     /// `sale` or `purchase`.
@@ -78,7 +81,7 @@ impl Direction {
     }
 }
 
-/// A validated entry, as stored.
+/// A validated entry, as stored; `date` is `YYYY-MM-DD`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerEntry {
     pub entry_id: String,
@@ -162,24 +165,10 @@ pub fn format_rate(rate_centi: i64) -> String {
     }
 }
 
-/// A strict `YYYY-MM-DD` calendar date.
-pub fn valid_date(text: &str) -> bool {
-    text.len() == 10 && chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok()
-}
-
-/// A strict `YYYY-MM` month.
-pub fn valid_month(text: &str) -> bool {
-    text.len() == 7 && valid_date(&format!("{text}-01"))
-}
-
-/// The first and last day of a valid `YYYY-MM` month.
-pub fn month_bounds(month: &str) -> (String, String) {
-    (format!("{month}-01"), format!("{month}-31"))
-}
-
 impl LedgerEntryInput {
-    /// Checks every field; `at` is the entry's path in the request (`entries[3]`).
-    pub fn validate(&self, at: &str) -> Result<LedgerEntry, Vec<FieldError>> {
+    /// Checks every field; `at` is the entry's path in the request
+    /// (`entries[3]`). A valid entry comes with its month.
+    pub fn validate(&self, at: &str) -> Result<(LedgerEntry, Month), Vec<FieldError>> {
         let mut errors = Vec::new();
         let id_len = self.id.chars().count();
         if !(1..=64).contains(&id_len) {
@@ -188,7 +177,8 @@ impl LedgerEntryInput {
                 "must be 1 to 64 characters",
             ));
         }
-        if !valid_date(&self.date) {
+        let date = Date::parse(&self.date);
+        if date.is_none() {
             errors.push(FieldError::new(
                 format!("{at}.date"),
                 "must be a calendar date written YYYY-MM-DD",
@@ -240,18 +230,21 @@ impl LedgerEntryInput {
                 "must be at most 2000 characters",
             ));
         }
-        match (direction, amount, rate) {
-            (Some(direction), Some(amount_paise), Some(rate_centi)) if errors.is_empty() => {
-                Ok(LedgerEntry {
+        match (date, direction, amount, rate) {
+            (Some(date), Some(direction), Some(amount_paise), Some(rate_centi))
+                if errors.is_empty() =>
+            {
+                let entry = LedgerEntry {
                     entry_id: self.id.clone(),
-                    date: self.date.clone(),
+                    date: date.to_string(),
                     direction,
                     amount_paise,
                     rate_centi,
                     interstate: self.interstate,
                     party: self.party.clone(),
                     description: self.description.clone(),
-                })
+                };
+                Ok((entry, date.month()))
             }
             _ => Err(errors),
         }
@@ -293,15 +286,5 @@ mod tests {
         assert_eq!(format_rate(0), "0");
         assert_eq!(format_paise(129_900), "1299.00");
         assert_eq!(format_paise(-5), "-0.05");
-    }
-
-    #[test]
-    fn months_and_dates_are_strict() {
-        assert!(valid_month("2026-10"));
-        assert!(!valid_month("2026-13"));
-        assert!(!valid_month("2026-1"));
-        assert!(valid_date("2024-02-29"));
-        assert!(!valid_date("2026-02-29"));
-        assert!(!valid_date("2026-2-03"));
     }
 }

@@ -3,6 +3,7 @@
 //! and how both log.
 
 pub mod batch;
+pub mod calendar;
 pub mod error;
 pub mod failpoints;
 pub mod ledger;

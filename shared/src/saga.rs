@@ -35,7 +35,7 @@ use tracing::{error, warn};
 use utoipa::ToSchema;
 
 use crate::{
-    reports::{JobContext, JobFailure, ParamsError, ReportKind, RunResult},
+    reports::{JobContext, JobFailure, ParamsError, RawParams, ReportKind, RunResult},
     store::{Fence, SagaPhase, SagaRun, SagaStep, Store, TurnBack, WriteTx},
     time::{backoff_delay, to_rfc3339},
 };
@@ -83,7 +83,7 @@ pub trait Saga: Send + Sync + 'static {
     }
 
     /// Checks parameters before anything is stored.
-    fn validate(&self, params: &Value) -> Result<(), ParamsError>;
+    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError>;
 
     /// A refusal of a submit that depends on stored state (409 with this
     /// reason); `None` to accept.
@@ -125,9 +125,9 @@ impl<S: Saga> ReportKind for SagaKind<S> {
 
     /// A saga's steps read the parameters as JSON (each takes what it
     /// needs), so they are checked here and kept as they are.
-    fn parse(&self, params: &Value) -> Result<Value, ParamsError> {
+    fn parse(&self, params: RawParams<'_>) -> Result<Value, ParamsError> {
         self.0.validate(params)?;
-        Ok(params.clone())
+        params.to_value()
     }
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {

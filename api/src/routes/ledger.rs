@@ -1,16 +1,24 @@
-use std::collections::HashMap;
+use std::{
+    collections::{BTreeSet, HashMap},
+    fmt,
+};
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
-use serde::{Deserialize, Serialize};
+use serde::{
+    Deserialize, Deserializer, Serialize,
+    de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
+};
 use shared::{
+    calendar::Month,
     ledger::{FieldError, LedgerEntry, LedgerEntryInput},
+    reports::ObjectOnly,
     store::{ImportOutcome, WriteTx},
 };
 use utoipa::ToSchema;
 
 use crate::{
     auth::Tenant,
-    body::json_body,
+    body::json_media_type,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, execute},
     state::AppState,
@@ -52,24 +60,10 @@ pub async fn import(
     request: HttpRequest,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
-    let import: serde_json::Value = json_body(&request, &body)?;
-    // serde's derive also reads a struct from an array of its fields in
-    // order; the body and each entry must be objects.
-    let objects = import.is_object()
-        && import["entries"]
-            .as_array()
-            .is_none_or(|entries| entries.iter().all(serde_json::Value::is_object));
-    if !objects {
-        return Err(ApiError::BadRequest(
-            "the body must be {\"entries\": [...]}, each entry an object".into(),
-        ));
-    }
-    let import = ImportRequest::deserialize(&import).map_err(|e| {
-        ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
-    })?;
-    let entries = validate(&import.entries)?;
+    json_media_type(&request)?;
+    let import = read_import(&body)?;
     let response = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
-        import_validated(&state, tx, &tenant.0, &entries).await
+        import_validated(&state, tx, &tenant.0, &import).await
     })
     .await?;
     Ok(response)
@@ -79,12 +73,13 @@ async fn import_validated(
     state: &AppState,
     tx: &mut WriteTx,
     tenant_id: &str,
-    entries: &[LedgerEntry],
+    import: &Reading,
 ) -> ApiResult<Answer> {
     // In the import's transaction, under each month's shared lock: a
     // period-close that locks a month waits for this import, and one that
     // locked it first refuses it (`Store::periods_refusing_imports`).
-    let months: Vec<String> = entries.iter().map(|e| e.date[..7].to_owned()).collect();
+    let months: Vec<String> = import.months.iter().map(Month::to_string).collect();
+    let entries = &import.entries;
     let refusing = state
         .store
         .periods_refusing_imports(tx, tenant_id, &months)
@@ -126,46 +121,155 @@ async fn import_validated(
     }
 }
 
-/// Every entry valid, at most [`MAX_ENTRIES`], and an id repeated within
-/// the batch only with the same content (then stored once).
-fn validate(inputs: &[LedgerEntryInput]) -> ApiResult<Vec<LedgerEntry>> {
-    if inputs.len() > MAX_ENTRIES {
+/// An import as it is read: each entry is checked as soon as it is read
+/// and only its checked form is kept, so memory follows the entries kept,
+/// never the number of values the body holds.
+#[derive(Default)]
+struct Reading {
+    /// Valid entries, an id repeated with the same content once.
+    entries: Vec<LedgerEntry>,
+    months: BTreeSet<Month>,
+    /// Every problem of the first [`MAX_ENTRIES`] entries.
+    errors: Vec<FieldError>,
+    /// Where each id was first seen: the index of its entry in the request
+    /// and in `entries`.
+    seen: HashMap<String, (usize, usize)>,
+    /// Entries in the body, counted on past [`MAX_ENTRIES`] without being read.
+    count: usize,
+}
+
+impl Reading {
+    fn add(&mut self, input: &LedgerEntryInput) {
+        let i = self.count;
+        match input.validate(&format!("entries[{i}]")) {
+            Ok((entry, month)) => match self.seen.get(input.id.as_str()) {
+                Some(&(first, at)) if self.entries[at] != entry => {
+                    self.errors.push(FieldError::new(
+                        format!("entries[{i}].id"),
+                        format!("repeats the id of entries[{first}] with different content"),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.seen.insert(input.id.clone(), (i, self.entries.len()));
+                    self.entries.push(entry);
+                    self.months.insert(month);
+                }
+            },
+            Err(mut field_errors) => self.errors.append(&mut field_errors),
+        }
+    }
+}
+
+/// Reads the body `{"entries": [...]}` into checked entries: every entry
+/// valid, at most [`MAX_ENTRIES`], and an id repeated within the batch only
+/// with the same content (then stored once).
+fn read_import(body: &[u8]) -> ApiResult<Reading> {
+    let mut reading = Reading::default();
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    ImportSeed(&mut reading)
+        .deserialize(&mut reader)
+        .and_then(|()| reader.end())
+        .map_err(|e| {
+            ApiError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
+        })?;
+    if reading.count > MAX_ENTRIES {
         return Err(ApiError::validation(
             "entries",
             format!(
                 "must hold at most {MAX_ENTRIES} entries, not {}",
-                inputs.len()
+                reading.count
             ),
         ));
     }
-    let mut errors = Vec::new();
-    let mut entries: Vec<LedgerEntry> = Vec::with_capacity(inputs.len());
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (i, input) in inputs.iter().enumerate() {
-        match input.validate(&format!("entries[{i}]")) {
-            Ok(entry) => match seen.get(input.id.as_str()) {
-                Some(&first) if entries[first] != entry => errors.push(FieldError::new(
-                    format!("entries[{i}].id"),
-                    format!("repeats the id of entries[{first}] with different content"),
-                )),
-                Some(_) => {}
-                None => {
-                    seen.insert(&input.id, entries.len());
-                    entries.push(entry);
-                }
-            },
-            Err(mut field_errors) => errors.append(&mut field_errors),
-        }
-    }
-    if errors.is_empty() {
-        Ok(entries)
-    } else {
-        Err(ApiError::Validation {
+    if !reading.errors.is_empty() {
+        return Err(ApiError::Validation {
             detail: format!(
                 "{} problem(s) in the entries; nothing was imported",
-                errors.len()
+                reading.errors.len()
             ),
-            errors,
-        })
+            errors: reading.errors,
+        });
+    }
+    Ok(reading)
+}
+
+/// The body: an object whose one member is `entries`.
+struct ImportSeed<'a>(&'a mut Reading);
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum ImportField {
+    Entries,
+}
+
+impl<'de> DeserializeSeed<'de> for ImportSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ImportSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("the body {\"entries\": [...]}, each entry an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut entries = false;
+        while let Some(ImportField::Entries) = map.next_key()? {
+            if entries {
+                return Err(de::Error::duplicate_field("entries"));
+            }
+            entries = true;
+            map.next_value_seed(EntriesSeed(&mut *self.0))?;
+        }
+        if entries {
+            Ok(())
+        } else {
+            Err(de::Error::missing_field("entries"))
+        }
+    }
+}
+
+/// The `entries` array, read one entry at a time.
+struct EntriesSeed<'a>(&'a mut Reading);
+
+impl<'de> DeserializeSeed<'de> for EntriesSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EntriesSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of entries")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        loop {
+            if self.0.count < MAX_ENTRIES {
+                let Some(ObjectOnly(input)) = seq.next_element::<ObjectOnly<LedgerEntryInput>>()?
+                else {
+                    return Ok(());
+                };
+                self.0.add(&input);
+            } else {
+                // Past the cap nothing is kept: the rest is only counted,
+                // for the 422, and must still be objects.
+                let Some(ObjectOnly(IgnoredAny)) = seq.next_element::<ObjectOnly<IgnoredAny>>()?
+                else {
+                    return Ok(());
+                };
+            }
+            self.0.count += 1;
+        }
     }
 }

@@ -4,7 +4,8 @@
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::{Deserialize, Serialize};
 use shared::{
-    ledger::{FieldError, valid_month},
+    calendar::Month,
+    ledger::FieldError,
     store::{FilingEndpoint, Period, ReopenOutcome},
     time::to_rfc3339,
     webhooks::check_url,
@@ -142,15 +143,11 @@ pub async fn get_filing_endpoint(
     Ok(HttpResponse::Ok().json(FilingEndpointObject::of(&endpoint, false)))
 }
 
-fn checked_month(month: &str) -> ApiResult<&str> {
-    if valid_month(month) {
-        Ok(month)
-    } else {
-        Err(ApiError::validation(
-            "month",
-            "must be a month written YYYY-MM",
-        ))
-    }
+/// The month of a path, in its canonical text.
+fn checked_month(month: &str) -> ApiResult<String> {
+    Month::parse(month)
+        .map(|month| month.to_string())
+        .ok_or_else(|| ApiError::validation("month", "must be a month written YYYY-MM"))
 }
 
 /// A month's state.
@@ -169,8 +166,8 @@ pub async fn get_period(
     month: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     let month = checked_month(&month)?;
-    let period = state.store.get_period(&tenant.0, month).await?;
-    Ok(HttpResponse::Ok().json(PeriodObject::of(month, period.as_ref())))
+    let period = state.store.get_period(&tenant.0, &month).await?;
+    Ok(HttpResponse::Ok().json(PeriodObject::of(&month, period.as_ref())))
 }
 
 /// Reopen a closed month: imports into it are accepted again, and it may
@@ -195,6 +192,7 @@ pub async fn reopen_period(
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
     let month = checked_month(&month)?;
+    let month = month.as_str();
     let response = execute(
         &state,
         &tenant.0,

@@ -6,7 +6,7 @@ use actix_web::{
 use serde_json::Value;
 use shared::{
     model::{Job, JobObject, new_job_id},
-    reports::ParamsError,
+    reports::{ParamsError, RawParams},
     store::{NewJob, Submission},
 };
 use utoipa::{
@@ -17,7 +17,7 @@ use utoipa::{
 use super::POLL_AFTER_SECS;
 use crate::{
     auth::Tenant,
-    body::json_body,
+    body::json_media_type,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, execute},
     state::AppState,
@@ -75,8 +75,8 @@ pub async fn submit(
         .registry
         .get(&kind_name)
         .ok_or_else(|| ApiError::NotFound(format!("there is no report kind {kind_name:?}")))?;
-    let params: Value = json_body(&request, &body)?;
-    kind.validate(&params).map_err(|e| match e {
+    json_media_type(&request)?;
+    let refused = |e| match e {
         ParamsError::Malformed(detail) => {
             ApiError::BadRequest(format!("the parameters do not fit {kind_name}: {detail}"))
         }
@@ -84,7 +84,12 @@ pub async fn submit(
             detail: format!("the parameters of {kind_name} are not valid"),
             errors,
         },
-    })?;
+    };
+    // Into the kind's schema first; only a body that fits it, a small
+    // object, is read as JSON to be stored.
+    let raw = RawParams::Request(&body);
+    kind.validate(raw).map_err(refused)?;
+    let params: Value = raw.to_value().map_err(refused)?;
     if let Some(reason) = kind.refuse_submit(&state.store, &tenant.0, &params).await? {
         // Through the key's layer all the same: a retry of the submit that
         // made the job (which then closed the month) replays its 202, and

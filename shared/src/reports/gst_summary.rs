@@ -7,9 +7,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::{JobContext, ParamsError, ReportKind, RunResult, decode_params};
+use super::{JobContext, ParamsError, RawParams, ReportKind, RunResult, decode_params};
 use crate::{
-    ledger::{Direction, FieldError, format_paise, format_rate, month_bounds, valid_month},
+    calendar::Month,
+    ledger::{Direction, FieldError, format_paise, format_rate},
     store::GstRow,
 };
 
@@ -19,41 +20,34 @@ pub struct GstSummary;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GstSummaryParams {
-    /// The month, `YYYY-MM`.
+    /// The month, `YYYY-MM` exactly.
     #[schema(example = "2026-10")]
     pub month: String,
 }
 
 impl ReportKind for GstSummary {
-    type Params = GstSummaryParams;
+    type Params = Month;
 
     fn name(&self) -> &'static str {
         "gst-summary"
     }
 
-    fn parse(&self, params: &Value) -> Result<GstSummaryParams, ParamsError> {
+    fn parse(&self, params: RawParams<'_>) -> Result<Month, ParamsError> {
         let params: GstSummaryParams = decode_params(params)?;
-        if valid_month(&params.month) {
-            Ok(params)
-        } else {
-            Err(ParamsError::Invalid(vec![FieldError::new(
+        Month::parse(&params.month).ok_or_else(|| {
+            ParamsError::Invalid(vec![FieldError::new(
                 "month",
                 "must be a month written YYYY-MM",
-            )]))
-        }
+            )])
+        })
     }
 
-    fn run<'a>(
-        &'a self,
-        ctx: &'a JobContext,
-        params: GstSummaryParams,
-    ) -> BoxFuture<'a, RunResult> {
+    fn run<'a>(&'a self, ctx: &'a JobContext, month: Month) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
             ctx.progress(0.0).await?;
-            let (from, to) = month_bounds(&params.month);
-            let rows = ctx.store.gst_rows(&ctx.tenant_id, &from, &to).await?;
+            let rows = month_rows(&ctx.store, &ctx.tenant_id, month).await?;
             ctx.checkpoint()?;
-            Ok(summary(&params.month, &rows).into())
+            Ok(summary(month, &rows).into())
         })
     }
 }
@@ -102,15 +96,25 @@ fn side(rows: &[GstRow], direction: Direction) -> (Value, Sums) {
     (json!({"by_rate": by_rate, "total": total.to_json()}), total)
 }
 
+/// The per-rate sums of the month's entries.
+pub async fn month_rows(
+    store: &crate::store::Store,
+    tenant_id: &str,
+    month: Month,
+) -> crate::Result<Vec<GstRow>> {
+    let (from, to) = (month.first_day().to_string(), month.last_day().to_string());
+    store.gst_rows(tenant_id, &from, &to).await
+}
+
 /// The result object of `docs/api.md` from the per-rate sums.
-pub fn summary(month: &str, rows: &[GstRow]) -> Value {
+pub fn summary(month: Month, rows: &[GstRow]) -> Value {
     let (outward, out) = side(rows, Direction::Sale);
     let (inward, inn) = side(rows, Direction::Purchase);
     let igst = out.igst - inn.igst;
     let cgst = out.cgst - inn.cgst;
     let sgst = out.sgst - inn.sgst;
     json!({
-        "month": month,
+        "month": month.to_string(),
         "outward": outward,
         "inward": inward,
         "net_payable": {

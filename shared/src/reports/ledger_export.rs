@@ -10,10 +10,13 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::{
-    ChunkRenderer, ChunkWriter, JobContext, ParamsError, ReportKind, ResultFormat, RunResult,
-    decode_params,
+    ChunkRenderer, ChunkWriter, JobContext, ParamsError, RawParams, ReportKind, ResultFormat,
+    RunResult, decode_params,
 };
-use crate::ledger::{FieldError, LedgerEntry, format_paise, format_rate, valid_date};
+use crate::{
+    calendar::Date,
+    ledger::{FieldError, LedgerEntry, format_paise, format_rate},
+};
 
 pub struct LedgerExport;
 
@@ -38,16 +41,23 @@ pub const COLUMNS: [&str; 11] = [
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LedgerExportParams {
-    /// The first day, `YYYY-MM-DD`.
+    /// The first day, `YYYY-MM-DD` exactly.
     #[schema(example = "2026-10-01")]
     pub from: String,
-    /// The last day, `YYYY-MM-DD`, not before `from`.
+    /// The last day, `YYYY-MM-DD` exactly, not before `from`.
     #[schema(example = "2026-10-31")]
     pub to: String,
 }
 
+/// The parameters of `ledger-export` once checked: both days in their
+/// canonical text, which is what the store compares.
+pub struct DateRange {
+    from: String,
+    to: String,
+}
+
 impl ReportKind for LedgerExport {
-    type Params = LedgerExportParams;
+    type Params = DateRange;
 
     fn name(&self) -> &'static str {
         "ledger-export"
@@ -57,32 +67,36 @@ impl ReportKind for LedgerExport {
         std::time::Duration::from_secs(15 * 60)
     }
 
-    fn parse(&self, params: &Value) -> Result<LedgerExportParams, ParamsError> {
+    fn parse(&self, params: RawParams<'_>) -> Result<DateRange, ParamsError> {
         let params: LedgerExportParams = decode_params(params)?;
         let mut errors = Vec::new();
-        for (field, value) in [("from", &params.from), ("to", &params.to)] {
-            if !valid_date(value) {
+        let mut day = |field: &str, text: &str| {
+            let date = Date::parse(text);
+            if date.is_none() {
                 errors.push(FieldError::new(
                     field,
                     "must be a calendar date written YYYY-MM-DD",
                 ));
             }
-        }
-        if errors.is_empty() && params.from > params.to {
-            errors.push(FieldError::new("to", "must not be before from"));
-        }
-        if errors.is_empty() {
-            Ok(params)
-        } else {
-            Err(ParamsError::Invalid(errors))
+            date
+        };
+        let (from, to) = (day("from", &params.from), day("to", &params.to));
+        match (from, to) {
+            (Some(from), Some(to)) if from > to => {
+                Err(ParamsError::Invalid(vec![FieldError::new(
+                    "to",
+                    "must not be before from",
+                )]))
+            }
+            (Some(from), Some(to)) => Ok(DateRange {
+                from: from.to_string(),
+                to: to.to_string(),
+            }),
+            _ => Err(ParamsError::Invalid(errors)),
         }
     }
 
-    fn run<'a>(
-        &'a self,
-        ctx: &'a JobContext,
-        params: LedgerExportParams,
-    ) -> BoxFuture<'a, RunResult> {
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: DateRange) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
             ctx.progress(0.0).await?;
             let total = ctx
@@ -134,7 +148,7 @@ impl ReportKind for LedgerExport {
 
     fn chunk_renderer(
         &self,
-        params: &LedgerExportParams,
+        params: &DateRange,
         format: ResultFormat,
     ) -> Option<Box<dyn ChunkRenderer>> {
         Some(match format {

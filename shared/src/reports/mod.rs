@@ -12,14 +12,19 @@ mod sleep;
 
 use std::{collections::BTreeMap, time::Duration};
 
+use std::marker::PhantomData;
+
 use futures::future::BoxFuture;
-use serde::de::DeserializeOwned;
+use serde::{
+    Deserialize, Deserializer,
+    de::{DeserializeOwned, MapAccess, Visitor, value::MapAccessDeserializer},
+};
 use serde_json::{Number, Value};
 
 pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
 pub use context::{JobContext, ProgressSink, RunSettings};
 pub use gst_summary::{GstSummary, GstSummaryParams};
-pub use ledger_export::{LedgerExport, LedgerExportParams};
+pub use ledger_export::{DateRange, LedgerExport, LedgerExportParams};
 pub use period_close::PeriodClose;
 pub use sleep::{Sleep, SleepParams, SleepPlan};
 
@@ -140,9 +145,10 @@ pub trait ReportKind: Send + Sync + 'static {
         Duration::from_secs(300)
     }
 
-    /// Decodes and checks parameters: at submit, where a refusal stores
-    /// nothing, and again wherever stored parameters are used.
-    fn parse(&self, params: &Value) -> Result<Self::Params, ParamsError>;
+    /// Decodes and checks parameters: at submit (from the request's body),
+    /// where a refusal stores nothing, and again wherever stored
+    /// parameters are used.
+    fn parse(&self, params: RawParams<'_>) -> Result<Self::Params, ParamsError>;
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Self::Params) -> BoxFuture<'a, RunResult>;
 
@@ -189,7 +195,7 @@ pub trait AnyReportKind: Send + Sync + 'static {
     fn timeout(&self) -> Duration;
 
     /// Checks parameters before anything is stored.
-    fn validate(&self, params: &Value) -> Result<(), ParamsError>;
+    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError>;
 
     /// Runs on stored parameters; ones that no longer parse (the kind
     /// changed under its job) fail the job permanently.
@@ -229,12 +235,12 @@ impl<K: ReportKind> AnyReportKind for K {
         ReportKind::timeout(self)
     }
 
-    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
+    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError> {
         self.parse(params).map(drop)
     }
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
-        match self.parse(&params) {
+        match self.parse(RawParams::Stored(&params)) {
             Ok(params) => ReportKind::run(self, ctx, params),
             Err(error) => Box::pin(std::future::ready(Err(error.into()))),
         }
@@ -262,23 +268,87 @@ impl<K: ReportKind> AnyReportKind for K {
         params: &Value,
         format: ResultFormat,
     ) -> Option<Box<dyn ChunkRenderer>> {
-        ReportKind::chunk_renderer(self, &self.parse(params).ok()?, format)
+        ReportKind::chunk_renderer(self, &self.parse(RawParams::Stored(params)).ok()?, format)
     }
+}
+
+/// Parameters to decode: a request's body as sent, or parameters stored
+/// with a job.
+#[derive(Debug, Clone, Copy)]
+pub enum RawParams<'a> {
+    /// Read straight into the kind's schema, never into a generic JSON
+    /// tree first: a body's memory is then bounded by the schema, not by
+    /// how many values the body holds.
+    Request(&'a [u8]),
+    Stored(&'a Value),
+}
+
+impl RawParams<'_> {
+    /// The parameters as JSON, once [`ReportKind::parse`] accepted them
+    /// (so a request's body is known to be the kind's small object).
+    pub fn to_value(self) -> Result<Value, ParamsError> {
+        match self {
+            RawParams::Request(body) => serde_json::from_slice(body).map_err(malformed),
+            RawParams::Stored(value) => Ok(value.clone()),
+        }
+    }
+}
+
+fn malformed(error: serde_json::Error) -> ParamsError {
+    ParamsError::Malformed(if error.is_syntax() || error.is_eof() {
+        format!("the body is not valid JSON: {error}")
+    } else {
+        error.to_string()
+    })
 }
 
 /// Decodes a closed parameter schema, mapping serde's complaint to a 400.
 /// Fields are decoded only as far as their JSON type (a number as a
 /// [`Number`], a date as a string), so that a value of the right type that
 /// makes no sense is left for the kind's checks: a 422 naming the field.
-pub fn decode_params<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
-    // serde's derive also reads a struct from an array of its fields in
-    // order (`["2026-10"]`); parameters are always an object.
-    if !params.is_object() {
-        return Err(ParamsError::Malformed(
-            "the parameters must be a JSON object".into(),
-        ));
+pub fn decode_params<T: DeserializeOwned>(params: RawParams<'_>) -> Result<T, ParamsError> {
+    match params {
+        RawParams::Request(body) => {
+            let mut reader = serde_json::Deserializer::from_slice(body);
+            let ObjectOnly(decoded) =
+                ObjectOnly::<T>::deserialize(&mut reader).map_err(malformed)?;
+            reader.end().map_err(malformed)?;
+            Ok(decoded)
+        }
+        RawParams::Stored(params) => {
+            // serde's derive also reads a struct from an array of its fields in
+            // order (`["2026-10"]`); parameters are always an object.
+            if !params.is_object() {
+                return Err(ParamsError::Malformed(
+                    "the parameters must be a JSON object".into(),
+                ));
+            }
+            T::deserialize(params).map_err(|e| ParamsError::Malformed(e.to_string()))
+        }
     }
-    T::deserialize(params).map_err(|e| ParamsError::Malformed(e.to_string()))
+}
+
+/// A `T` read only from a JSON object: serde's derive also reads a struct
+/// from an array of its fields in order (`["2026-10"]`), which no schema
+/// of this API allows.
+pub struct ObjectOnly<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Object<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(Object(PhantomData))
+            .map(ObjectOnly)
+    }
 }
 
 /// A JSON number that must be a whole number from 0 to `max`; otherwise a

@@ -8,9 +8,12 @@ use std::{collections::BTreeMap, time::Duration};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{AnyReportKind, JobFailure, ParamsError, gst_summary::summary};
+use super::{
+    AnyReportKind, JobFailure, ParamsError, RawParams,
+    gst_summary::{month_rows, summary},
+};
 use crate::{
-    ledger::month_bounds,
+    calendar::Month,
     saga::{Saga, Step, StepContext},
     store::{LockOutcome, Store},
     webhooks::{ANSWER_LIMIT, Answer, SignedPost, signed_post},
@@ -19,7 +22,7 @@ use crate::{
 pub struct PeriodClose;
 
 /// The month of the job's parameters (checked at submit, and again before
-/// the first step).
+/// the first step), in its canonical text.
 fn month_of(cx: &StepContext<'_>) -> String {
     cx.params["month"].as_str().unwrap_or_default().to_owned()
 }
@@ -30,7 +33,7 @@ impl Saga for PeriodClose {
     }
 
     /// Same parameters as `gst-summary`.
-    fn validate(&self, params: &Value) -> Result<(), ParamsError> {
+    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError> {
         super::GstSummary.validate(params)
     }
 
@@ -137,10 +140,11 @@ impl Step for Summarise {
 
     fn action<'a>(&'a self, cx: &'a StepContext<'a>) -> BoxFuture<'a, Result<Value, JobFailure>> {
         Box::pin(async move {
-            let month = month_of(cx);
-            let (from, to) = month_bounds(&month);
-            let rows = cx.job.store.gst_rows(&cx.job.tenant_id, &from, &to).await?;
-            Ok(summary(&month, &rows))
+            let month = Month::parse(&month_of(cx)).ok_or_else(|| {
+                JobFailure::permanent("invalid_params", "the month is not written YYYY-MM")
+            })?;
+            let rows = month_rows(&cx.job.store, &cx.job.tenant_id, month).await?;
+            Ok(summary(month, &rows))
         })
     }
 

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
-use serde_json::{Number, Value, json};
+use serde_json::{Number, json};
 use utoipa::ToSchema;
 
 use super::{
-    JobContext, JobFailure, ParamsError, ReportKind, RunResult, decode_params, whole_number,
+    JobContext, JobFailure, ParamsError, RawParams, ReportKind, RunResult, decode_params,
+    whole_number,
 };
 
 pub struct Sleep;
@@ -62,7 +63,7 @@ impl ReportKind for Sleep {
         Duration::from_secs(60)
     }
 
-    fn parse(&self, params: &Value) -> Result<SleepPlan, ParamsError> {
+    fn parse(&self, params: RawParams<'_>) -> Result<SleepPlan, ParamsError> {
         let params: SleepParams = decode_params(params)?;
         let mut errors = Vec::new();
         let ms = whole_number("ms", &params.ms, MAX_MS, &mut errors);
