@@ -459,14 +459,7 @@ impl Process {
     /// The most memory the process has held at once since it started
     /// (`VmHWM`, its peak resident set), in bytes.
     pub fn peak_rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .expect("the process's /proc status");
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc status");
-        kib * 1024
+        peak_rss(self.pid())
     }
 
     /// SIGKILL: the process dies without any cleanup.
