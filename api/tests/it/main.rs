@@ -12,6 +12,7 @@ mod exactly_once;
 mod fairness;
 mod faults;
 mod idempotency;
+mod job_counts;
 mod lifecycle;
 mod limits;
 mod observability;
