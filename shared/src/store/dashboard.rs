@@ -64,6 +64,9 @@ const MINUTE_MS: i64 = 60_000;
 /// no other lock of the service uses).
 const FOLD_LOCK: i64 = 0x6a6f_6263_6f75_6e74;
 
+/// Deltas folded at once past which the fold vacuums their table.
+const VACUUM_AFTER: u64 = 10_000;
+
 fn random_hex() -> String {
     let bytes: [u8; 32] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -275,6 +278,14 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        if folded >= VACUUM_AFTER {
+            // A reader scans the deltas' heap, dead rows included: after a
+            // burst (a bulk insert, a large prune), reclaim it now rather
+            // than when autovacuum gets to it.
+            sqlx::query("VACUUM job_count_deltas")
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(folded)
     }
 
