@@ -25,7 +25,8 @@ const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
-    /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq.
+    /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
+    /// dashboard (not run by default: it fills `--rows` jobs).
     #[arg(
         long,
         default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq"
@@ -775,6 +776,106 @@ async fn prune(shape: Shape, args: &Args) -> Result<Value> {
 
 /// Scenario 5: gst-summary over a month of `rows` entries, against the same
 /// aggregate as one plain SQL query (the floor).
+/// Scenario dashboard: `rows` final jobs of the bench tenant (of three
+/// kinds and statuses, finished over the last hour, so that the chart has
+/// every minute to show) written straight into `jobs`, then the overview
+/// (`GET /dashboard/overview`, what an open page asks every 5 s) timed
+/// over HTTP, one request after another.
+async fn dashboard(service: &Service, rows: i64, requests: usize) -> Result<Value> {
+    let pool = service.pool().await?;
+    let id = match service.shape {
+        Shape::Production => "'job_00000000' || lpad(i::text, 24, '0')",
+        Shape::Embedded => "'job_00000000' || substr('000000000000000000000000' || i, -24, 24)",
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let values = format!(
+        "{id}, 'bench', CASE i % 3 WHEN 0 THEN 'sleep' WHEN 1 THEN 'gst-summary' ELSE 'ledger-export' END,
+         '{{}}', CASE i % 7 WHEN 0 THEN 'FAILED' WHEN 1 THEN 'CANCELLED' ELSE 'SUCCEEDED' END,
+         1, 5, 1.0, {now} - i % 3600000, {now} - i % 3600000, {now} - i % 3600000, 0, 0"
+    );
+    let columns = "job_id, tenant_id, kind, params, status, attempts, max_attempts, progress, created_at, started_at, finished_at, run_after, cancel_requested";
+    let filling = Instant::now();
+    for start in (0..rows).step_by(100_000) {
+        let end = (start + 100_000).min(rows) - 1;
+        let sql = match service.shape {
+            Shape::Production => format!(
+                "INSERT INTO jobs ({columns}) SELECT {values}
+                 FROM generate_series({start}::bigint, {end}) AS s(i)"
+            ),
+            Shape::Embedded => format!(
+                "WITH RECURSIVE s(i) AS (SELECT {start} UNION ALL SELECT i + 1 FROM s WHERE i < {end})
+                 INSERT INTO jobs ({columns}) SELECT {values} FROM s"
+            ),
+        };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&pool)
+            .await?;
+    }
+    let fill_s = filling.elapsed().as_secs_f64();
+    // The lease sweeper folds the counters' deltas every few seconds: time
+    // the page as it runs, once the fill is folded.
+    let folding = Instant::now();
+    if service.shape == Shape::Production {
+        sqlx::raw_sql("ANALYZE jobs").execute(&pool).await?;
+        loop {
+            let left: i64 = sqlx::query("SELECT COUNT(*) AS n FROM job_count_deltas")
+                .fetch_one(&pool)
+                .await?
+                .try_get("n")?;
+            if left < 1_000 {
+                break;
+            }
+            anyhow::ensure!(
+                folding.elapsed() < Duration::from_secs(600),
+                "the counters were not folded within 10 min"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let fold_s = folding.elapsed().as_secs_f64();
+    pool.close().await;
+
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let signed_in = client
+        .post(format!("{}/dashboard/sign-in", service.base))
+        .header(reqwest::header::ORIGIN, &service.base)
+        .form(&[("api_key", KEY)])
+        .send()
+        .await?;
+    let cookie = signed_in
+        .headers()
+        .get(reqwest::header::SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .ok_or_else(|| anyhow::anyhow!("no session cookie: {}", signed_in.status()))?
+        .to_owned();
+    let mut latencies = Vec::with_capacity(requests);
+    for _ in 0..requests {
+        let started = Instant::now();
+        let reply = client
+            .get(format!("{}/dashboard/overview", service.base))
+            .header(reqwest::header::COOKIE, &cookie)
+            .send()
+            .await?;
+        anyhow::ensure!(reply.status().is_success(), "overview: {}", reply.status());
+        let page = reply.text().await?;
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(page.contains("count-succeeded"), "not the overview: {page}");
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(json!({
+        "rows": rows,
+        "fill_s": fill_s,
+        "fold_s": fold_s,
+        "requests": requests,
+        "p50_ms": percentile(&latencies, 0.5),
+        "p99_ms": percentile(&latencies, 0.99),
+        "max_ms": latencies.last().copied().unwrap_or(f64::NAN),
+    }))
+}
+
 async fn report(service: &Service, rows: i64) -> Result<Value> {
     let pool = service.pool().await?;
     let columns = "tenant_id, entry_id, entry_date, direction, amount_paise, rate_centi, interstate, party, description, created_at";
@@ -996,6 +1097,21 @@ async fn main() -> Result<()> {
                 result["p99_ratio"].as_f64().unwrap_or_default(),
             );
             print_result("prune", shape.name(), result, &summary);
+        }
+        if wants("dashboard") {
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let result = dashboard(&service, args.rows, 200).await?;
+            service.stop().await?;
+            let summary = format!(
+                "overview over {} jobs: p50 {:.1} ms p99 {:.1} ms (fill {:.0} s, fold {:.0} s)",
+                args.rows,
+                result["p50_ms"].as_f64().unwrap_or_default(),
+                result["p99_ms"].as_f64().unwrap_or_default(),
+                result["fill_s"].as_f64().unwrap_or_default(),
+                result["fold_s"].as_f64().unwrap_or_default(),
+            );
+            print_result("dashboard", shape.name(), result, &summary);
         }
         if wants("report") {
             let service =

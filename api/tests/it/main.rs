@@ -13,6 +13,7 @@ mod fairness;
 mod faults;
 mod idempotency;
 mod inputs;
+mod job_counts;
 mod lifecycle;
 mod limits;
 mod observability;

@@ -62,6 +62,13 @@ pub struct WebhookHealth {
 
 const MINUTE_MS: i64 = 60_000;
 
+/// The advisory lock a fold of the job counters holds (any fixed number
+/// no other lock of the service uses).
+const FOLD_LOCK: i64 = 0x6a6f_6263_6f75_6e74;
+
+/// Deltas folded at once past which the fold vacuums their table.
+const VACUUM_AFTER: u64 = 10_000;
+
 fn random_hex() -> String {
     let bytes: [u8; 32] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -196,13 +203,20 @@ impl Store {
         Ok(())
     }
 
-    /// The tenant's jobs counted by status and by kind. It reads an index
-    /// entry per job of the tenant: fine for a page a person refreshes
-    /// every few seconds, not for a hot path.
+    /// The tenant's jobs counted by status and by kind, from the counters
+    /// the triggers on `jobs` keep (migration `job_counts`): the folded
+    /// rows plus the deltas not yet folded, in one statement so that a fold
+    /// committing meanwhile is seen whole or not at all. Its cost is the
+    /// tenant's kinds times statuses, and the deltas of the last few
+    /// seconds, whatever the number of jobs retained.
     pub async fn job_counts(&self, tenant_id: &str) -> Result<JobCounts> {
         let rows = sqlx::query(
-            "SELECT kind, status, COUNT(*) AS n FROM jobs WHERE tenant_id = $1
-             GROUP BY kind, status ORDER BY kind",
+            "SELECT kind, status, CAST(SUM(n) AS BIGINT) AS n FROM (
+                 SELECT kind, status, n FROM job_counts WHERE tenant_id = $1
+                 UNION ALL
+                 SELECT kind, status, delta FROM job_count_deltas WHERE tenant_id = $1
+             ) AS c
+             GROUP BY kind, status HAVING SUM(n) <> 0 ORDER BY kind",
         )
         .bind(tenant_id)
         .fetch_all(&self.pool)
@@ -242,15 +256,19 @@ impl Store {
     pub async fn throughput(&self, tenant_id: &str, minutes: i64) -> Result<Vec<ThroughputMinute>> {
         let end = (now_ms() / MINUTE_MS + 1) * MINUTE_MS;
         let since = end - minutes * MINUTE_MS;
-        // The final statuses stay literals: only they match the partial index jobs_finished.
+        // From the per-minute counters (as job_counts): 60 rows per status
+        // at most, plus the deltas not yet folded.
         let rows = sqlx::query(
-            "SELECT (finished_at - $2) / 60000 AS minute, status, COUNT(*) AS n FROM jobs
-             WHERE tenant_id = $1 AND finished_at >= $2
-               AND status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-             GROUP BY (finished_at - $2) / 60000, status",
+            "SELECT minute, status, CAST(SUM(n) AS BIGINT) AS n FROM (
+                 SELECT minute, status, n FROM job_minutes WHERE tenant_id = $1 AND minute >= $2
+                 UNION ALL
+                 SELECT minute, status, delta FROM job_count_deltas
+                 WHERE tenant_id = $1 AND minute >= $2
+             ) AS m
+             GROUP BY minute, status",
         )
         .bind(tenant_id)
-        .bind(since)
+        .bind(since / MINUTE_MS)
         .fetch_all(&self.pool)
         .await?;
         let mut series: Vec<ThroughputMinute> = (0..minutes)
@@ -260,7 +278,7 @@ impl Store {
             })
             .collect();
         for row in &rows {
-            let minute: i64 = row.try_get("minute")?;
+            let minute = row.try_get::<i64, _>("minute")? - since / MINUTE_MS;
             let status: String = row.try_get("status")?;
             let n: i64 = row.try_get("n")?;
             let Some(slot) = usize::try_from(minute).ok().and_then(|i| series.get_mut(i)) else {
@@ -273,6 +291,65 @@ impl Store {
             }
         }
         Ok(series)
+    }
+
+    /// Folds the counters' deltas (written by the triggers on `jobs` on
+    /// Postgres) into `job_counts` and `job_minutes`, and deletes the
+    /// minutes that no longer hold a job. Safe to call from many processes
+    /// at once: one folds, the others return at once. Returns the deltas
+    /// folded.
+    pub async fn fold_job_counts(&self) -> Result<u64> {
+        let mut tx = self.begin_write().await?;
+        let mut folded = 0;
+        if self.dialect == super::Dialect::Postgres {
+            // Folders take turns, so the upserts below never wait on (or
+            // deadlock with) each other; the triggers never touch these rows.
+            let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+                .bind(FOLD_LOCK)
+                .fetch_one(&mut *tx)
+                .await?;
+            if !ours {
+                return Ok(0);
+            }
+            // Only deltas committed before the statement began are deleted
+            // and folded; later ones wait for the next fold.
+            folded = sqlx::query(
+                "WITH d AS (
+                     DELETE FROM job_count_deltas RETURNING tenant_id, kind, status, minute, delta
+                 ), counted AS (
+                     INSERT INTO job_counts (tenant_id, kind, status, n)
+                     SELECT tenant_id, kind, status, SUM(delta) FROM d
+                     GROUP BY tenant_id, kind, status
+                     ON CONFLICT (tenant_id, kind, status)
+                     DO UPDATE SET n = job_counts.n + EXCLUDED.n
+                 ), minutes AS (
+                     INSERT INTO job_minutes (tenant_id, minute, status, n)
+                     SELECT tenant_id, minute, status, SUM(delta) FROM d WHERE minute IS NOT NULL
+                     GROUP BY tenant_id, minute, status
+                     ON CONFLICT (tenant_id, minute, status)
+                     DO UPDATE SET n = job_minutes.n + EXCLUDED.n
+                 )
+                 SELECT COUNT(*) FROM d",
+            )
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>(0)?
+            .try_into()
+            .unwrap_or_default();
+        }
+        sqlx::query("DELETE FROM job_minutes WHERE n = 0")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        if folded >= VACUUM_AFTER {
+            // A reader scans the deltas' heap, dead rows included: after a
+            // burst (a bulk insert, a large prune), reclaim it now rather
+            // than when autovacuum gets to it.
+            sqlx::query("VACUUM job_count_deltas")
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(folded)
     }
 
     /// How the deliveries of these webhooks (of the tenant) went since
