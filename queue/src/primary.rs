@@ -71,7 +71,11 @@ impl Primary {
                 // A dead primary's address is not worth the manager's own
                 // retries: the next command's failure asks the Sentinels.
                 let config = config.set_number_of_retries(1);
-                (Source::Sentinels(AsyncMutex::new(sentinels)), client, config)
+                (
+                    Source::Sentinels(AsyncMutex::new(sentinels)),
+                    client,
+                    config,
+                )
             }
             None => (Source::Server, Client::open(url)?, config),
         };
@@ -181,17 +185,19 @@ impl Primary {
             Source::Server if read_only => self.read().client.clone(),
             Source::Server => return,
         };
-        let moved = client.get_connection_info().addr() != self.read().client.get_connection_info().addr();
+        let moved =
+            client.get_connection_info().addr() != self.read().client.get_connection_info().addr();
         if !moved && !read_only {
             return;
         }
-        let manager = match ConnectionManager::new_lazy_with_config(client.clone(), self.0.config.clone()) {
-            Ok(manager) => manager,
-            Err(error) => {
-                warn!(%error, "cannot connect to the Redis primary");
-                return;
-            }
-        };
+        let manager =
+            match ConnectionManager::new_lazy_with_config(client.clone(), self.0.config.clone()) {
+                Ok(manager) => manager,
+                Err(error) => {
+                    warn!(%error, "cannot connect to the Redis primary");
+                    return;
+                }
+            };
         let address = client.get_connection_info().addr().to_string();
         let mut current = self
             .0
@@ -206,11 +212,7 @@ impl Primary {
         }
     }
 
-    async fn checked<T>(
-        &self,
-        generation: u64,
-        result: RedisResult<T>,
-    ) -> RedisResult<T> {
+    async fn checked<T>(&self, generation: u64, result: RedisResult<T>) -> RedisResult<T> {
         if let Err(error) = &result {
             self.failed(generation, error).await;
         }
@@ -358,9 +360,7 @@ mod tests {
     #[test]
     fn a_sentinel_url_names_its_sentinels_master_and_credentials() {
         assert!(sentinel_client("a:26379,b:26380,[::1]:26381,c/mymaster").is_ok());
-        assert!(
-            sentinel_client("user:p%40ss@a,b/mymaster/2?sentinel_password=s%26cret").is_ok()
-        );
+        assert!(sentinel_client("user:p%40ss@a,b/mymaster/2?sentinel_password=s%26cret").is_ok());
         assert_eq!(
             sentinel_address("[::1]").unwrap(),
             ConnectionAddr::Tcp("::1".into(), DEFAULT_SENTINEL_PORT)
@@ -378,8 +378,14 @@ mod tests {
             "a/mymaster/0/extra",
             "a/mymaster?password=x",
         ] {
-            let error = sentinel_client(bad).err().unwrap_or_else(|| panic!("{bad} accepted"));
-            assert_eq!(error.kind(), ErrorKind::InvalidClientConfig, "{bad}: {error}");
+            let error = sentinel_client(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(
+                error.kind(),
+                ErrorKind::InvalidClientConfig,
+                "{bad}: {error}"
+            );
         }
     }
 }

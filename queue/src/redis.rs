@@ -191,7 +191,10 @@ impl Consumer {
     /// Waits for a free slot, then fetches as many messages as there are
     /// free slots (at least one), blocking on the wake-up list while the
     /// queue is empty.
-    async fn fetch(&self, blocking: &mut Option<(u64, MultiplexedConnection)>) -> VecDeque<Message> {
+    async fn fetch(
+        &self,
+        blocking: &mut Option<(u64, MultiplexedConnection)>,
+    ) -> VecDeque<Message> {
         let Ok(first) = self.0.free.clone().acquire_owned().await else {
             return VecDeque::new();
         };
