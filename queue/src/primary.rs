@@ -35,7 +35,7 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 enum Source {
     Server,
-    Sentinels(AsyncMutex<SentinelClient>),
+    Sentinels(Box<AsyncMutex<SentinelClient>>),
 }
 
 struct Current {
@@ -72,7 +72,7 @@ impl Primary {
                 // retries: the next command's failure asks the Sentinels.
                 let config = config.set_number_of_retries(1);
                 (
-                    Source::Sentinels(AsyncMutex::new(sentinels)),
+                    Source::Sentinels(Box::new(AsyncMutex::new(sentinels))),
                     client,
                     config,
                 )
