@@ -1,7 +1,7 @@
 //! A Postgres and a Redis server of a run's own, on free ports, for the
 //! soak and the fault tests, which crash and restart them: the machine's
-//! shared servers are never touched. Both are stopped, and their files
-//! removed, when dropped.
+//! shared servers are never touched. Redis may have replicas and Sentinels
+//! of its own. All are stopped, and their files removed, when dropped.
 
 use std::{
     path::{Path, PathBuf},
@@ -262,6 +262,8 @@ impl Drop for PrivatePgBouncer {
 pub struct PrivateRedis {
     pub port: u16,
     persistent: bool,
+    /// Set on a replica: the port of the server it replicates.
+    replica_of: Option<u16>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -275,10 +277,29 @@ impl PrivateRedis {
         Self::start_with(true)
     }
 
+    /// A replica of `primary`, keeping nothing on disk either; started
+    /// once it has copied what `primary` holds.
+    pub fn start_replica_of(primary: &PrivateRedis) -> Self {
+        let mut redis = PrivateRedis {
+            port: free_port(),
+            persistent: false,
+            replica_of: Some(primary.port),
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        redis.start_again();
+        wait_until("the replica is in sync", || {
+            redis_query(redis.port, &["INFO", "replication"])
+                .is_some_and(|info| info.contains("master_link_status:up"))
+        });
+        redis
+    }
+
     fn start_with(persistent: bool) -> Self {
         let mut redis = PrivateRedis {
             port: free_port(),
             persistent,
+            replica_of: None,
             child: None,
             dir: tempfile::tempdir().expect("temp dir"),
         };
@@ -299,10 +320,19 @@ impl PrivateRedis {
         } else {
             &["--appendonly", "no"]
         };
+        let replica_of = match self.replica_of {
+            Some(port) => vec![
+                "--replicaof".to_owned(),
+                "127.0.0.1".to_owned(),
+                port.to_string(),
+            ],
+            None => Vec::new(),
+        };
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(persistence)
+            .args(replica_of)
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -325,6 +355,148 @@ impl PrivateRedis {
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One command's answer from the Redis (or Sentinel) on `port`, as text
+/// (an array's items one per line); `None` if it does not answer.
+fn redis_query(port: u16, args: &[&str]) -> Option<String> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    let mut command = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        command.arg(*arg);
+    }
+    let value: redis::Value = command.query(&mut conn).ok()?;
+    Some(text_of(&value))
+}
+
+fn text_of(value: &redis::Value) -> String {
+    match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        redis::Value::SimpleString(text) => text.clone(),
+        redis::Value::Int(n) => n.to_string(),
+        redis::Value::Array(items) => items.iter().map(text_of).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Redis Sentinels watching a [`PrivateRedis`] primary under the name
+/// [`PrivateSentinels::MASTER`], quick to act: a primary is down after a
+/// second without an answer.
+pub struct PrivateSentinels {
+    pub ports: Vec<u16>,
+    children: Vec<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl PrivateSentinels {
+    pub const MASTER: &str = "receipt";
+
+    /// `count` Sentinels (a majority of them must agree on a failover),
+    /// started once each knows the primary's replicas and the other
+    /// Sentinels, so a failover can begin at once.
+    pub fn start(primary: &PrivateRedis, count: usize) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut sentinels = PrivateSentinels {
+            ports: Vec::new(),
+            children: Vec::new(),
+            _dir: dir,
+        };
+        for n in 0..count {
+            let port = free_port();
+            let config = sentinels._dir.path().join(format!("sentinel-{n}.conf"));
+            // Sentinel rewrites its configuration file as it learns.
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor {master} 127.0.0.1 {primary} {quorum}\n\
+                     sentinel down-after-milliseconds {master} 1000\n\
+                     sentinel failover-timeout {master} 5000\n\
+                     sentinel parallel-syncs {master} 1\n",
+                    dir = sentinels._dir.path().display(),
+                    master = Self::MASTER,
+                    primary = primary.port,
+                    quorum = count / 2 + 1,
+                ),
+            )
+            .expect("sentinel configuration");
+            // redis-sentinel is redis-server run in Sentinel mode.
+            let child = Command::new("redis-server")
+                .arg(&config)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel");
+            sentinels.ports.push(port);
+            sentinels.children.push(child);
+        }
+        for &port in &sentinels.ports {
+            wait_until("each Sentinel knows the replicas and the others", || {
+                let replicas = redis_query(port, &["SENTINEL", "replicas", Self::MASTER]);
+                let others = redis_query(port, &["SENTINEL", "sentinels", Self::MASTER]);
+                replicas.is_some_and(|r| !r.is_empty())
+                    && others.is_some_and(|o| o.matches("runid").count() == count - 1)
+            });
+        }
+        sentinels
+    }
+
+    /// `REDIS_URL` for the service.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+sentinel://{}/{}", hosts.join(","), Self::MASTER)
+    }
+
+    /// The primary's port, as the first Sentinel that answers names it.
+    pub fn primary_port(&self) -> Option<u16> {
+        self.ports.iter().find_map(|&port| {
+            redis_query(port, &["SENTINEL", "get-master-addr-by-name", Self::MASTER])?
+                .lines()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+    }
+
+    /// Waits (30 s at most) until every Sentinel names a primary other
+    /// than the one on `old_port`, and that server says it is one; returns
+    /// its port.
+    pub fn wait_for_failover_from(&self, old_port: u16) -> u16 {
+        let mut new_port = None;
+        wait_until("the Sentinels fail over", || {
+            let named: Vec<Option<u16>> = self
+                .ports
+                .iter()
+                .map(|&port| {
+                    redis_query(port, &["SENTINEL", "get-master-addr-by-name", Self::MASTER])
+                        .and_then(|addr| addr.lines().nth(1)?.parse().ok())
+                })
+                .collect();
+            let Some(Some(first)) = named.first().copied() else {
+                return false;
+            };
+            let agreed = first != old_port && named.iter().all(|n| *n == Some(first));
+            new_port = Some(first);
+            agreed && redis_query(first, &["ROLE"]).is_some_and(|role| role.starts_with("master"))
+        });
+        new_port.expect("a new primary")
+    }
+}
+
+impl Drop for PrivateSentinels {
+    fn drop(&mut self) {
+        for child in &mut self.children {
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -80,7 +80,8 @@ impl Error {
 }
 
 /// Redis down or unreachable, loading its data after a restart, or in the
-/// middle of a failover (a write reaching a replica answers `READONLY`).
+/// middle of a failover (a write reaching a replica answers `READONLY`; the
+/// Sentinels name no primary yet).
 fn redis_unavailable(error: &redis::RedisError) -> bool {
     error.is_io_error()
         || error.is_timeout()
@@ -89,6 +90,7 @@ fn redis_unavailable(error: &redis::RedisError) -> bool {
         || matches!(
             error.kind(),
             ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::MasterNameNotFoundBySentinel
                 | ErrorKind::Server(
                     ServerErrorKind::BusyLoading
                         | ServerErrorKind::TryAgain
@@ -117,6 +119,10 @@ mod tests {
             Error::Redis(RedisError::from((
                 ErrorKind::Server(ServerErrorKind::ReadOnly),
                 "replica",
+            ))),
+            Error::Redis(RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "no primary yet",
             ))),
             Error::from(sqlx::Error::PoolTimedOut),
         ];

@@ -8,6 +8,7 @@
 
 mod error;
 mod memory;
+mod primary;
 mod redis;
 mod relay;
 
@@ -25,6 +26,7 @@ use tracing::warn;
 
 pub use error::{Error, Result};
 pub use memory::{FAIR_SHARE, FairQueue, MEMORY_QUEUE_CAPACITY, MemoryQueue, Room};
+pub use primary::{Primary, SENTINEL_SCHEME};
 pub use redis::{ALIVE, Consumer, Delivery, RedisQueue};
 pub use relay::run_relay;
 

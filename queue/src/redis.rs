@@ -35,13 +35,13 @@ use apalis::prelude::{MemorySink, MemoryStorage, MemoryStorageError, Task};
 use futures::{Sink, SinkExt, StreamExt, lock::Mutex as AsyncMutex};
 use redis::{
     AsyncConnectionConfig,
-    aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection},
+    aio::{ConnectionManagerConfig, MultiplexedConnection},
 };
 use shared::store::QueuedJob;
 use tokio::sync::Semaphore;
 use tracing::warn;
 
-use crate::{Message, Result};
+use crate::{Message, Result, primary::Primary};
 
 static PUSH: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/push.lua")));
@@ -62,32 +62,28 @@ const BLOCK: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct RedisQueue {
-    client: redis::Client,
-    conn: ConnectionManager,
+    conn: Primary,
     prefix: String,
 }
 
 impl RedisQueue {
+    /// Connects to the server `url` names, or to the primary its Sentinels
+    /// name (`redis+sentinel://`, see [`Primary`]).
     pub async fn connect(url: &str, prefix: String) -> Result<Self> {
-        let client = redis::Client::open(url)?;
         // redis-rs's 500 ms default response timeout would turn one slow
         // answer into a failed fetch.
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(Duration::from_secs(10)))
             .set_connection_timeout(Some(Duration::from_secs(5)));
-        let conn = client.get_connection_manager_with_config(config).await?;
-        Ok(Self {
-            client,
-            conn,
-            prefix,
-        })
+        let conn = Primary::connect(url, config).await?;
+        Ok(Self { conn, prefix })
     }
 
     pub fn key(&self, name: &str) -> String {
         format!("{}:{name}", self.prefix)
     }
 
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> Primary {
         self.conn.clone()
     }
 
@@ -222,7 +218,10 @@ impl Consumer {
     /// Waits for a free slot, then fetches as many messages as there are
     /// free slots (at least one), blocking on the wake-up list while the
     /// queue is empty.
-    async fn fetch(&self, blocking: &mut Option<MultiplexedConnection>) -> VecDeque<Message> {
+    async fn fetch(
+        &self,
+        blocking: &mut Option<(u64, MultiplexedConnection)>,
+    ) -> VecDeque<Message> {
         let Ok(first) = self.0.free.clone().acquire_owned().await else {
             return VecDeque::new();
         };
@@ -310,20 +309,23 @@ impl Consumer {
         Message::String(String::from_utf8_lossy(&raw).into_owned())
     }
 
-    async fn wait_for_push(&self, blocking: &mut Option<MultiplexedConnection>) {
+    async fn wait_for_push(&self, blocking: &mut Option<(u64, MultiplexedConnection)>) {
+        let primary = &self.0.queue.conn;
+        // One made before a failover may be to a replica now, where no
+        // push ever lands.
+        if blocking
+            .as_ref()
+            .is_some_and(|(generation, _)| *generation != primary.generation())
+        {
+            *blocking = None;
+        }
         if blocking.is_none() {
             // A connection of its own: a blocked command holds up every
             // other command on its connection.
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(5)))
                 .set_response_timeout(Some(BLOCK + Duration::from_secs(5)));
-            match self
-                .0
-                .queue
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-            {
+            match primary.dedicated(&config).await {
                 Ok(conn) => *blocking = Some(conn),
                 Err(error) => {
                     warn!(%error, "cannot connect to Redis to wait for messages");
@@ -332,7 +334,7 @@ impl Consumer {
                 }
             }
         }
-        let Some(conn) = blocking.as_mut() else {
+        let Some((generation, conn)) = blocking.as_mut() else {
             return;
         };
         let woken: Result<Option<(String, String)>, _> = redis::cmd("BLPOP")
@@ -342,6 +344,7 @@ impl Consumer {
             .await;
         if let Err(error) = woken {
             warn!(%error, "waiting for queue messages failed; reconnecting");
+            primary.failed(*generation, &error).await;
             *blocking = None;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }

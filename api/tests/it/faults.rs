@@ -14,14 +14,14 @@ use bench::servers::{PrivatePostgres, PrivateRedis};
 use crate::common::{Api, Backend, KEY_A, Process, TestEnv, redis_at};
 
 /// Retrying clients and the jobs they were given.
-struct Stream {
+pub(crate) struct Stream {
     clients: Vec<tokio::task::JoinHandle<Vec<(String, String)>>>,
 }
 
 impl Stream {
     /// `clients` clients submit `per_client` `sleep` jobs of `ms` each, one
     /// after another, each retried with its key until it is accepted.
-    fn start(base: &str, clients: usize, per_client: usize, ms: u64) -> Self {
+    pub(crate) fn start(base: &str, clients: usize, per_client: usize, ms: u64) -> Self {
         Self::start_on(&Target::new(base), clients, per_client, ms)
     }
 
@@ -51,7 +51,7 @@ impl Stream {
     }
 
     /// Every `(key, job_id)` accepted.
-    async fn accepted(self) -> Vec<(String, String)> {
+    pub(crate) async fn accepted(self) -> Vec<(String, String)> {
         let mut all = Vec::new();
         for client in self.clients {
             all.extend(client.await.expect("a client"));
@@ -134,7 +134,11 @@ async fn submit_until_accepted(
 
 /// Waits until every job has SUCCEEDED, by `deadline`; then checks there
 /// is one job per key.
-async fn assert_all_succeed(env: &TestEnv, accepted: &[(String, String)], deadline: Instant) {
+pub(crate) async fn assert_all_succeed(
+    env: &TestEnv,
+    accepted: &[(String, String)],
+    deadline: Instant,
+) {
     let store = env.store().await;
     let mut unfinished: Vec<&str> = accepted.iter().map(|(_, id)| id.as_str()).collect();
     while !unfinished.is_empty() {
@@ -179,7 +183,7 @@ async fn count_status_in(database_url: &str, status: &str) -> i64 {
     count_where_in(database_url, &format!("status = '{status}'")).await
 }
 
-async fn count_where(env: &TestEnv, condition: &str) -> i64 {
+pub(crate) async fn count_where(env: &TestEnv, condition: &str) -> i64 {
     count_where_in(&env.database_url, condition).await
 }
 
@@ -197,7 +201,7 @@ async fn count_where_in(database_url: &str, condition: &str) -> i64 {
     n
 }
 
-fn assert_up(what: &str, process: &mut Process) {
+pub(crate) fn assert_up(what: &str, process: &mut Process) {
     assert!(
         process.try_wait().is_none(),
         "the {what} process stayed up through the outage"

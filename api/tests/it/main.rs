@@ -9,6 +9,7 @@ mod dashboard;
 mod dashboard_browser;
 mod errors;
 mod exactly_once;
+mod failover;
 mod fairness;
 mod faults;
 mod idempotency;
