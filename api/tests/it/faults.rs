@@ -229,7 +229,9 @@ async fn production_shape_with(
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-    let worker = env.start_worker(&[]);
+    // Started (migrated, connected to its queue) before any fault begins.
+    let worker = env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]);
+    worker.wait_for_line("metrics on http://");
     Shape { env, api, worker }
 }
 
