@@ -188,6 +188,16 @@ impl TestEnv {
         self.start_api(&[("EMBEDDED_WORKER", "true")]).await
     }
 
+    /// The embedded api, allowed to deliver to receivers on loopback (the
+    /// tests' own).
+    pub async fn start_embedded_with_local_receivers(&self) -> Api {
+        self.start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ])
+        .await
+    }
+
     /// The api alone, with extra settings.
     pub async fn start_api(&self, extra: &[(&str, &str)]) -> Api {
         let process = Process::spawn(&bin_path("api"), &self.env_with(extra));

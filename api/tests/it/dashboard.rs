@@ -477,12 +477,7 @@ async fn bad_input_gets_a_message_on_the_page_never_a_500(backend: Backend) {
 
 async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = env
-        .start_api(&[
-            ("EMBEDDED_WORKER", "true"),
-            ("WEBHOOK_ALLOW_PRIVATE", "true"),
-        ])
-        .await;
+    let api = env.start_embedded_with_local_receivers().await;
     let reply = api
         .post(
             "/v1/webhooks",
@@ -576,12 +571,7 @@ async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
 /// own Idempotency-Key, so sending one does not spoil the other.
 async fn a_webhook_page_enables_then_rotates_with_its_forms_keys(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = env
-        .start_api(&[
-            ("EMBEDDED_WORKER", "true"),
-            ("WEBHOOK_ALLOW_PRIVATE", "true"),
-        ])
-        .await;
+    let api = env.start_embedded_with_local_receivers().await;
     let reply = api
         .post(
             "/v1/webhooks",

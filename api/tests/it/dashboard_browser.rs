@@ -198,12 +198,7 @@ fn id_of(job: &Value) -> String {
 
 async fn a_person_signs_in_watches_a_job_finish_retries_cancels_and_signs_out(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = env
-        .start_api(&[
-            ("EMBEDDED_WORKER", "true"),
-            ("WEBHOOK_ALLOW_PRIVATE", "true"),
-        ])
-        .await;
+    let api = env.start_embedded_with_local_receivers().await;
     let driver = Driver::start();
     let profile = tempfile::tempdir().expect("a browser profile");
     let person = Person {

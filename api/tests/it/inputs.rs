@@ -193,12 +193,7 @@ async fn malformed_dates_and_months_are_refused_by_every_reader_and_change_nothi
     let filings = web::Data::new(AtomicUsize::new(0));
     let (addr, receiver) = serve_on_loopback(filings.clone(), file);
     let env = TestEnv::new(backend).await;
-    let api = env
-        .start_api(&[
-            ("EMBEDDED_WORKER", "true"),
-            ("WEBHOOK_ALLOW_PRIVATE", "true"),
-        ])
-        .await;
+    let api = env.start_embedded_with_local_receivers().await;
     let reply = api.import(json!([entry("jan-1", "2026-01-10")])).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let url = format!("http://{addr}/returns");
