@@ -16,10 +16,8 @@ use std::{
 };
 
 use actix_web::{FromRequest, HttpRequest, dev::Payload, http::header, web};
-use shared::{
-    store::{Store, TokenCheck, check_session_token, hash_key},
-    time::now_ms,
-};
+use shared::time::now_ms;
+use store::{Store, TokenCheck, check_session_token, hash_key};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -58,7 +56,7 @@ struct KeyOwner {
 
 impl ApiKeys {
     /// Loads every valid key.
-    pub async fn load(store: &Store) -> shared::Result<Self> {
+    pub async fn load(store: &Store) -> store::Result<Self> {
         let keys = ApiKeys {
             valid: Arc::new(RwLock::new(ValidKeys {
                 generation: i64::MIN,
@@ -71,7 +69,7 @@ impl ApiKeys {
         Ok(keys)
     }
 
-    async fn reload(&self, store: &Store) -> shared::Result<()> {
+    async fn reload(&self, store: &Store) -> store::Result<()> {
         let (generation, keys) = store.valid_api_keys().await?;
         let hash_by_id = keys
             .iter()
@@ -105,7 +103,7 @@ impl ApiKeys {
     }
 
     /// Reloads the keys if their generation moved since the last load.
-    pub async fn refresh(&self, store: &Store) -> shared::Result<()> {
+    pub async fn refresh(&self, store: &Store) -> store::Result<()> {
         if store.api_key_generation().await? != self.generation() {
             self.reload(store).await?;
         }

@@ -4,11 +4,8 @@
 //! that wakes long polls for jobs other processes finish.
 
 use queue::{Queue, run_relay};
-use shared::{
-    notify::Signals,
-    settings::Settings,
-    store::{Dialect, Store, forward_finished_notifications},
-};
+use shared::{notify::Signals, settings::Settings};
+use store::{Dialect, Store, forward_finished_notifications};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;

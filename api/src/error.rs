@@ -91,8 +91,8 @@ impl ApiError {
     }
 }
 
-impl From<shared::Error> for ApiError {
-    fn from(error: shared::Error) -> Self {
+impl From<store::Error> for ApiError {
+    fn from(error: store::Error) -> Self {
         if error.is_unavailable() {
             tracing::warn!(%error, "dependency unavailable");
             ApiError::Unavailable("the database is unavailable; retry later".into())

@@ -15,7 +15,7 @@ use actix_web::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use shared::store::{KeyLookup, StoredResponse, WriteTx};
+use store::{KeyLookup, StoredResponse, WriteTx};
 
 use crate::{
     error::{ApiError, ApiResult},
@@ -101,13 +101,7 @@ pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
         }
         Err(_) => hasher.update(String::from_utf8_lossy(body).as_bytes()),
     }
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(64);
-    for byte in hasher.finalize() {
-        hex.push(char::from(HEX[usize::from(byte >> 4)]));
-        hex.push(char::from(HEX[usize::from(byte & 0xf)]));
-    }
-    hex
+    hex::encode(hasher.finalize())
 }
 
 /// JSON with object keys sorted at every level and no white space.
@@ -292,7 +286,7 @@ where
         {
             // Another request with this key committed first: undo ours and
             // answer as it did.
-            tx.rollback().await.map_err(shared::Error::from)?;
+            tx.rollback().await.map_err(store::Error::from)?;
             let mut tx = store.begin_write().await?;
             let found = store
                 .lookup_idempotency_key(&mut tx, tenant_id, key, fingerprint)
@@ -300,7 +294,7 @@ where
             return NextStep::of(found, key).answer_without_running(key);
         }
     }
-    tx.commit().await.map_err(shared::Error::from)?;
+    tx.commit().await.map_err(store::Error::from)?;
     Ok(answer.into_response(false))
 }
 

@@ -5,10 +5,8 @@
 
 use crate::{auth::KEY_REFRESH, error::BoxError};
 use chrono::{DateTime, SecondsFormat, Utc};
-use shared::{
-    settings::{Settings, check_tenant},
-    store::{ApiKeyRecord, KeySync, Revocation, RevokeOutcome, Store},
-};
+use shared::settings::{Settings, check_tenant};
+use store::{ApiKeyRecord, KeySync, Revocation, RevokeOutcome, Store};
 use tracing::info;
 
 async fn store(settings: &Settings) -> Result<Store, BoxError> {

@@ -21,10 +21,8 @@ use governor::{
     DefaultKeyedRateLimiter, Quota, RateLimiter,
     clock::{Clock, DefaultClock},
 };
-use shared::{
-    settings::Settings,
-    store::{Registration, Store, WebhookCaps},
-};
+use shared::settings::Settings;
+use store::{Registration, Store, WebhookCaps};
 
 use crate::error::{ApiError, ApiResult};
 

@@ -1,10 +1,8 @@
 use api::{Application, key_commands};
 use clap::{Parser, Subcommand};
-use shared::{
-    logging::{self, LogFormat, LogStream},
-    settings::Settings,
-    store::Store,
-};
+use shared::settings::Settings;
+use store::Store;
+use telemetry::{LogFormat, LogStream};
 
 /// Receipt's API: accepts report jobs with 202 and serves their status.
 #[derive(Parser)]
@@ -51,7 +49,7 @@ enum KeysCommand {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     shared::failpoints::arm();
-    logging::init(
+    telemetry::init(
         cli.settings.log_format,
         LogStream::Stderr,
         "info,sqlx=warn,apalis=warn,actix_server=warn",

@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 
 use actix_web::{App, HttpServer, dev::Server, middleware::ErrorHandlers, web};
 use queue::Queue;
-use shared::{notify::Signals, reports::Registry, settings::Settings, store::Store};
+use reports::Registry;
+use shared::{notify::Signals, settings::Settings};
+use store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use worker::cancel_on_signal;

@@ -1,10 +1,7 @@
 use queue::Queue;
-use shared::{
-    batch::Batcher,
-    notify::Signals,
-    reports::Registry,
-    store::{Store, Submission, Submitted},
-};
+use reports::Registry;
+use shared::notify::Signals;
+use store::{Store, Submission, Submitted, batch::Batcher};
 
 use crate::{auth::ApiKeys, limits::Limits};
 

@@ -4,11 +4,8 @@
 
 use actix_web::{HttpRequest, HttpResponse};
 use queue::{Handoff, Queue};
-use shared::{
-    batch::Batcher,
-    notify::Signals,
-    store::{QueuedJob, Store, Submission, SubmissionKey, Submitted},
-};
+use shared::notify::Signals;
+use store::{QueuedJob, Store, Submission, SubmissionKey, Submitted, batch::Batcher};
 
 use crate::{
     error::{ApiError, ApiResult},
@@ -106,7 +103,7 @@ impl SubmitGroup {
     /// (see [`queue::Handoff`]), saving the relay a transaction per batch;
     /// a push to Redis runs in a task of its own, so a slow Redis holds up
     /// no answer.
-    async fn write(&self, submissions: Vec<Submission>) -> shared::Result<Vec<Submitted>> {
+    async fn write(&self, submissions: Vec<Submission>) -> store::Result<Vec<Submitted>> {
         let handoff = self
             .queue
             .handoff_for(submissions.iter().map(|s| s.job.tenant_id.as_str()));
@@ -118,7 +115,7 @@ impl SubmitGroup {
             )
             .await;
         // The windows between this commit and the push that follows it.
-        let outcomes = shared::failpoints::lose_answer("api::submit_commit_answer_lost", outcomes)?;
+        let outcomes = store::lose_answer("api::submit_commit_answer_lost", outcomes)?;
         shared::failpoints::crash_if_armed("api::submit_after_commit");
         let new_jobs: Vec<QueuedJob> = submissions
             .iter()

@@ -114,7 +114,7 @@ struct Service {
 }
 
 fn bin(name: &str) -> Result<PathBuf> {
-    Ok(bench::sibling_binary(name, "scripts/bench")?)
+    Ok(testkit::sibling_binary(name, "scripts/bench")?)
 }
 
 async fn admin(sql: &str) -> Result<()> {
@@ -237,7 +237,7 @@ impl Service {
 
     /// Peak resident memory of each process, in MiB.
     fn peak_rss(&self) -> Value {
-        let peak = bench::peak_rss_mib;
+        let peak = testkit::peak_rss_mib;
         json!({
             "api_mib": peak(self.api.id()),
             "worker_mib": self.workers.iter().map(|w| peak(w.id())).collect::<Vec<_>>(),

@@ -14,14 +14,14 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use bench::{
-    peak_rss_mib,
-    servers::{PrivatePostgres, PrivateRedis},
-};
 use clap::Parser;
 use rand::Rng;
 use serde_json::{Value, json};
 use sqlx::AnyPool;
+use testkit::{
+    peak_rss_mib,
+    servers::{PrivatePostgres, PrivateRedis},
+};
 
 const KEY: &str = "soak-key-long-enough";
 
@@ -65,7 +65,7 @@ struct Seen {
 type Shared = Arc<Mutex<Seen>>;
 
 fn bin(name: &str) -> Result<PathBuf> {
-    Ok(bench::sibling_binary(name, "scripts/soak")?)
+    Ok(testkit::sibling_binary(name, "scripts/soak")?)
 }
 
 struct Processes {

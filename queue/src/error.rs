@@ -13,7 +13,7 @@ pub enum Error {
     /// The database: the outbox through the store, or the tables of
     /// apalis's SQL storages.
     #[error(transparent)]
-    Database(#[from] shared::Error),
+    Database(#[from] store::Error),
     /// apalis's SQL storage refused a push or its setup for a reason other
     /// than the database's.
     #[error("queue storage: {0}")]
@@ -26,7 +26,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A database error on apalis's tables reads like one on the store's:
-/// classified once, by `shared::Error`.
+/// classified once, by `store::Error`.
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         Error::Database(error.into())

@@ -6,6 +6,7 @@
 //! scheduling). Also here: the one path that hands committed jobs to the
 //! queue ([`Handoff`]), and the outbox relay.
 
+mod apalis_tables;
 mod error;
 mod memory;
 mod primary;
@@ -18,10 +19,8 @@ use apalis::prelude::TaskSink;
 use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
 use serde_json::{Value, json};
-use shared::{
-    settings::Settings,
-    store::{Dialect, QueuedJob, Store},
-};
+use shared::settings::Settings;
+use store::{Dialect, QueuedJob, Store};
 use tracing::warn;
 
 pub use error::{Error, Result};
@@ -125,7 +124,7 @@ impl Queue {
                     .connect(store.session_url())
                     .await?;
                 PostgresStorage::setup(&pool).await?;
-                shared::store::index_finished_postgres_messages(&pool).await?;
+                apalis_tables::index_finished_postgres_messages(&pool).await?;
                 Ok(Queue::Postgres(
                     PostgresStorage::new(&pool).with_config(
                         apalis_postgres::Config::default()
@@ -301,7 +300,7 @@ impl Queue {
         Ok(match self {
             Queue::Redis(_) | Queue::Memory(_) => 0,
             Queue::Sqlite(storage) => {
-                shared::store::delete_finished_sqlite_messages(
+                apalis_tables::delete_finished_sqlite_messages(
                     storage.pool(),
                     queue_name,
                     limit_sql,
@@ -309,7 +308,7 @@ impl Queue {
                 .await?
             }
             Queue::Postgres(storage) => {
-                shared::store::delete_finished_postgres_messages(
+                apalis_tables::delete_finished_postgres_messages(
                     storage.pool(),
                     queue_name,
                     limit_sql,

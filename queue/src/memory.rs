@@ -12,7 +12,7 @@ use std::{
 
 use apalis::prelude::{MemorySink, MemoryStorage, MemoryStorageError, Task};
 use futures::{Sink, SinkExt, StreamExt, lock::Mutex as AsyncMutex};
-use shared::store::QueuedJob;
+use store::QueuedJob;
 use tokio::sync::Notify;
 
 use crate::Message;

@@ -37,7 +37,7 @@ use redis::{
     AsyncConnectionConfig,
     aio::{ConnectionManagerConfig, MultiplexedConnection},
 };
-use shared::store::QueuedJob;
+use store::QueuedJob;
 use tokio::sync::Semaphore;
 use tracing::warn;
 

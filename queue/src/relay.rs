@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use shared::{
     notify::Signals,
-    store::{QueuedJob, Store},
     time::{duration_ms, now_ms},
 };
+use store::{QueuedJob, Store};
 use tokio_util::sync::CancellationToken as Shutdown;
 use tracing::warn;
 

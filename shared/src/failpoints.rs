@@ -33,21 +33,3 @@ pub fn crash_if_armed(point: &str) {
         std::process::abort();
     }
 }
-
-/// The error of a commit whose answer was lost: the database did the work,
-/// and the caller cannot tell.
-pub fn lost_answer(point: &str) -> crate::Error {
-    crate::Error::Unavailable(sqlx::Error::Io(std::io::Error::new(
-        std::io::ErrorKind::ConnectionReset,
-        format!("failpoint {point}: the answer was lost"),
-    )))
-}
-
-/// `result`, or, when the point is armed and the step succeeded, the
-/// error of a lost answer in its place.
-pub fn lose_answer<T>(point: &str, result: crate::Result<T>) -> crate::Result<T> {
-    match result {
-        Ok(_) if armed(point) => Err(lost_answer(point)),
-        result => result,
-    }
-}

@@ -3,12 +3,12 @@
 //! the paisa).
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::calendar::{Date, Month};
 
 /// One problem with a request's content: the `errors` list of a 422.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FieldError {
     pub field: String,
     pub message: String,
@@ -31,23 +31,24 @@ pub const MAX_AMOUNT_PAISE: i64 = 100_000_000_000;
 pub const GST_RATES_CENTI: [i64; 7] = [0, 25, 300, 500, 1200, 1800, 2800];
 
 /// An entry as a client sends it. The schema is closed.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LedgerEntryInput {
     /// The client's id, 1 to 64 characters; makes the import idempotent.
-    #[schema(example = "inv-2026-0001")]
+    #[cfg_attr(feature = "openapi", schema(example = "inv-2026-0001"))]
     pub id: String,
     /// `YYYY-MM-DD` exactly (`crate::calendar`).
-    #[schema(example = "2026-10-03")]
+    #[cfg_attr(feature = "openapi", schema(example = "2026-10-03"))]
     pub date: String,
     /// `sale` or `purchase`.
-    #[schema(example = "sale")]
+    #[cfg_attr(feature = "openapi", schema(example = "sale"))]
     pub direction: String,
     /// A decimal string with at most two fractional digits.
-    #[schema(example = "1299.00")]
+    #[cfg_attr(feature = "openapi", schema(example = "1299.00"))]
     pub amount: String,
     /// One of `0`, `0.25`, `3`, `5`, `12`, `18`, `28`.
-    #[schema(example = "18")]
+    #[cfg_attr(feature = "openapi", schema(example = "18"))]
     pub gst_rate: String,
     /// IGST at the full rate when true; CGST and SGST at half the rate each otherwise.
     #[serde(default)]

@@ -1,20 +1,13 @@
-//! What the `api` and `worker` binaries share: settings, the job model and
-//! its state machine, the store (all SQL), the ledger and the report kinds,
-//! and how both log.
+//! Receipt's vocabulary: the job and its states, attempt outcomes, ids,
+//! time, dates and months, money and ledger entries, the settings each
+//! binary reads, failpoints and in-process signals. No I/O: every crate
+//! may depend on this one, and it depends on none of them.
 
-pub mod batch;
 pub mod calendar;
-pub mod error;
 pub mod failpoints;
+pub mod ids;
 pub mod ledger;
-pub mod logging;
 pub mod model;
 pub mod notify;
-pub mod reports;
-pub mod saga;
 pub mod settings;
-pub mod store;
 pub mod time;
-pub mod webhooks;
-
-pub use error::{Error, Result};

@@ -1,13 +1,13 @@
 //! The job, its state machine, and the shape clients see.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::time::to_rfc3339;
 
 /// Where a job is in its life. Written once here; the README and
 /// `docs/design.md` draw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobStatus {
     /// Accepted and durable; waiting in the outbox or the queue, possibly for
@@ -79,6 +79,19 @@ impl EventState {
     }
 }
 
+/// The webhook event types, one per final status.
+pub const EVENT_TYPES: [&str; 3] = ["job.succeeded", "job.failed", "job.cancelled"];
+
+/// The event a final status announces.
+pub fn event_type_of(status: JobStatus) -> Option<&'static str> {
+    match status {
+        JobStatus::Succeeded => Some("job.succeeded"),
+        JobStatus::Failed => Some("job.failed"),
+        JobStatus::Cancelled => Some("job.cancelled"),
+        JobStatus::Queued | JobStatus::Running => None,
+    }
+}
+
 /// A job as stored.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -102,15 +115,19 @@ pub struct Job {
 }
 
 /// The job object of `docs/api.md`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobObject {
     /// `job_` + a time-ordered UUID (v7).
-    #[schema(example = "job_019ad5a1c2e37b40a0c2f1d3e4b5a697")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(example = "job_019ad5a1c2e37b40a0c2f1d3e4b5a697")
+    )]
     pub job_id: String,
-    #[schema(example = "gst-summary")]
+    #[cfg_attr(feature = "openapi", schema(example = "gst-summary"))]
     pub kind: String,
     /// The parameters as submitted.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub params: serde_json::Value,
     pub status: JobStatus,
     /// Attempts started so far.
@@ -140,16 +157,58 @@ pub struct JobObject {
     /// `compensating` while the steps done are undone, `completed` or
     /// `compensated` once nothing is left to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, example = "compensating")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(nullable = false, example = "compensating")
+    )]
     pub phase: Option<String>,
     /// Sagas only, where `phase` is: every step in order, with its
     /// compensation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub steps: Option<Vec<crate::saga::StepObject>>,
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub steps: Option<Vec<StepObject>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// A step as the job object shows it (`docs/api.md`, Sagas).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepObject {
+    /// The step's name, in the order the steps run.
+    #[cfg_attr(feature = "openapi", schema(example = "file"))]
+    pub name: String,
+    /// `pending` (not started), `running`, `done` or `failed`.
+    pub outcome: String,
+    /// Tries of the action so far.
+    pub attempts: i64,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// The last try's error: the failure once `failed`, the error being
+    /// retried while `running`.
+    pub error: Option<JobErrorObject>,
+    /// What the step produced, once `done`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub output: Option<serde_json::Value>,
+    /// Its compensation, once one is needed; null otherwise.
+    pub compensation: Option<CompensationObject>,
+}
+
+/// A step's compensation as the job object shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CompensationObject {
+    /// `pending`, `running` (being tried, or waiting to be tried again
+    /// after an error) or `done`.
+    pub outcome: String,
+    /// Tries so far; a compensation is tried until it succeeds.
+    pub attempts: i64,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// The last failed try's error, until it succeeds.
+    pub error: Option<JobErrorObject>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobErrorObject {
     #[serde(rename = "type")]
     pub error_type: String,
@@ -187,11 +246,6 @@ impl Job {
             steps: None,
         }
     }
-}
-
-/// A new job id: `job_` + UUID v7 in simple (hex) form, so ids sort by time.
-pub fn new_job_id() -> String {
-    format!("job_{}", uuid::Uuid::now_v7().simple())
 }
 
 /// How an attempt ended, as the worker reports it to the store.

@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use clap::{Args, builder::BoolishValueParser};
 
-use crate::logging::LogFormat;
-
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
     /// Where the API listens (`host:port`; port 0 picks a free port).
@@ -184,7 +182,7 @@ impl Settings {
     /// The `(tenant, key)` pairs of `API_KEYS`, each key once. An entry
     /// that is malformed, or whose key is shorter than [`MIN_API_KEY_LEN`],
     /// is an error that names the entry and its tenant, never the key.
-    pub fn api_keys(&self) -> crate::Result<Vec<(String, String)>> {
+    pub fn api_keys(&self) -> Result<Vec<(String, String)>> {
         let Some(text) = self.api_keys.as_deref().filter(|t| !t.trim().is_empty()) else {
             return Ok(Vec::new());
         };
@@ -210,13 +208,13 @@ impl Settings {
 /// and a key is all it takes to act as its tenant.
 pub const MIN_API_KEY_LEN: usize = 16;
 
-fn config(message: String) -> crate::Error {
-    crate::Error::Config(message)
+fn config(message: String) -> SettingsError {
+    SettingsError(message)
 }
 
 /// One `tenant:key` entry of `API_KEYS`, the `n`th. No message quotes the
 /// entry: it may hold a key.
-fn parse_api_keys_entry(n: usize, entry: &str) -> crate::Result<(String, String)> {
+fn parse_api_keys_entry(n: usize, entry: &str) -> Result<(String, String)> {
     if entry.is_empty() {
         return Err(config(format!(
             "API_KEYS entry {n} is empty; write tenant:key,tenant:key"
@@ -275,11 +273,36 @@ pub fn check_tenant(tenant: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `LOG_FORMAT`: how log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours only on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message`
+    /// and the event's fields.
+    Json,
+}
+
+/// A setting that does not parse, with what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError(pub String);
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+type Result<T, E = SettingsError> = std::result::Result<T, E>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parsed(api_keys: &str) -> crate::Result<Vec<(String, String)>> {
+    fn parsed(api_keys: &str) -> Result<Vec<(String, String)>> {
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use queue::{Queue, run_relay};
-use shared::{notify::Signals, settings::Settings, store::Store};
+use shared::{notify::Signals, settings::Settings};
+use store::Store;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;

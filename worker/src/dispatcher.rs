@@ -8,14 +8,14 @@ use std::{
     time::{Duration, Instant},
 };
 
+use outbound::{SignedPost, signed_post};
 use rand::Rng;
 use shared::{
     notify::Signals,
     settings::Settings,
-    store::{DeliveryRecord, DueEvent, Store},
     time::{duration_ms, now_ms},
-    webhooks::{SignedPost, signed_post},
 };
+use store::{DeliveryRecord, DueEvent, Store};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;

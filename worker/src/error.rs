@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 /// Why a worker operation failed. Job attempts do not fail with it: their
-/// failures are `shared::reports::JobFailure`, recorded on the job.
+/// failures are `reports::JobFailure`, recorded on the job.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The database, through the store.
     #[error(transparent)]
-    Store(#[from] shared::Error),
+    Store(#[from] store::Error),
     /// The queue: connecting to it, recovering it, handing messages back.
     #[error(transparent)]
     Queue(#[from] queue::Error),

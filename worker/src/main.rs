@@ -1,9 +1,7 @@
 use clap::{Parser, Subcommand};
-use shared::{
-    logging::{self, LogStream},
-    settings::Settings,
-    store::Store,
-};
+use shared::settings::Settings;
+use store::Store;
+use telemetry::LogStream;
 
 /// Receipt's worker: runs report jobs from the queue.
 #[derive(Parser)]
@@ -27,7 +25,7 @@ enum Command {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     shared::failpoints::arm();
-    logging::init(
+    telemetry::init(
         cli.settings.log_format,
         LogStream::Stdout,
         "info,sqlx=warn,apalis=warn",

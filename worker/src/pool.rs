@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use queue::Queue;
-use shared::{notify::Signals, settings::Settings, store::Store};
+use shared::{notify::Signals, settings::Settings};
+use store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

@@ -2,7 +2,8 @@
 //! endpoint on `METRICS_ADDR`, and SIGTERM/SIGINT.
 
 use queue::Queue;
-use shared::{notify::Signals, settings::Settings, store::Store};
+use shared::{notify::Signals, settings::Settings};
+use store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

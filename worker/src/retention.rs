@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
-use shared::{
-    store::{Dialect, Pruned, Store},
-    time::{duration_ms, now_ms},
-};
+use shared::time::{duration_ms, now_ms};
+use store::{Dialect, Pruned, Store};
 use tokio_util::sync::CancellationToken as Shutdown;
 use tracing::{debug, warn};
 

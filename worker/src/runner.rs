@@ -4,17 +4,16 @@
 use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Mutex, time::Duration};
 
 use futures::FutureExt;
+use reports::{JobContext, JobFailure, ProgressSink, Registry, ReportOutput, RunSettings};
 use serde_json::Value;
 pub use shared::time::backoff_delay;
 use shared::{
-    batch::Batcher,
     model::{AttemptOutcome, JobErrorObject, ResultBody},
     notify::Signals,
-    reports::{JobContext, JobFailure, ProgressSink, Registry, ReportOutput, RunSettings},
     settings::Settings,
-    store::{Claim, LeaseCheck, Store},
     time::{duration_ms, now_ms},
 };
+use store::{Claim, LeaseCheck, Store, batch::Batcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -38,7 +37,7 @@ pub struct Runner {
     claims: Batcher<String, Option<Claim>>,
     /// Each success answers on its own: one write the database refuses
     /// does not fail the others of its batch.
-    successes: Batcher<(String, i64, ResultBody), shared::Result<bool>>,
+    successes: Batcher<(String, i64, ResultBody), store::Result<bool>>,
 }
 
 /// Writes per group commit: enough to amortize a commit over a busy
@@ -129,7 +128,7 @@ impl Runner {
         let mut pause = Duration::from_millis(100);
         let mut failed_before = false;
         loop {
-            let claimed = shared::failpoints::lose_answer(
+            let claimed = store::lose_answer(
                 "worker::claim_answer_lost",
                 self.claims.call(job_id.to_owned()).await,
             );
@@ -329,7 +328,7 @@ impl Runner {
                         .await
                 }
             };
-            let written = shared::failpoints::lose_answer("worker::outcome_answer_lost", written);
+            let written = store::lose_answer("worker::outcome_answer_lost", written);
             match written {
                 Ok(true) => {
                     if let AttemptOutcome::RetryAt { .. } = outcome {

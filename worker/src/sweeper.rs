@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use shared::{notify::Signals, store::Store};
+use shared::notify::Signals;
+use store::Store;
 use tracing::{info, warn};
 
 use tokio_util::sync::CancellationToken as Shutdown;

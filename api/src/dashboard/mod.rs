@@ -25,11 +25,8 @@ use actix_web::{
     http::{StatusCode, header},
     web,
 };
-use shared::{
-    model::JobStatus,
-    store::{JobFilter, TokenCheck, hash_key},
-    time::now_ms,
-};
+use shared::{model::JobStatus, time::now_ms};
+use store::{JobFilter, TokenCheck, hash_key};
 
 use crate::{
     error::ApiError,
@@ -111,8 +108,8 @@ fn message_of(error: &ApiError) -> String {
     }
 }
 
-impl From<shared::Error> for Refusal {
-    fn from(error: shared::Error) -> Self {
+impl From<store::Error> for Refusal {
+    fn from(error: store::Error) -> Self {
         ApiError::from(error).into()
     }
 }
@@ -572,7 +569,7 @@ async fn job_view(
         .ok()
         .is_some_and(|params| {
             state.registry.get(&job.kind).is_some_and(|kind| {
-                kind.chunk_renderer(&params, shared::reports::ResultFormat::Csv)
+                kind.chunk_renderer(&params, reports::ResultFormat::Csv)
                     .is_some()
             })
         });
@@ -719,7 +716,7 @@ async fn webhook_view(
     state: &AppState,
     tenant_id: &str,
     webhook_id: &str,
-) -> Result<(pages::WebhookRow, Vec<shared::store::Delivery>), Refusal> {
+) -> Result<(pages::WebhookRow, Vec<store::Delivery>), Refusal> {
     let not_found = || {
         Refusal::Page(
             StatusCode::NOT_FOUND,

@@ -3,10 +3,8 @@
 
 use actix_web::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
-use shared::{
-    model::{Job, JobStatus},
-    store::{Delivery, JobCounts, ThroughputMinute, Webhook, WebhookHealth},
-};
+use shared::model::{Job, JobStatus};
+use store::{Delivery, JobCounts, ThroughputMinute, Webhook, WebhookHealth};
 
 use super::{PATH, Viewer};
 

@@ -6,12 +6,13 @@ use actix_web::{
     http::{StatusCode, header},
     web,
 };
+use reports::{ChunkRenderer, ResultFormat};
 use serde::Serialize;
 use shared::{
-    model::{Job, JobObject, JobStatus, new_job_id},
-    reports::{ChunkRenderer, ResultFormat},
-    store::{CancelOutcome, JobFilter, RetryOutcome, Store, StoredResult},
+    ids::new_job_id,
+    model::{Job, JobObject, JobStatus},
 };
+use store::{CancelOutcome, JobFilter, RetryOutcome, Store, StoredResult};
 use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
 
@@ -264,7 +265,7 @@ impl ChunkedResult {
     fn stream(
         self,
         renderer: Box<dyn ChunkRenderer>,
-    ) -> impl futures::Stream<Item = Result<Bytes, shared::Error>> + 'static {
+    ) -> impl futures::Stream<Item = Result<Bytes, store::Error>> + 'static {
         futures::stream::unfold(
             (self, renderer, Piece::Head),
             |(result, mut renderer, mut next)| async move {
@@ -305,13 +306,13 @@ impl ChunkedResult {
         )
     }
 
-    async fn read(&self, seq: i64, renderer: &mut dyn ChunkRenderer) -> shared::Result<String> {
+    async fn read(&self, seq: i64, renderer: &mut dyn ChunkRenderer) -> store::Result<String> {
         let body = self
             .store
             .result_chunk(&self.job_id, self.attempt, seq)
             .await?
             .ok_or_else(|| {
-                shared::Error::Corrupt(format!(
+                store::Error::Corrupt(format!(
                     "chunk {seq} of {} of the result of {} is missing",
                     self.count, self.job_id
                 ))

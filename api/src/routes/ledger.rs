@@ -4,6 +4,7 @@ use std::{
 };
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use reports::ObjectOnly;
 use serde::{
     Deserialize, Deserializer, Serialize,
     de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
@@ -11,9 +12,8 @@ use serde::{
 use shared::{
     calendar::Month,
     ledger::{FieldError, LedgerEntry, LedgerEntryInput},
-    reports::ObjectOnly,
-    store::{ImportOutcome, WriteTx},
 };
+use store::{ImportOutcome, WriteTx};
 use utoipa::ToSchema;
 
 use crate::{

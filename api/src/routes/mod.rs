@@ -90,7 +90,7 @@ pub async fn job_object(state: &AppState, job: &Job) -> ApiResult<JobObject> {
         .unwrap_or_default();
     if !names.is_empty() {
         let (run, records) = state.store.saga_state(&job.job_id).await?;
-        let (phase, steps) = shared::saga::job_view(&names, run.as_ref(), &records);
+        let (phase, steps) = ::reports::saga::job_view(&names, run.as_ref(), &records);
         object.phase = Some(phase);
         object.steps = Some(steps);
     }

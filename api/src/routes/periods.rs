@@ -2,14 +2,10 @@
 //! those jobs file with (`docs/api.md`, Closing a month).
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use outbound::check_url;
 use serde::{Deserialize, Serialize};
-use shared::{
-    calendar::Month,
-    ledger::FieldError,
-    store::{FilingEndpoint, Period, ReopenOutcome},
-    time::to_rfc3339,
-    webhooks::check_url,
-};
+use shared::{calendar::Month, ledger::FieldError, time::to_rfc3339};
+use store::{FilingEndpoint, Period, ReopenOutcome};
 use utoipa::ToSchema;
 
 use crate::{

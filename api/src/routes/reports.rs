@@ -3,12 +3,13 @@ use actix_web::{
     http::{StatusCode, header},
     web,
 };
+use reports::{ParamsError, RawParams};
 use serde_json::Value;
 use shared::{
-    model::{Job, JobObject, new_job_id},
-    reports::{ParamsError, RawParams},
-    store::{NewJob, Submission},
+    ids::new_job_id,
+    model::{Job, JobObject},
 };
+use store::{NewJob, Submission};
 use utoipa::{
     PartialSchema, ToSchema,
     openapi::{OneOfBuilder, Ref, RefOr, Schema},

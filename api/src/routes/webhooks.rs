@@ -5,13 +5,11 @@ use actix_web::{
     http::{StatusCode, header},
     web,
 };
+use outbound::check_url;
 use serde::{Deserialize, Serialize};
-use shared::{
-    ledger::FieldError,
-    store::{Delivery, NewWebhook, Registration, Webhook},
-    time::to_rfc3339,
-    webhooks::{EVENT_TYPES, check_url},
-};
+use shared::model::EVENT_TYPES;
+use shared::{ledger::FieldError, time::to_rfc3339};
+use store::{Delivery, NewWebhook, Registration, Webhook};
 use utoipa::ToSchema;
 
 use super::paging::{cut, is_id, limit_and_cursor};

@@ -7,14 +7,15 @@
 
 use std::time::{Duration, Instant};
 
+use reports::CHUNK_BYTES;
 use reqwest::{StatusCode, header::ACCEPT};
 use serde_json::{Value, json};
+use shared::ids::new_job_id;
 use shared::{
-    model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody, new_job_id},
-    reports::CHUNK_BYTES,
-    store::{NewJob, StoredResult},
+    model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody},
     time::now_ms,
 };
+use store::{NewJob, StoredResult};
 
 use crate::{
     common::{Api, Backend, TestEnv, peak_rss},

@@ -55,8 +55,8 @@ pub struct TestEnv {
 /// A Postgres of the test's own and PgBouncer in transaction mode in front
 /// of it, for the tests declared with `through_pgbouncer!`.
 pub struct PooledServers {
-    pub postgres: bench::servers::PrivatePostgres,
-    pub pgbouncer: bench::servers::PrivatePgBouncer,
+    pub postgres: testkit::servers::PrivatePostgres,
+    pub pgbouncer: testkit::servers::PrivatePgBouncer,
 }
 
 tokio::task_local! {
@@ -67,8 +67,8 @@ tokio::task_local! {
 /// processes through PgBouncer in transaction mode (4 server connections),
 /// as `DATABASE_POOLER=transaction` with `DATABASE_DIRECT_URL`.
 pub async fn through_pgbouncer<F: std::future::Future>(test: F) -> F::Output {
-    let postgres = bench::servers::PrivatePostgres::start();
-    let pgbouncer = bench::servers::PrivatePgBouncer::start(postgres.port, 4);
+    let postgres = testkit::servers::PrivatePostgres::start();
+    let pgbouncer = testkit::servers::PrivatePgBouncer::start(postgres.port, 4);
     let servers = std::sync::Arc::new(PooledServers {
         postgres,
         pgbouncer,
@@ -299,12 +299,12 @@ impl TestEnv {
         redis_at(&self.redis_url).await
     }
 
-    pub async fn store(&self) -> shared::store::Store {
+    pub async fn store(&self) -> store::Store {
         let url = match self.backend {
             Backend::Sqlite => self.database_url.clone(),
             Backend::PgRedis => self.database_url.clone(),
         };
-        shared::store::Store::connect(&url).await.expect("store")
+        store::Store::connect(&url).await.expect("store")
     }
 }
 

@@ -7,7 +7,7 @@ use clap::Parser;
 use queue::Queue;
 use serde_json::json;
 use shared::settings::Settings;
-use shared::store::QueuedJob;
+use store::QueuedJob;
 
 use crate::common::{Backend, TestEnv};
 

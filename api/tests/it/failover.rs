@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use bench::servers::{PrivatePostgres, PrivateRedis, PrivateSentinels};
+use testkit::servers::{PrivatePostgres, PrivateRedis, PrivateSentinels};
 
 use crate::{
     common::TestEnv,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use bench::servers::{PrivatePostgres, PrivateRedis};
+use testkit::servers::{PrivatePostgres, PrivateRedis};
 
 use crate::common::{Api, Backend, KEY_A, Process, TestEnv, redis_at};
 

@@ -6,11 +6,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use shared::{
-    model::new_job_id,
-    store::{KeyLookup, NewJob, Store, StoredResponse, Submission, SubmissionKey, Submitted},
-    time::now_ms,
-};
+use shared::{ids::new_job_id, time::now_ms};
+use store::{KeyLookup, NewJob, Store, StoredResponse, Submission, SubmissionKey, Submitted};
 
 use crate::common::{Api, Backend, Reply, TestEnv};
 

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use shared::store::Store;
+use store::Store;
 
 use crate::common::{Api, Backend, TestEnv};
 
@@ -170,7 +170,9 @@ async fn the_counters_stay_exact_through_every_kind_of_change(backend: Backend) 
         api.wait_final(&id_of(job)).await;
     }
     let retry_of_failed = retry(&api, &id_of(&fails)).await;
+    // The retry sleeps as long as the job it retries: stop it too.
     let retry_of_cancelled = retry(&api, &id_of(&cancelled)).await;
+    cancel(&api, &id_of(&retry_of_cancelled)).await;
     api.wait_final(&id_of(&retry_of_failed)).await;
     api.wait_final(&id_of(&retry_of_cancelled)).await;
     let queued_cancel = api.submit("sleep", json!({"ms": 1, "fail_times": 0})).await;

@@ -21,7 +21,7 @@ fn assert_too_many(reply: &Reply) {
 
 async fn job_count(env: &TestEnv) -> usize {
     let store = env.store().await;
-    let filter = shared::store::JobFilter {
+    let filter = store::JobFilter {
         limit: 1000,
         ..Default::default()
     };

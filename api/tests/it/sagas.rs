@@ -12,7 +12,7 @@ use std::{
 use actix_web::{HttpRequest, HttpResponse, dev::ServerHandle, web};
 use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
-use shared::store::{Fence, SagaPhase, TurnBack};
+use store::{Fence, SagaPhase, TurnBack};
 
 use crate::common::{Api, Backend, Process, TestEnv, headers_of, peak_rss, serve_on_loopback};
 

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use shared::ids::new_job_id;
 use shared::{
-    model::{AttemptOutcome, JobErrorObject, JobStatus, new_job_id},
-    store::{LeaseCheck, NewJob, Store},
+    model::{AttemptOutcome, JobErrorObject, JobStatus},
     time::now_ms,
 };
 use sqlx::Row;
+use store::{LeaseCheck, NewJob, Store};
 
 use crate::common::{Api, Backend, TestEnv};
 

@@ -1,0 +1,427 @@
+//! Report kinds. A kind is a file here plus one line in [`Registry::new`]:
+//! its name, its parameters (a closed schema, then validation, decoded
+//! once into a typed value), its attempt limit and timeout, and how it
+//! runs.
+
+mod chunks;
+mod context;
+mod gst_summary;
+mod ledger_export;
+mod period_close;
+pub mod saga;
+mod sleep;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use std::marker::PhantomData;
+
+use futures::future::BoxFuture;
+use serde::{
+    Deserialize, Deserializer,
+    de::{DeserializeOwned, MapAccess, Visitor, value::MapAccessDeserializer},
+};
+use serde_json::{Number, Value};
+
+pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
+pub use context::{JobContext, ProgressSink, RunSettings};
+pub use gst_summary::{GstSummary, GstSummaryParams};
+pub use ledger_export::{DateRange, LedgerExport, LedgerExportParams};
+pub use period_close::PeriodClose;
+pub use sleep::{Sleep, SleepParams, SleepPlan};
+
+use shared::ledger::FieldError;
+
+/// Why parameters were refused before any job was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamsError {
+    /// Not the schema: wrong JSON type, unknown or missing field (400).
+    Malformed(String),
+    /// The schema, but values that do not make sense (422): a month that is
+    /// no month, a negative or fractional number where a count belongs.
+    Invalid(Vec<FieldError>),
+}
+
+impl std::fmt::Display for ParamsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamsError::Malformed(detail) => f.write_str(detail),
+            ParamsError::Invalid(errors) => {
+                let errors: Vec<String> = errors
+                    .iter()
+                    .map(|e| format!("{} {}", e.field, e.message))
+                    .collect();
+                f.write_str(&errors.join("; "))
+            }
+        }
+    }
+}
+
+/// How an attempt failed. The worker turns it into a retry, a final
+/// failure, or a cancellation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobFailure {
+    /// Worth another attempt after a backoff (a dependency hiccup, a timeout).
+    Retryable { error_type: String, message: String },
+    /// Another attempt would fail the same way.
+    Permanent { error_type: String, message: String },
+    /// The handler saw a cancel request at a checkpoint and stopped.
+    Cancelled,
+    /// The attempt lost its lease to a newer one: stop, write nothing.
+    Superseded,
+}
+
+impl JobFailure {
+    pub fn retryable(error_type: &str, message: impl Into<String>) -> Self {
+        JobFailure::Retryable {
+            error_type: error_type.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    pub fn permanent(error_type: &str, message: impl Into<String>) -> Self {
+        JobFailure::Permanent {
+            error_type: error_type.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A store error inside a handler: an outage is worth another attempt
+/// (the database may be back); anything else (stored data that does not
+/// decode, a refused write) is a bug that would fail the same way again.
+impl From<store::Error> for JobFailure {
+    fn from(error: store::Error) -> Self {
+        if error.is_unavailable() {
+            JobFailure::retryable("store_error", error.to_string())
+        } else {
+            JobFailure::permanent("store_error", error.to_string())
+        }
+    }
+}
+
+/// Parameters were checked at submit; a job whose stored parameters no
+/// longer parse (a kind changed under it) would fail the same way again.
+impl From<ParamsError> for JobFailure {
+    fn from(error: ParamsError) -> Self {
+        JobFailure::permanent("invalid_params", error.to_string())
+    }
+}
+
+/// What a successful run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReportOutput {
+    /// The whole result, one JSON document: for results that are small.
+    Document(Value),
+    /// The run wrote its result in this many chunks as it went
+    /// ([`ChunkWriter`]): for results that may not fit in memory.
+    Chunks(i64),
+}
+
+impl From<Value> for ReportOutput {
+    fn from(document: Value) -> Self {
+        ReportOutput::Document(document)
+    }
+}
+
+pub type RunResult = Result<ReportOutput, JobFailure>;
+
+/// A report kind, as its file writes it: its parameters are decoded and
+/// checked in one place, [`ReportKind::parse`], into [`ReportKind::Params`],
+/// and everything else works from that typed value. The registry serves
+/// each kind as an [`AnyReportKind`], whose parameters are still JSON.
+pub trait ReportKind: Send + Sync + 'static {
+    /// The parameters once decoded and checked.
+    type Params: Send + Sync;
+
+    /// The stable name clients use in `POST /v1/reports/{kind}`.
+    fn name(&self) -> &'static str;
+
+    /// Attempts before a retryable failure becomes final (`docs/api.md`: 5).
+    fn max_attempts(&self) -> i64 {
+        5
+    }
+
+    /// How long one attempt may run before it counts as a retryable failure.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(300)
+    }
+
+    /// Decodes and checks parameters: at submit (from the request's body),
+    /// where a refusal stores nothing, and again wherever stored
+    /// parameters are used.
+    fn parse(&self, params: RawParams<'_>) -> Result<Self::Params, ParamsError>;
+
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Self::Params) -> BoxFuture<'a, RunResult>;
+
+    /// A saga's steps, in order (`docs/sagas.md`); empty for a kind of one step.
+    fn step_names(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// A refusal of a submit that depends on stored state (409 with this
+    /// reason); `None` to accept. Checked before the job is stored.
+    fn refuse_submit<'a>(
+        &'a self,
+        _store: &'a store::Store,
+        _tenant_id: &'a str,
+        _params: &'a Value,
+    ) -> BoxFuture<'a, store::Result<Option<String>>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// A result stored as one document, as CSV, for tabular kinds.
+    fn to_csv(&self, _result: &Value) -> Option<String> {
+        None
+    }
+
+    /// For kinds that write their result in chunks: how to serve it in
+    /// `format`. `None` when the kind has no such format (a client asking
+    /// for CSV then gets JSON).
+    fn chunk_renderer(
+        &self,
+        _params: &Self::Params,
+        _format: ResultFormat,
+    ) -> Option<Box<dyn ChunkRenderer>> {
+        None
+    }
+}
+
+/// A report kind with its parameters as JSON, as the API receives them and
+/// the store keeps them: every [`ReportKind`] is one.
+pub trait AnyReportKind: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    fn max_attempts(&self) -> i64;
+
+    fn timeout(&self) -> Duration;
+
+    /// Checks parameters before anything is stored.
+    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError>;
+
+    /// Runs on stored parameters; ones that no longer parse (the kind
+    /// changed under its job) fail the job permanently.
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult>;
+
+    fn to_csv(&self, result: &Value) -> Option<String>;
+
+    /// [`ReportKind::step_names`].
+    fn step_names(&self) -> Vec<&'static str>;
+
+    /// [`ReportKind::refuse_submit`].
+    fn refuse_submit<'a>(
+        &'a self,
+        store: &'a store::Store,
+        tenant_id: &'a str,
+        params: &'a Value,
+    ) -> BoxFuture<'a, store::Result<Option<String>>>;
+
+    /// [`ReportKind::chunk_renderer`], given the job's stored parameters.
+    fn chunk_renderer(
+        &self,
+        params: &Value,
+        format: ResultFormat,
+    ) -> Option<Box<dyn ChunkRenderer>>;
+}
+
+impl<K: ReportKind> AnyReportKind for K {
+    fn name(&self) -> &'static str {
+        ReportKind::name(self)
+    }
+
+    fn max_attempts(&self) -> i64 {
+        ReportKind::max_attempts(self)
+    }
+
+    fn timeout(&self) -> Duration {
+        ReportKind::timeout(self)
+    }
+
+    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError> {
+        self.parse(params).map(drop)
+    }
+
+    fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
+        match self.parse(RawParams::Stored(&params)) {
+            Ok(params) => ReportKind::run(self, ctx, params),
+            Err(error) => Box::pin(std::future::ready(Err(error.into()))),
+        }
+    }
+
+    fn to_csv(&self, result: &Value) -> Option<String> {
+        ReportKind::to_csv(self, result)
+    }
+
+    fn step_names(&self) -> Vec<&'static str> {
+        ReportKind::step_names(self)
+    }
+
+    fn refuse_submit<'a>(
+        &'a self,
+        store: &'a store::Store,
+        tenant_id: &'a str,
+        params: &'a Value,
+    ) -> BoxFuture<'a, store::Result<Option<String>>> {
+        ReportKind::refuse_submit(self, store, tenant_id, params)
+    }
+
+    fn chunk_renderer(
+        &self,
+        params: &Value,
+        format: ResultFormat,
+    ) -> Option<Box<dyn ChunkRenderer>> {
+        ReportKind::chunk_renderer(self, &self.parse(RawParams::Stored(params)).ok()?, format)
+    }
+}
+
+/// Parameters to decode: a request's body as sent, or parameters stored
+/// with a job.
+#[derive(Debug, Clone, Copy)]
+pub enum RawParams<'a> {
+    /// Read straight into the kind's schema, never into a generic JSON
+    /// tree first: a body's memory is then bounded by the schema, not by
+    /// how many values the body holds.
+    Request(&'a [u8]),
+    Stored(&'a Value),
+}
+
+impl RawParams<'_> {
+    /// The parameters as JSON, once [`ReportKind::parse`] accepted them
+    /// (so a request's body is known to be the kind's small object).
+    pub fn to_value(self) -> Result<Value, ParamsError> {
+        match self {
+            RawParams::Request(body) => serde_json::from_slice(body).map_err(malformed),
+            RawParams::Stored(value) => Ok(value.clone()),
+        }
+    }
+}
+
+fn malformed(error: serde_json::Error) -> ParamsError {
+    ParamsError::Malformed(if error.is_syntax() || error.is_eof() {
+        format!("the body is not valid JSON: {error}")
+    } else {
+        error.to_string()
+    })
+}
+
+/// Decodes a closed parameter schema, mapping serde's complaint to a 400.
+/// Fields are decoded only as far as their JSON type (a number as a
+/// [`Number`], a date as a string), so that a value of the right type that
+/// makes no sense is left for the kind's checks: a 422 naming the field.
+pub fn decode_params<T: DeserializeOwned>(params: RawParams<'_>) -> Result<T, ParamsError> {
+    match params {
+        RawParams::Request(body) => {
+            let mut reader = serde_json::Deserializer::from_slice(body);
+            let ObjectOnly(decoded) =
+                ObjectOnly::<T>::deserialize(&mut reader).map_err(malformed)?;
+            reader.end().map_err(malformed)?;
+            Ok(decoded)
+        }
+        RawParams::Stored(params) => {
+            // serde's derive also reads a struct from an array of its fields in
+            // order (`["2026-10"]`); parameters are always an object.
+            if !params.is_object() {
+                return Err(ParamsError::Malformed(
+                    "the parameters must be a JSON object".into(),
+                ));
+            }
+            T::deserialize(params).map_err(|e| ParamsError::Malformed(e.to_string()))
+        }
+    }
+}
+
+/// A `T` read only from a JSON object: serde's derive also reads a struct
+/// from an array of its fields in order (`["2026-10"]`), which no schema
+/// of this API allows.
+pub struct ObjectOnly<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Object<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(Object(PhantomData))
+            .map(ObjectOnly)
+    }
+}
+
+/// A JSON number that must be a whole number from 0 to `max`; otherwise a
+/// field error (and 0, which is never used: the errors refuse the request).
+pub fn whole_number(field: &str, number: &Number, max: u64, errors: &mut Vec<FieldError>) -> u64 {
+    match number.as_u64().filter(|n| *n <= max) {
+        Some(n) => n,
+        None => {
+            errors.push(FieldError::new(
+                field,
+                format!("must be a whole number from 0 to {max}"),
+            ));
+            0
+        }
+    }
+}
+
+/// The kinds this process serves.
+#[derive(Clone)]
+pub struct Registry {
+    kinds: BTreeMap<&'static str, &'static dyn AnyReportKind>,
+}
+
+impl Registry {
+    pub fn new(enable_diagnostic_kinds: bool) -> Self {
+        static PERIOD_CLOSE: crate::saga::SagaKind<PeriodClose> =
+            crate::saga::SagaKind(PeriodClose);
+        let mut kinds: Vec<&'static dyn AnyReportKind> =
+            vec![&GstSummary, &LedgerExport, &PERIOD_CLOSE];
+        if enable_diagnostic_kinds {
+            kinds.push(&Sleep);
+        }
+        Self {
+            kinds: kinds.into_iter().map(|k| (k.name(), k)).collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&'static dyn AnyReportKind> {
+        self.kinds.get(name).copied()
+    }
+
+    /// The kinds' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.kinds.keys().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::JobFailure;
+    use store::Error;
+
+    fn is_retryable(error: Error) -> bool {
+        match JobFailure::from(error) {
+            JobFailure::Retryable { .. } => true,
+            JobFailure::Permanent { .. } => false,
+            other => panic!("a store error became {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_store_outage_in_a_handler_retries_and_a_bug_fails_for_good() {
+        assert!(is_retryable(Error::from(sqlx::Error::PoolTimedOut)));
+        assert!(is_retryable(Error::Batch(Arc::new(Error::from(
+            sqlx::Error::PoolTimedOut
+        )))));
+        assert!(!is_retryable(Error::Corrupt("stored headers".into())));
+        assert!(!is_retryable(Error::from(sqlx::Error::RowNotFound)));
+        assert!(!is_retryable(Error::Batch(Arc::new(Error::Corrupt(
+            "a batch of 2 writes answered 1".into()
+        )))));
+    }
+}

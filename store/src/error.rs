@@ -1,0 +1,110 @@
+use thiserror::Error;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The store's one error type.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The database did not answer (down, pool exhausted, connection lost):
+    /// a caller may retry later.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// Any other database error: a bug or a broken schema.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("invalid setting: {0}")]
+    Config(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The error of a group commit, shared by every write in it.
+    #[error("{0}")]
+    Batch(#[source] std::sync::Arc<Error>),
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(error: sqlx::Error) -> Self {
+        match &error {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Tls(_)
+            // A connection cut mid-answer (the server died) reads as a
+            // protocol error.
+            | sqlx::Error::Protocol(_) => Error::Unavailable(error),
+            sqlx::Error::Database(db) if is_unavailable_code(db.code().as_deref()) => {
+                Error::Unavailable(error)
+            }
+            _ => Error::Database(error),
+        }
+    }
+}
+
+/// Postgres codes that mean "try again": the server is starting, stopping,
+/// overloaded or refusing connections (classes 08, 53, 57P, and 55000 for a
+/// database not accepting connections), or the transaction lost a race it
+/// can win on a second try (40001 serialization failure, 40P01 deadlock,
+/// 40003 completion unknown); and SQLite's busy/locked, which pass.
+fn is_unavailable_code(code: Option<&str>) -> bool {
+    let Some(code) = code else {
+        return false;
+    };
+    matches!(code, "40001" | "40P01" | "40003" | "55000" | "5" | "6")
+        || code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("57P")
+}
+
+impl From<shared::settings::SettingsError> for Error {
+    fn from(error: shared::settings::SettingsError) -> Self {
+        Error::Config(error.0)
+    }
+}
+
+impl Error {
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Unavailable(_) => true,
+            Error::Batch(error) => error.is_unavailable(),
+            _ => false,
+        }
+    }
+}
+
+/// The error of a commit whose answer was lost: the database did the work,
+/// and the caller cannot tell.
+pub fn lost_answer(point: &str) -> Error {
+    Error::Unavailable(sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        format!("failpoint {point}: the answer was lost"),
+    )))
+}
+
+/// `result`, or, when the point is armed and the step succeeded, the
+/// error of a lost answer in its place.
+pub fn lose_answer<T>(point: &str, result: Result<T>) -> Result<T> {
+    match result {
+        Ok(_) if shared::failpoints::armed(point) => Err(lost_answer(point)),
+        result => result,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_unavailable_code;
+
+    #[test]
+    fn a_lost_race_or_a_lost_server_is_worth_another_try_and_a_bug_is_not() {
+        for code in [
+            "40001", "40P01", "08006", "08003", "57P01", "53300", "55000", "5",
+        ] {
+            assert!(is_unavailable_code(Some(code)), "{code}");
+        }
+        for code in ["23505", "42P01", "22P02", "40002"] {
+            assert!(!is_unavailable_code(Some(code)), "{code}");
+        }
+        assert!(!is_unavailable_code(None));
+    }
+}
