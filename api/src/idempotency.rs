@@ -104,14 +104,8 @@ pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// JSON with object keys sorted at every level and no white space.
-pub fn canonical_json(value: &Value) -> String {
-    let mut canonical = Vec::new();
-    write_canonical(value, &mut canonical);
-    String::from_utf8_lossy(&canonical).into_owned()
-}
-
-/// [`canonical_json`] into one buffer, without a string per member.
+/// JSON with object keys sorted at every level and no white space, into
+/// one buffer, without a string per member.
 fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
@@ -169,10 +163,6 @@ impl Answer {
             headers: all,
             body,
         }))
-    }
-
-    pub fn status(&self) -> u16 {
-        self.0.status
     }
 
     /// The answer of a client error the effect ended with.
@@ -286,7 +276,7 @@ where
         {
             // Another request with this key committed first: undo ours and
             // answer as it did.
-            tx.rollback().await.map_err(store::Error::from)?;
+            tx.rollback().await?;
             let mut tx = store.begin_write().await?;
             let found = store
                 .lookup_idempotency_key(&mut tx, tenant_id, key, fingerprint)
@@ -294,7 +284,7 @@ where
             return NextStep::of(found, key).answer_without_running(key);
         }
     }
-    tx.commit().await.map_err(store::Error::from)?;
+    tx.commit().await?;
     Ok(answer.into_response(false))
 }
 
@@ -330,6 +320,12 @@ mod tests {
             );
         }
         assert!(parse_key(&[b'k'; 256]).is_err());
+    }
+
+    fn canonical_json(value: &Value) -> String {
+        let mut canonical = Vec::new();
+        write_canonical(value, &mut canonical);
+        String::from_utf8(canonical).expect("JSON is UTF-8")
     }
 
     #[test]

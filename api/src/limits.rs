@@ -51,8 +51,8 @@ struct ActiveCount {
     /// As read, plus the submits this process admitted since.
     count: i64,
     /// A request is reading the count again: the others go on with this
-    /// one meanwhile, rather than each sending the same `COUNT(*)` (which,
-    /// behind a backlog, held every pooled connection once a second).
+    /// one meanwhile, rather than each sending the same `COUNT(*)`, which
+    /// behind a backlog would hold every pooled connection while it runs.
     refreshing: bool,
 }
 

@@ -1,12 +1,13 @@
-//! The OpenAPI 3.1 document, generated from the handlers' annotations; a
-//! test checks that every path in it is served, and another that standard
-//! tools accept it (a validator, and a client generator whose client then
-//! talks to the service).
+//! The OpenAPI 3.1 document, generated from the handlers' annotations and
+//! from the report kinds of the registry; a test checks that every path in
+//! it is served, and another that standard tools accept it (a validator,
+//! and a client generator whose client then talks to the service).
 
+use reports::{AnyReportKind, Registry};
 use utoipa::{
-    Modify, OpenApi,
+    Modify, OpenApi, PartialSchema, ToSchema,
     openapi::{
-        ContentBuilder, HeaderBuilder, Ref, RefOr, ResponseBuilder,
+        ContentBuilder, HeaderBuilder, OneOfBuilder, Ref, RefOr, ResponseBuilder,
         path::{Operation, ParameterBuilder, ParameterIn},
         schema::{ObjectBuilder, Schema, Type},
         security::{Http, HttpAuthScheme, SecurityScheme},
@@ -51,10 +52,7 @@ use crate::{error::PROBLEM_JSON, routes};
         shared::model::CompensationObject,
         shared::ledger::FieldError,
         shared::ledger::LedgerEntryInput,
-        reports::GstSummaryParams,
-        reports::LedgerExportParams,
-        reports::SleepParams,
-        routes::reports::ReportParams,
+        ReportParams,
         routes::jobs::JobPage,
         routes::ledger::ImportRequest,
         routes::ledger::ImportResponse,
@@ -68,9 +66,138 @@ use crate::{error::PROBLEM_JSON, routes};
         routes::periods::PeriodObject,
         routes::service::Health,
     )),
-    modifiers(&BearerAuth, &ContractRules),
+    modifiers(&BearerAuth, &ReportKinds, &ContractRules),
 )]
 pub struct ApiDoc;
+
+/// The body of `POST /v1/reports/{kind}`: one of the parameter schemas of
+/// the registry's kinds (diagnostic ones included), each a closed schema,
+/// so exactly one fits a valid body. Each kind's schema comes from the kind
+/// itself ([`AnyReportKind::params_schema`]): a kind added to the registry
+/// reaches the document with nothing written here.
+pub struct ReportParams;
+
+impl PartialSchema for ReportParams {
+    fn schema() -> RefOr<Schema> {
+        let bodies = bodies(&Registry::all());
+        let described = bodies.iter().map(|(name, takers)| {
+            let names: Vec<&str> = takers.iter().map(|kind| kind.name()).collect();
+            let diagnostic = if takers.iter().all(|kind| kind.diagnostic()) {
+                "; diagnostic"
+            } else {
+                ""
+            };
+            format!("{} ({name}{diagnostic})", names.join(" and "))
+        });
+        let mut one_of = OneOfBuilder::new().description(Some(format!(
+            "the parameters of the kind named in the path: {}",
+            or_list(described)
+        )));
+        for (name, _) in &bodies {
+            one_of = one_of.item(Ref::from_schema_name(name));
+        }
+        one_of.into()
+    }
+}
+
+impl ToSchema for ReportParams {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        for kind in Registry::all().kinds() {
+            schemas.extend(kind.params_schema().schemas);
+        }
+    }
+}
+
+/// The kinds' parameter schemas by name, each once, with the kinds that
+/// take it, in the kinds' order.
+fn bodies(registry: &Registry) -> Vec<(String, Vec<&'static dyn AnyReportKind>)> {
+    let mut bodies: Vec<(String, Vec<&'static dyn AnyReportKind>)> = Vec::new();
+    for kind in registry.kinds() {
+        let name = kind.params_schema().name;
+        match bodies.iter_mut().find(|(taken, _)| *taken == name) {
+            Some((_, takers)) => takers.push(kind),
+            None => bodies.push((name, vec![kind])),
+        }
+    }
+    bodies
+}
+
+/// The words of `POST /v1/reports/{kind}` that depend on the kinds, from
+/// the registry: the kinds in the path, what each does, and when a kind
+/// refuses a submit (409).
+struct ReportKinds;
+
+impl Modify for ReportKinds {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(submit) = openapi
+            .paths
+            .paths
+            .get_mut("/v1/reports/{kind}")
+            .and_then(|item| item.post.as_mut())
+        else {
+            return;
+        };
+        let registry = Registry::all();
+        let (served, diagnostic): (Vec<_>, Vec<_>) =
+            registry.kinds().partition(|kind| !kind.diagnostic());
+        let mut kinds = served
+            .iter()
+            .map(|kind| kind.name())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if !diagnostic.is_empty() {
+            let diagnostic: Vec<&str> = diagnostic.iter().map(|kind| kind.name()).collect();
+            kinds += &format!(
+                " (or {} when diagnostic kinds are enabled)",
+                diagnostic.join(" or ")
+            );
+        }
+        for parameter in submit.parameters.iter_mut().flatten() {
+            if parameter.name == "kind" {
+                parameter.description = Some(format!("report kind: {kinds}"));
+            }
+        }
+
+        let mut description = String::from("The kinds, by the name in the path:\n");
+        for kind in registry.kinds() {
+            let diagnostic = if kind.diagnostic() {
+                " (diagnostic: served only with `ENABLE_DIAGNOSTIC_KINDS=true`)"
+            } else {
+                ""
+            };
+            description += &format!(
+                "\n- `{}` (`{}`){diagnostic}: {}",
+                kind.name(),
+                kind.params_schema().name,
+                kind.about()
+            );
+        }
+        submit.description = Some(description);
+
+        let mut conflict = String::from("the Idempotency-Key is still in progress");
+        for kind in registry.kinds() {
+            if let Some(when) = kind.refused_when() {
+                conflict += &format!("; or, for {}, {when}", kind.name());
+            }
+        }
+        conflict += "; nothing stored";
+        submit.responses.responses.insert(
+            "409".to_owned(),
+            ResponseBuilder::new().description(conflict).into(),
+        );
+    }
+}
+
+/// `a, b, or c`; `a or b`; `a`.
+fn or_list(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    match items.as_slice() {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first, second] => format!("{first} or {second}"),
+        [rest @ .., last] => format!("{}, or {last}", rest.join(", ")),
+    }
+}
 
 struct BearerAuth;
 
@@ -205,4 +332,54 @@ fn add_idempotency_key(operation: &mut Operation) {
             ))
             .build(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn every_kind_reaches_the_submit_operation_with_its_closed_parameter_schema() {
+        let document = serde_json::to_value(ApiDoc::openapi()).expect("the document as JSON");
+        let schemas = &document["components"]["schemas"];
+        let bodies: Vec<&str> = schemas["ReportParams"]["oneOf"]
+            .as_array()
+            .expect("ReportParams is a oneOf")
+            .iter()
+            .filter_map(|body| body["$ref"].as_str())
+            .collect();
+        let submit = &document["paths"]["/v1/reports/{kind}"]["post"];
+        let words = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+        let kind_parameter = submit["parameters"]
+            .as_array()
+            .and_then(|all| all.iter().find(|p| p["name"] == "kind"))
+            .map(|p| words(&p["description"]))
+            .unwrap_or_default();
+
+        for kind in Registry::all().kinds() {
+            let name = kind.params_schema().name;
+            assert_eq!(
+                schemas[&name]["additionalProperties"],
+                Value::Bool(false),
+                "{}: {name} is in the document as a closed schema",
+                kind.name()
+            );
+            assert!(
+                bodies.contains(&format!("#/components/schemas/{name}").as_str()),
+                "{}: a submit's body may be {name}",
+                kind.name()
+            );
+            assert!(kind_parameter.contains(kind.name()), "{kind_parameter}");
+            assert!(
+                words(&submit["description"]).contains(kind.about()),
+                "{}: what it does is in the operation's description",
+                kind.name()
+            );
+            if let Some(when) = kind.refused_when() {
+                assert!(words(&submit["responses"]["409"]["description"]).contains(when));
+            }
+        }
+    }
 }

@@ -25,8 +25,9 @@ use crate::{
 /// How long an idle keep-alive connection stays open. Longer than the idle
 /// timeout of clients' pools and of load balancers (60 s is common), so
 /// that the client closes it, never the server while a request is on its
-/// way: actix's default of 5 s lost one request in about 20,000 in the
-/// benchmark's open loop ("connection closed before message completed").
+/// way: a pooled client that sends a request into a connection the server
+/// is closing gets no answer ("connection closed before message
+/// completed"), and cannot know whether the request was taken.
 const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
 
 /// An api bound to its address, migrated and with its keys in place, not

@@ -5,8 +5,7 @@
 //! every database and Redis key it makes is removed.
 
 use std::{
-    path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -15,9 +14,8 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
+use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
-const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-const REDIS: &str = "redis://127.0.0.1:6379";
 const KEY: &str = "bench-key-0123456789abcdef";
 /// A second tenant's key, for the fairness scenario.
 const QUIET_KEY: &str = "bench-quiet-key-0123456789";
@@ -93,6 +91,33 @@ impl Shape {
     }
 }
 
+impl Shape {
+    /// A moment in SQL from unix milliseconds: `timestamptz` on Postgres,
+    /// the milliseconds themselves on SQLite.
+    fn moment(self, millis: &str) -> String {
+        match self {
+            Shape::Production => format!("to_timestamp(({millis}) / 1000.0)"),
+            Shape::Embedded => millis.to_owned(),
+        }
+    }
+
+    /// A flag in SQL from a condition: `boolean` on Postgres, 0/1 on SQLite.
+    fn flag(self, condition: &str) -> String {
+        match self {
+            Shape::Production => format!("({condition})"),
+            Shape::Embedded => format!("CASE WHEN {condition} THEN 1 ELSE 0 END"),
+        }
+    }
+
+    /// A date in SQL from `YYYY-MM-DD` text.
+    fn date(self, text: &str) -> String {
+        match self {
+            Shape::Production => format!("({text})::date"),
+            Shape::Embedded => text.to_owned(),
+        }
+    }
+}
+
 fn print_result(scenario: &str, shape: &str, line: Value, summary: &str) {
     println!("{scenario:<9} {shape:<11} {summary}");
     let mut line = line;
@@ -101,30 +126,16 @@ fn print_result(scenario: &str, shape: &str, line: Value, summary: &str) {
     println!("{line}");
 }
 
-/// A service under test: its processes, database and queue prefix.
+/// A service under test: its processes, on a database and queue prefix of
+/// its own (`testkit`), all removed when it is dropped, even when a
+/// scenario fails part way.
 struct Service {
     shape: Shape,
-    base: String,
-    database_url: String,
-    pg_database: Option<String>,
-    queue_name: String,
-    api: Child,
-    workers: Vec<Child>,
-    _dir: PathBuf,
-}
-
-fn bin(name: &str) -> Result<PathBuf> {
-    Ok(testkit::sibling_binary(name, "scripts/bench")?)
-}
-
-async fn admin(sql: &str) -> Result<()> {
-    sqlx::any::install_default_drivers();
-    let pool = AnyPool::connect(PG_ADMIN).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(&pool)
-        .await?;
-    pool.close().await;
-    Ok(())
+    /// The api process, and a client of it with the bench tenant's key.
+    api: Api,
+    workers: Vec<Process>,
+    /// Dropped last: the processes stop before their database goes.
+    env: TestEnv,
 }
 
 impl Service {
@@ -134,74 +145,44 @@ impl Service {
         concurrency: usize,
         warm_up: usize,
     ) -> Result<Self> {
-        // Before the database exists: a missing binary must not leave one.
-        bin("api")?;
-        bin("worker")?;
-        let name = format!("receipt_bench_{}", uuid::Uuid::now_v7().simple());
-        let dir = std::env::temp_dir().join(&name);
-        std::fs::create_dir_all(&dir)?;
-        let (database_url, pg_database) = match shape {
-            Shape::Embedded => (format!("sqlite://{}/jobs.db", dir.display()), None),
-            Shape::Production => {
-                admin(&format!("CREATE DATABASE {name}")).await?;
-                (
-                    format!("postgres://postgres@127.0.0.1:5432/{name}"),
-                    Some(name.clone()),
-                )
-            }
+        for binary in ["api", "worker"] {
+            testkit::binary(binary).context("scripts/bench builds the release binaries")?;
+        }
+        let backend = match shape {
+            Shape::Embedded => Backend::Sqlite,
+            Shape::Production => Backend::PgRedis,
         };
-        let mut env = vec![
-            ("BIND_ADDR", "127.0.0.1:0".to_owned()),
-            ("DATABASE_URL", database_url.clone()),
-            ("QUEUE_NAME", name.clone()),
-            ("API_KEYS", format!("bench:{KEY},quiet:{QUIET_KEY}")),
-            ("ENABLE_DIAGNOSTIC_KINDS", "true".to_owned()),
-            ("WORKER_CONCURRENCY", concurrency.to_string()),
-            ("RUST_LOG", "error".to_owned()),
+        let keys = format!("bench:{KEY},quiet:{QUIET_KEY}");
+        let concurrency_setting = concurrency.to_string();
+        let mut settings = vec![
+            ("API_KEYS", keys.as_str()),
+            ("ENABLE_DIAGNOSTIC_KINDS", "true"),
+            ("WORKER_CONCURRENCY", concurrency_setting.as_str()),
+            ("RUST_LOG", "error"),
         ];
         if shape == Shape::Production {
-            env.push(("REDIS_URL", REDIS.to_owned()));
-            env.push(("EMBEDDED_WORKER", "false".to_owned()));
+            settings.push(("EMBEDDED_WORKER", "false"));
         }
-        let spawn = |name: &str, piped: bool| -> Result<Child> {
-            let mut command = Command::new(bin(name)?);
-            command
-                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-                .stdout(if piped { Stdio::piped() } else { Stdio::null() })
-                .stderr(Stdio::inherit());
-            Ok(command.spawn()?)
+        let env = TestEnv::new(backend).await.settings(&settings);
+        let mut api = env.start_api(&[]).await;
+        api.key = KEY.to_owned();
+        api.client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()?;
+        let workers = match shape {
+            Shape::Production => (0..workers).map(|_| env.start_worker(&[])).collect(),
+            Shape::Embedded => Vec::new(),
         };
-        let mut api = spawn("api", true)?;
-        let stdout = api.stdout.take().context("api stdout")?;
-        let addr = tokio::task::spawn_blocking(move || -> Result<String> {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines() {
-                let line = line?;
-                if let Some(addr) = line.strip_prefix("listening on http://") {
-                    return Ok(addr.trim().to_owned());
-                }
-            }
-            bail!("the api exited before listening")
-        })
-        .await??;
-        let mut worker_processes = Vec::new();
+        // The workers are ready for messages before anything is timed.
         if shape == Shape::Production {
-            for _ in 0..workers {
-                worker_processes.push(spawn("worker", false)?);
-            }
+            env.wait_for_redis_consumers(workers.len()).await;
         }
         let service = Service {
             shape,
-            base: format!("http://{addr}"),
-            database_url,
-            pg_database,
-            queue_name: name,
             api,
-            workers: worker_processes,
-            _dir: dir,
+            workers,
+            env,
         };
-        // Let the workers register with the queue before timing anything.
-        tokio::time::sleep(Duration::from_millis(500)).await;
         if warm_up > 0 {
             service.warm_up(warm_up, concurrency).await?;
         }
@@ -226,12 +207,22 @@ impl Service {
         Ok(())
     }
 
+    /// The api's base URL.
+    fn base(&self) -> &str {
+        &self.api.base
+    }
+
+    /// The Postgres database's name (production).
+    fn pg_database(&self) -> Option<&str> {
+        self.env.database_name()
+    }
+
     /// The watcher's pool: one connection, so [`backends`] can leave it out.
     async fn pool(&self) -> Result<AnyPool> {
         sqlx::any::install_default_drivers();
         Ok(sqlx::any::AnyPoolOptions::new()
             .max_connections(1)
-            .connect(&self.database_url)
+            .connect(&self.env.database_url)
             .await?)
     }
 
@@ -239,75 +230,24 @@ impl Service {
     fn peak_rss(&self) -> Value {
         let peak = testkit::peak_rss_mib;
         json!({
-            "api_mib": peak(self.api.id()),
-            "worker_mib": self.workers.iter().map(|w| peak(w.id())).collect::<Vec<_>>(),
+            "api_mib": peak(self.api.pid()),
+            "worker_mib": self.workers.iter().map(|w| peak(w.pid())).collect::<Vec<_>>(),
         })
     }
 
-    fn kill_processes(&mut self) {
-        for child in self
-            .workers
-            .iter_mut()
-            .chain(std::iter::once(&mut self.api))
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    async fn stop(mut self) -> Result<()> {
-        self.kill_processes();
-        if let Some(db) = self.pg_database.take() {
-            admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await?;
-            let client = redis::Client::open(REDIS)?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{}*", self.queue_name))
-                .query_async(&mut conn)
-                .await?;
-            if !keys.is_empty() {
-                let _: () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self._dir);
+    /// Stops the processes, then drops the database and the queue's keys.
+    async fn stop(self) -> Result<()> {
+        drop(self);
         Ok(())
     }
 }
 
-/// A scenario that fails part way still stops the processes it started.
-impl Drop for Service {
-    fn drop(&mut self) {
-        self.kill_processes();
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
-        .build()
-        .expect("http client")
-}
-
-async fn submit(client: &reqwest::Client, base: &str, body: &Value) -> Result<Value> {
-    submit_as(client, base, KEY, body).await
-}
-
-async fn submit_as(client: &reqwest::Client, base: &str, key: &str, body: &Value) -> Result<Value> {
-    let response = client
-        .post(format!("{base}/v1/reports/sleep"))
-        .bearer_auth(key)
-        .header("idempotency-key", uuid::Uuid::now_v7().to_string())
-        .json(body)
-        .send()
-        .await?;
-    if response.status() != reqwest::StatusCode::ACCEPTED {
-        bail!(
-            "submit answered {}: {}",
-            response.status(),
-            response.text().await?
-        );
-    }
-    Ok(response.json().await?)
+/// A `sleep` job submitted with the key of `api`, under a key of its own.
+async fn submit(api: &Api, body: &Value) -> Result<Value> {
+    let idempotency_key = uuid::Uuid::now_v7().to_string();
+    api.try_submit("sleep", body, &idempotency_key)
+        .await
+        .map_err(anyhow::Error::msg)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -330,18 +270,16 @@ struct Run {
 async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<Run> {
     let pool = service.pool().await?;
     let meter = CpuMeter::start(service, &pool).await?;
-    let client = client();
-    let first = submit(&client, &service.base, &json!({"ms": 0})).await?;
+    let api = &service.api;
+    let first = submit(api, &json!({"ms": 0})).await?;
     let first_id = first["job_id"].as_str().context("job_id")?.to_owned();
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
     let clients = (0..concurrency).map(|_| {
-        let client = client.clone();
         let next = next.clone();
-        let base = service.base.clone();
         async move {
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < jobs {
-                submit(&client, &base, &json!({"ms": 0})).await?;
+                submit(api, &json!({"ms": 0})).await?;
             }
             anyhow::Ok(())
         }
@@ -402,7 +340,7 @@ struct CpuMeter {
 
 impl CpuMeter {
     async fn start(service: &Service, pool: &AnyPool) -> Result<Self> {
-        let postgres = match &service.pg_database {
+        let postgres = match service.pg_database() {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -418,11 +356,11 @@ impl CpuMeter {
             Shape::Embedded => None,
         };
         Ok(CpuMeter {
-            api: cpu_seconds(service.api.id()).unwrap_or(0.0),
+            api: cpu_seconds(service.api.pid()).unwrap_or(0.0),
             workers: service
                 .workers
                 .iter()
-                .map(|w| cpu_seconds(w.id()).unwrap_or(0.0))
+                .map(|w| cpu_seconds(w.pid()).unwrap_or(0.0))
                 .collect(),
             postgres,
             redis,
@@ -433,14 +371,14 @@ impl CpuMeter {
     async fn per_job(&self, service: &Service, pool: &AnyPool, jobs: usize) -> Result<Value> {
         let ms_per_job = |seconds: f64| ms_per_job(seconds, jobs);
         let used = |pid: u32, before: f64| cpu_seconds(pid).map_or(0.0, |now| now - before);
-        let api = used(service.api.id(), self.api);
+        let api = used(service.api.pid(), self.api);
         let workers: f64 = service
             .workers
             .iter()
             .zip(&self.workers)
-            .map(|(w, before)| used(w.id(), *before))
+            .map(|(w, before)| used(w.pid(), *before))
             .sum();
-        let postgres: f64 = match &service.pg_database {
+        let postgres: f64 = match service.pg_database() {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -498,7 +436,7 @@ async fn backends(pool: &AnyPool, db: &str) -> Result<Vec<u32>> {
 }
 
 async fn redis_pid() -> Result<u32> {
-    let client = redis::Client::open(REDIS)?;
+    let client = redis::Client::open(REDIS_URL)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let info: String = redis::cmd("INFO")
         .arg("server")
@@ -539,17 +477,15 @@ fn proc_stat_seconds(path: &str, first: usize) -> Option<f64> {
 /// request's scheduled time, so a stall counts against every request it
 /// delays (the coordinated-omission correction).
 async fn submit_only(service: &Service, rate: u64, secs: u64) -> Result<Value> {
-    let client = client();
     let total = rate * secs;
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
     let tasks: Vec<_> = (0..total)
         .map(|i| {
-            let client = client.clone();
-            let base = service.base.clone();
+            let api = service.api.with_key(KEY);
             let scheduled = start + Duration::from_secs_f64(i as f64 / rate as f64);
             tokio::spawn(async move {
                 tokio::time::sleep_until(scheduled).await;
-                let answer = submit(&client, &base, &json!({"ms": 0})).await;
+                let answer = submit(&api, &json!({"ms": 0})).await;
                 if let Err(error) = &answer {
                     eprintln!("# submit failed: {error:#}");
                 }
@@ -600,19 +536,14 @@ fn rfc3339_ms(text: &str) -> Option<f64> {
 
 /// `started_at - created_at` of `count` jobs of the tenant of `key`,
 /// submitted one at a time, each after the one before finished; sorted.
-async fn pickup_latencies(
-    client: &reqwest::Client,
-    base: &str,
-    key: &str,
-    count: usize,
-) -> Result<Vec<f64>> {
+async fn pickup_latencies(api: &Api, key: &str, count: usize) -> Result<Vec<f64>> {
     let mut latencies = Vec::with_capacity(count);
+    let api = api.with_key(key);
     for _ in 0..count {
-        let job = submit_as(client, base, key, &json!({"ms": 0})).await?;
+        let job = submit(&api, &json!({"ms": 0})).await?;
         let id = job["job_id"].as_str().context("job_id")?;
-        let done: Value = client
-            .get(format!("{base}/v1/jobs/{id}?wait=30"))
-            .bearer_auth(key)
+        let done: Value = api
+            .request(reqwest::Method::GET, &format!("/v1/jobs/{id}?wait=30"))
             .send()
             .await?
             .json()
@@ -627,7 +558,7 @@ async fn pickup_latencies(
 
 /// Scenario 3: an idle system, jobs one at a time: `started_at - created_at`.
 async fn pickup(service: &Service, count: usize) -> Result<Value> {
-    let latencies = pickup_latencies(&client(), &service.base, KEY, count).await?;
+    let latencies = pickup_latencies(&service.api, KEY, count).await?;
     Ok(
         json!({"jobs": count, "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99)}),
     )
@@ -640,11 +571,10 @@ async fn pickup(service: &Service, count: usize) -> Result<Value> {
 /// at the end (so the figure was taken behind it).
 async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Value> {
     use futures::StreamExt;
-    let client = client();
     let backlog_started = Instant::now();
     let sleep_50ms = json!({"ms": 50});
     let submitted: Vec<Result<Value>> = futures::stream::iter(0..backlog)
-        .map(|_| submit(&client, &service.base, &sleep_50ms))
+        .map(|_| submit(&service.api, &sleep_50ms))
         .buffer_unordered(32)
         .collect()
         .await;
@@ -652,7 +582,7 @@ async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Val
         result?;
     }
     let backlog_secs = backlog_started.elapsed().as_secs_f64();
-    let latencies = pickup_latencies(&client, &service.base, QUIET_KEY, count).await?;
+    let latencies = pickup_latencies(&service.api, QUIET_KEY, count).await?;
     let pool = service.pool().await?;
     let waiting: i64 = sqlx::query(
         "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'QUEUED'",
@@ -684,8 +614,12 @@ async fn prefill_jobs(service: &Service, rows: i64, finished_at: i64) -> Result<
         Shape::Production => "'job_00000000' || lpad(i::text, 24, '0')",
         Shape::Embedded => "'job_00000000' || substr('000000000000000000000000' || i, -24, 24)",
     };
+    let shape = service.shape;
     let values = format!(
-        "{id}, 'bench', 'sleep', '{{\"ms\":0}}', 'SUCCEEDED', 1, 5, 1.0, 0, 0, {finished_at}, 0, 0"
+        "{id}, 'bench', 'sleep', '{{\"ms\":0}}', 'SUCCEEDED', 1, 5, 1.0, {zero}, {zero}, {finished}, {zero}, {no}",
+        zero = shape.moment("0"),
+        finished = shape.moment(&finished_at.to_string()),
+        no = shape.flag("1 = 0"),
     );
     let columns = "job_id, tenant_id, kind, params, status, attempts, max_attempts, progress, created_at, started_at, finished_at, run_after, cancel_requested";
     for start in (0..rows).step_by(100_000) {
@@ -718,13 +652,15 @@ async fn prefill_jobs(service: &Service, rows: i64, finished_at: i64) -> Result<
 }
 
 /// Finished jobs the pruner has yet to delete (finished before 2000).
-async fn old_jobs(pool: &AnyPool) -> Result<i64> {
-    let row = sqlx::query(
+async fn old_jobs(shape: Shape, pool: &AnyPool) -> Result<i64> {
+    let sql = format!(
         "SELECT COUNT(*) AS n FROM jobs
-         WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < 946684800000",
-    )
-    .fetch_one(pool)
-    .await?;
+         WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < {}",
+        shape.moment("946684800000")
+    );
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await?;
     Ok(row.try_get("n")?)
 }
 
@@ -748,16 +684,16 @@ async fn prune(shape: Shape, args: &Args) -> Result<Value> {
     let pool = service.pool().await?;
     // The pruner looks every few seconds when idle: measure once it works.
     let waited = Instant::now();
-    while old_jobs(&pool).await? >= args.rows {
+    while old_jobs(shape, &pool).await? >= args.rows {
         anyhow::ensure!(
             waited.elapsed() < Duration::from_secs(30),
             "the pruner did not start within 30 s"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let before = old_jobs(&pool).await?;
+    let before = old_jobs(shape, &pool).await?;
     let busy = submit_only(&service, args.prune_rate, args.submit_secs).await?;
-    let after = old_jobs(&pool).await?;
+    let after = old_jobs(shape, &pool).await?;
     pool.close().await;
     service.stop().await?;
     anyhow::ensure!(
@@ -788,10 +724,14 @@ async fn dashboard(service: &Service, rows: i64, requests: usize) -> Result<Valu
         Shape::Embedded => "'job_00000000' || substr('000000000000000000000000' || i, -24, 24)",
     };
     let now = chrono::Utc::now().timestamp_millis();
+    let shape = service.shape;
     let values = format!(
         "{id}, 'bench', CASE i % 3 WHEN 0 THEN 'sleep' WHEN 1 THEN 'gst-summary' ELSE 'ledger-export' END,
          '{{}}', CASE i % 7 WHEN 0 THEN 'FAILED' WHEN 1 THEN 'CANCELLED' ELSE 'SUCCEEDED' END,
-         1, 5, 1.0, {now} - i % 3600000, {now} - i % 3600000, {now} - i % 3600000, 0, 0"
+         1, 5, 1.0, {at}, {at}, {at}, {zero}, {no}",
+        at = shape.moment(&format!("{now} - i % 3600000")),
+        zero = shape.moment("0"),
+        no = shape.flag("1 = 0"),
     );
     let columns = "job_id, tenant_id, kind, params, status, attempts, max_attempts, progress, created_at, started_at, finished_at, run_after, cancel_requested";
     let filling = Instant::now();
@@ -839,8 +779,8 @@ async fn dashboard(service: &Service, rows: i64, requests: usize) -> Result<Valu
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
     let signed_in = client
-        .post(format!("{}/dashboard/sign-in", service.base))
-        .header(reqwest::header::ORIGIN, &service.base)
+        .post(format!("{}/dashboard/sign-in", service.base()))
+        .header(reqwest::header::ORIGIN, service.base())
         .form(&[("api_key", KEY)])
         .send()
         .await?;
@@ -855,7 +795,7 @@ async fn dashboard(service: &Service, rows: i64, requests: usize) -> Result<Valu
     for _ in 0..requests {
         let started = Instant::now();
         let reply = client
-            .get(format!("{}/dashboard/overview", service.base))
+            .get(format!("{}/dashboard/overview", service.base()))
             .header(reqwest::header::COOKIE, &cookie)
             .send()
             .await?;
@@ -879,10 +819,16 @@ async fn dashboard(service: &Service, rows: i64, requests: usize) -> Result<Valu
 async fn report(service: &Service, rows: i64) -> Result<Value> {
     let pool = service.pool().await?;
     let columns = "tenant_id, entry_id, entry_date, direction, amount_paise, rate_centi, interstate, party, description, created_at";
-    let values = "'bench', 'm-' || i, '2026-10-' || CASE WHEN 1 + i % 31 < 10 THEN '0' ELSE '' END || (1 + i % 31),
+    let shape = service.shape;
+    let values = format!(
+        "'bench', 'm-' || i, {date},
         CASE WHEN i % 2 = 0 THEN 'sale' ELSE 'purchase' END, (i * 7919) % 10000000,
         CASE i % 7 WHEN 0 THEN 0 WHEN 1 THEN 25 WHEN 2 THEN 300 WHEN 3 THEN 500 WHEN 4 THEN 1200 WHEN 5 THEN 1800 ELSE 2800 END,
-        CASE WHEN i % 3 = 0 THEN 1 ELSE 0 END, '', '', 0";
+        {interstate}, '', '', {zero}",
+        date = shape.date("'2026-10-' || CASE WHEN 1 + i % 31 < 10 THEN '0' ELSE '' END || (1 + i % 31)"),
+        interstate = shape.flag("i % 3 = 0"),
+        zero = shape.moment("0"),
+    );
     for start in (0..rows).step_by(100_000) {
         let end = (start + 100_000).min(rows) - 1;
         let sql = match service.shape {
@@ -904,31 +850,37 @@ async fn report(service: &Service, rows: i64) -> Result<Value> {
             .await?;
     }
     // The aggregate the service runs, as one plain statement.
-    let floor_sql = "SELECT direction, rate_centi, CAST(SUM(amount_paise) AS BIGINT),
-           CAST(SUM(CASE WHEN interstate = 1 THEN (amount_paise * rate_centi + 5000) / 10000 ELSE 0 END) AS BIGINT),
-           CAST(SUM(CASE WHEN interstate = 1 THEN 0 ELSE (amount_paise * rate_centi + 10000) / 20000 END) AS BIGINT)
+    let interstate = match shape {
+        Shape::Production => "interstate",
+        Shape::Embedded => "interstate = 1",
+    };
+    let floor_sql = format!(
+        "SELECT direction, rate_centi, CAST(SUM(amount_paise) AS BIGINT),
+           CAST(SUM(CASE WHEN {interstate} THEN (amount_paise * rate_centi + 5000) / 10000 ELSE 0 END) AS BIGINT),
+           CAST(SUM(CASE WHEN {interstate} THEN 0 ELSE (amount_paise * rate_centi + 10000) / 20000 END) AS BIGINT)
          FROM ledger_entries WHERE tenant_id = 'bench' AND entry_date >= '2026-10-01' AND entry_date <= '2026-10-31'
-         GROUP BY direction, rate_centi";
+         GROUP BY direction, rate_centi"
+    );
     let mut floors = Vec::new();
     let mut reports = Vec::new();
-    let client = client();
+    let api = &service.api;
     for _ in 0..3 {
         let started = Instant::now();
-        sqlx::raw_sql(floor_sql).execute(&pool).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(floor_sql.clone()))
+            .execute(&pool)
+            .await?;
         floors.push(started.elapsed().as_secs_f64() * 1000.0);
 
-        let job: Value = client
-            .post(format!("{}/v1/reports/gst-summary", service.base))
-            .bearer_auth(KEY)
+        let job: Value = api
+            .request(reqwest::Method::POST, "/v1/reports/gst-summary")
             .json(&json!({"month": "2026-10"}))
             .send()
             .await?
             .json()
             .await?;
         let id = job["job_id"].as_str().context("job_id")?;
-        let done: Value = client
-            .get(format!("{}/v1/jobs/{id}?wait=60", service.base))
-            .bearer_auth(KEY)
+        let done: Value = api
+            .request(reqwest::Method::GET, &format!("/v1/jobs/{id}?wait=60"))
             .send()
             .await?
             .json()

@@ -6,9 +6,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    io::BufRead,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    path::Path,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -19,7 +17,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 use sqlx::AnyPool;
 use testkit::{
-    peak_rss_mib,
+    Announcements, Api, Process, TestEnv, peak_rss_mib,
     servers::{PrivatePostgres, PrivateRedis},
 };
 
@@ -47,7 +45,7 @@ struct Args {
     drain: Duration,
 }
 
-/// What the clients and the webhook receiver saw.
+/// What the clients saw.
 #[derive(Default)]
 struct Seen {
     /// Idempotency key -> the job id its first 202 named.
@@ -56,143 +54,49 @@ struct Seen {
     keys_with_two_jobs: usize,
     /// Submits answered with an error and retried.
     retried_submits: usize,
-    /// Job id -> distinct success event ids delivered for it.
-    success_events: HashMap<String, HashSet<String>>,
-    webhook_deliveries: usize,
     long_polls: usize,
 }
 
 type Shared = Arc<Mutex<Seen>>;
 
-fn bin(name: &str) -> Result<PathBuf> {
-    Ok(testkit::sibling_binary(name, "scripts/soak")?)
-}
-
+/// The processes of the run (`testkit`), each logging to a file of its
+/// own; killed when dropped.
 struct Processes {
-    env: Vec<(String, String)>,
-    logs: PathBuf,
-    api: Child,
-    workers: Vec<Child>,
+    api: Api,
+    workers: Vec<Process>,
     started_workers: usize,
     /// Peak RSS of workers already killed.
     killed_peaks: Vec<f64>,
 }
 
 impl Processes {
-    fn spawn(&mut self, name: &str) -> Result<Child> {
-        let log = std::fs::File::create(
-            self.logs
-                .join(format!("{name}-{}.log", self.started_workers)),
-        )?;
-        Ok(Command::new(bin(name)?)
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()?)
-    }
-
-    fn start_worker(&mut self) -> Result<()> {
+    fn start_worker(&mut self, env: &TestEnv) {
         self.started_workers += 1;
-        let worker = self.spawn("worker")?;
-        self.workers.push(worker);
-        Ok(())
+        self.workers.push(env.start_worker(&[]));
     }
 
-    fn kill_a_worker(&mut self) -> Result<()> {
+    fn kill_a_worker(&mut self, env: &TestEnv) {
         if self.workers.is_empty() {
-            return Ok(());
+            return;
         }
         let index = rand::rng().random_range(0..self.workers.len());
         let mut worker = self.workers.remove(index);
-        if let Some(peak) = peak_rss_mib(worker.id()) {
+        if let Some(peak) = peak_rss_mib(worker.pid()) {
             self.killed_peaks.push(peak);
         }
-        let killed = worker.kill();
-        worker.wait()?;
-        killed?;
-        self.start_worker()
+        worker.kill_hard();
+        self.start_worker(env);
     }
 
     fn peaks(&self) -> Value {
         let mut workers: Vec<f64> = self.killed_peaks.clone();
-        workers.extend(self.workers.iter().filter_map(|w| peak_rss_mib(w.id())));
+        workers.extend(self.workers.iter().filter_map(|w| peak_rss_mib(w.pid())));
         json!({
-            "api_mib": peak_rss_mib(self.api.id()),
+            "api_mib": peak_rss_mib(self.api.pid()),
             "worker_max_mib": workers.iter().copied().fold(0.0, f64::max),
             "workers_started": self.started_workers,
         })
     }
-}
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for child in self
-            .workers
-            .iter_mut()
-            .chain(std::iter::once(&mut self.api))
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn api_address(api: &mut Child) -> Result<String> {
-    let stdout = api.stdout.take().context("api stdout")?;
-    for line in std::io::BufReader::new(stdout).lines() {
-        let line = line?;
-        if let Some(addr) = line.strip_prefix("listening on http://") {
-            return Ok(format!("http://{}", addr.trim()));
-        }
-    }
-    bail!("the api exited before listening")
-}
-
-/// A webhook receiver on a free port: records each success event once per
-/// `webhook-id`, and answers 500 to one delivery in twenty so retries run.
-fn start_receiver(seen: Shared) -> Result<(String, actix_web::dev::ServerHandle)> {
-    use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    let server = HttpServer::new(move || {
-        let seen = seen.clone();
-        App::new().route(
-            "/hook",
-            web::post().to(move |request: HttpRequest, body: web::Bytes| {
-                let seen = seen.clone();
-                async move {
-                    if rand::rng().random_ratio(1, 20) {
-                        return HttpResponse::InternalServerError().finish();
-                    }
-                    let event_id = request
-                        .headers()
-                        .get("webhook-id")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned();
-                    let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let mut seen = seen.lock().unwrap();
-                    seen.webhook_deliveries += 1;
-                    if event["type"] == "job.succeeded"
-                        && let Some(job_id) = event["data"]["job_id"].as_str()
-                    {
-                        seen.success_events
-                            .entry(job_id.to_owned())
-                            .or_default()
-                            .insert(event_id);
-                    }
-                    HttpResponse::Ok().finish()
-                }
-            }),
-        )
-    })
-    .workers(1)
-    .disable_signals()
-    .listen(listener)?
-    .run();
-    let handle = server.handle();
-    tokio::spawn(server);
-    Ok((format!("http://{addr}/hook"), handle))
 }
 
 /// One client intent: submit with a key, retrying the same key after any
@@ -359,83 +263,57 @@ async fn unfinished(pool: &AnyPool) -> Result<i64> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    bin("api")?;
-    bin("worker")?;
+    for binary in ["api", "worker"] {
+        testkit::binary(binary).context("scripts/soak builds the release binaries")?;
+    }
     sqlx::any::install_default_drivers();
     let postgres = PrivatePostgres::start();
     let mut redis = PrivateRedis::start();
-    let database = format!("receipt_soak_{}", uuid::Uuid::now_v7().simple());
-    {
-        let admin = AnyPool::connect(&postgres.admin_url()).await?;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
-            .execute(&admin)
-            .await?;
-        admin.close().await;
-    }
-    let database_url = format!("{}/{database}", postgres.url());
     let logs = tempfile::tempdir()?;
-    let env: Vec<(String, String)> = [
-        ("BIND_ADDR", "127.0.0.1:0".to_owned()),
-        ("DATABASE_URL", database_url.clone()),
-        ("REDIS_URL", redis.url()),
-        ("EMBEDDED_WORKER", "false".to_owned()),
-        ("API_KEYS", format!("soak:{KEY}")),
-        ("ENABLE_DIAGNOSTIC_KINDS", "true".to_owned()),
-        ("WEBHOOK_ALLOW_PRIVATE", "true".to_owned()),
-        ("WEBHOOK_RETRY_SCHEDULE", "1s,2s,5s,10s".to_owned()),
-        ("RETRY_BASE_DELAY", "200ms".to_owned()),
-        ("RETRY_MAX_DELAY", "2s".to_owned()),
-        ("JOB_LEASE", "10s".to_owned()),
-        ("REPUBLISH_AFTER", "60s".to_owned()),
-        ("RUST_LOG", "warn".to_owned()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    let api = Command::new(bin("api")?)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(logs.path().join("api.log"))?)
-        .spawn()?;
+    let keys = format!("soak:{KEY}");
+    let env = TestEnv::on_servers(&postgres.admin_url(), &postgres.url(), &redis.url())
+        .await
+        .settings(&[
+            ("EMBEDDED_WORKER", "false"),
+            ("API_KEYS", &keys),
+            ("ENABLE_DIAGNOSTIC_KINDS", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+            ("WEBHOOK_RETRY_SCHEDULE", "1s,2s,5s,10s"),
+            ("RETRY_BASE_DELAY", "200ms"),
+            ("RETRY_MAX_DELAY", "2s"),
+            ("JOB_LEASE", "10s"),
+            ("REPUBLISH_AFTER", "60s"),
+            ("RUST_LOG", "warn"),
+        ])
+        .log_to(logs.path().to_owned());
+    let mut api = env.start_api(&[]).await;
+    api.key = KEY.to_owned();
+    let base = api.base.clone();
     let mut processes = Processes {
-        env,
-        logs: logs.path().to_owned(),
         api,
         workers: Vec::new(),
         started_workers: 0,
         killed_peaks: Vec::new(),
     };
-    let base = tokio::task::block_in_place(|| api_address(&mut processes.api))?;
     for _ in 0..args.workers {
-        processes.start_worker()?;
+        processes.start_worker(&env);
     }
     let pool = sqlx::any::AnyPoolOptions::new()
         .max_connections(2)
-        .connect(&database_url)
+        .connect(&env.database_url)
         .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.wait_for_redis_consumers(args.workers).await;
     let rows_before = row_counts(&pool).await?;
     let redis_before = redis_size(&redis.url()).await?;
 
     let seen: Shared = Arc::default();
-    let (hook_url, receiver) = start_receiver(seen.clone())?;
+    // Answers 500 to one delivery in twenty, so retries run.
+    let announced = Announcements::failing_every(20);
+    announced.subscribe(&processes.api).await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .pool_max_idle_per_host(64)
         .build()?;
-    let registered = client
-        .post(format!("{base}/v1/webhooks"))
-        .bearer_auth(KEY)
-        .json(&json!({"url": hook_url, "events": ["job.succeeded", "job.failed"]}))
-        .send()
-        .await?;
-    if registered.status().as_u16() != 201 {
-        bail!(
-            "webhook registration: {} {}",
-            registered.status(),
-            registered.text().await?
-        );
-    }
 
     println!(
         "soak: {:?} at {} submits/s, {} workers; a worker killed every {:?}, Redis restarted empty at 1/3, Postgres crashed at 2/3",
@@ -471,7 +349,7 @@ async fn main() -> Result<()> {
         )));
         let elapsed = started.elapsed();
         if Instant::now() >= next_kill {
-            processes.kill_a_worker()?;
+            processes.kill_a_worker(&env);
             faults.push(format!(
                 "{:>5.0}s worker killed (SIGKILL)",
                 elapsed.as_secs_f64()
@@ -535,6 +413,7 @@ async fn main() -> Result<()> {
     let report = report(
         &pool,
         &seen,
+        &announced,
         &processes,
         &redis.url(),
         rows_before,
@@ -556,7 +435,7 @@ async fn main() -> Result<()> {
         report["peak_rss"],
     );
     println!("{report}");
-    receiver.stop(false).await;
+    announced.stop().await;
     drop(processes);
     pool.close().await;
     let lost = report["lost"].as_i64().unwrap_or(-1);
@@ -578,6 +457,7 @@ fn keep_logs(logs: tempfile::TempDir) -> String {
 async fn report(
     pool: &AnyPool,
     seen: &Shared,
+    announced: &Announcements,
     processes: &Processes,
     redis_url: &str,
     rows_before: Value,
@@ -585,20 +465,29 @@ async fn report(
     faults: &[String],
     started: Instant,
 ) -> Result<Value> {
-    let (accepted, keys_with_two_jobs, retried, success_doubled, deliveries, long_polls) = {
+    let (accepted, keys_with_two_jobs, retried, long_polls) = {
         let seen = seen.lock().unwrap();
         (
             seen.accepted.clone(),
             seen.keys_with_two_jobs,
             seen.retried_submits,
-            seen.success_events
-                .values()
-                .filter(|events| events.len() > 1)
-                .count(),
-            seen.webhook_deliveries,
             seen.long_polls,
         )
     };
+    // Each job's distinct success events (a retried delivery is one).
+    let deliveries = announced.all();
+    let mut success_events: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for delivery in deliveries
+        .iter()
+        .filter(|d| d.event_type == "job.succeeded")
+    {
+        success_events
+            .entry(&delivery.job_id)
+            .or_default()
+            .insert(&delivery.event_id);
+    }
+    let success_doubled = success_events.values().filter(|ids| ids.len() > 1).count();
+    let deliveries = deliveries.len();
     let mut by_status: HashMap<String, i64> = HashMap::new();
     let rows: Vec<(String, i64)> =
         sqlx::query_as("SELECT status, COUNT(*) FROM jobs GROUP BY status")

@@ -19,7 +19,7 @@ use apalis::prelude::TaskSink;
 use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
 use serde_json::{Value, json};
-use shared::settings::Settings;
+use shared::{retry::Retry, settings::Settings};
 use store::{Dialect, QueuedJob, Store};
 use tracing::warn;
 
@@ -29,8 +29,8 @@ pub use primary::{Primary, SENTINEL_SCHEME};
 pub use redis::{ALIVE, Consumer, Delivery, RedisQueue};
 pub use relay::run_relay;
 
-/// The longest pause between tries of [`Queue::recover`].
-const RECOVER_MAX_PAUSE: Duration = Duration::from_secs(16);
+/// How [`Queue::recover`] waits for a database that is busy or down.
+const RECOVER: Retry = Retry::doubling(Duration::from_secs(1), Duration::from_secs(16)).at_most(6);
 /// The payload type: decoded as any JSON value, so a malformed message
 /// is dropped by our handler instead of killing the apalis worker at fetch.
 pub type Message = Value;
@@ -233,18 +233,18 @@ impl Queue {
     /// pool does not fail to start on a transient outage.
     pub async fn recover(&self, store: &Store) -> Result<()> {
         if let Queue::Memory(_) = self {
-            let mut pause = Duration::from_secs(1);
-            let due = loop {
-                match store.make_outbox_due_now().await {
-                    Ok(due) => break due,
-                    Err(error) if error.is_unavailable() && pause <= RECOVER_MAX_PAUSE => {
-                        tracing::warn!(%error, "the database is busy or down; recovering the queue again shortly");
-                        tokio::time::sleep(pause).await;
-                        pause *= 2;
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-            };
+            let due = RECOVER
+                .run(
+                    |_| store.make_outbox_due_now(),
+                    |error, _| {
+                        let again = error.is_unavailable();
+                        if again {
+                            tracing::warn!(%error, "the database is busy or down; recovering the queue again shortly");
+                        }
+                        again
+                    },
+                )
+                .await?;
             if due > 0 {
                 tracing::info!(due, "republishing unclaimed jobs of an earlier process");
             }

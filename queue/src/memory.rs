@@ -20,8 +20,8 @@ use crate::Message;
 /// Messages the in-process queue holds at most, of all tenants together.
 /// No outbox row is marked published without room reserved for it (see
 /// [`MemoryQueue::reserve_up_to`]), so a backlog waits in the database, not
-/// in memory; this many last the workers a few hundred milliseconds at
-/// full speed, longer than the relay's idle poll.
+/// in memory; this many keep the workers busy at full speed for longer
+/// than the relay's idle poll, so they never wait for the relay.
 pub const MEMORY_QUEUE_CAPACITY: usize = 1024;
 
 /// Messages a tenant may hold in the in-process queue even when it is full

@@ -26,14 +26,19 @@ pub struct GstSummaryParams {
 }
 
 impl ReportKind for GstSummary {
+    type Body = GstSummaryParams;
     type Params = Month;
 
     fn name(&self) -> &'static str {
         "gst-summary"
     }
 
+    fn about(&self) -> &'static str {
+        "A month's GST: outward (sales) and inward (purchases), per rate and in total, and the net payable."
+    }
+
     fn parse(&self, params: RawParams<'_>) -> Result<Month, ParamsError> {
-        let params: GstSummaryParams = decode_params(params)?;
+        let params: Self::Body = decode_params(params)?;
         Month::parse(&params.month).ok_or_else(|| {
             ParamsError::Invalid(vec![FieldError::new(
                 "month",

@@ -6,7 +6,6 @@ use std::borrow::Cow;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::{
@@ -57,10 +56,15 @@ pub struct DateRange {
 }
 
 impl ReportKind for LedgerExport {
+    type Body = LedgerExportParams;
     type Params = DateRange;
 
     fn name(&self) -> &'static str {
         "ledger-export"
+    }
+
+    fn about(&self) -> &'static str {
+        "Every ledger entry dated in a range, by date then id, with its taxes: JSON, or CSV with `Accept: text/csv`."
     }
 
     fn timeout(&self) -> std::time::Duration {
@@ -68,7 +72,7 @@ impl ReportKind for LedgerExport {
     }
 
     fn parse(&self, params: RawParams<'_>) -> Result<DateRange, ParamsError> {
-        let params: LedgerExportParams = decode_params(params)?;
+        let params: Self::Body = decode_params(params)?;
         let mut errors = Vec::new();
         let mut day = |field: &str, text: &str| {
             let date = Date::parse(text);
@@ -133,17 +137,6 @@ impl ReportKind for LedgerExport {
             }
             chunks.finish().await
         })
-    }
-
-    /// A result stored whole, as jobs that finished before results were
-    /// written in chunks have it.
-    fn to_csv(&self, result: &Value) -> Option<String> {
-        let mut csv = CsvRows::new();
-        csv.header().ok()?;
-        for entry in result.get("entries")?.as_array()? {
-            csv.row(&Row::deserialize(entry).ok()?).ok()?;
-        }
-        csv.take()
     }
 
     fn chunk_renderer(

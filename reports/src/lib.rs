@@ -1,7 +1,7 @@
-//! Report kinds. A kind is a file here plus one line in [`Registry::new`]:
-//! its name, its parameters (a closed schema, then validation, decoded
-//! once into a typed value), its attempt limit and timeout, and how it
-//! runs.
+//! Report kinds. A kind is a file here plus one line in [`KINDS`]: its
+//! name and what it does, its parameters (a closed schema, which the
+//! OpenAPI document shows, then validation, decoded once into a typed
+//! value), its attempt limit and timeout, and how it runs.
 
 mod chunks;
 mod context;
@@ -21,13 +21,17 @@ use serde::{
     de::{DeserializeOwned, MapAccess, Visitor, value::MapAccessDeserializer},
 };
 use serde_json::{Number, Value};
+use utoipa::{
+    PartialSchema, ToSchema,
+    openapi::{RefOr, Schema},
+};
 
 pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
 pub use context::{JobContext, ProgressSink, RunSettings};
-pub use gst_summary::{GstSummary, GstSummaryParams};
-pub use ledger_export::{DateRange, LedgerExport, LedgerExportParams};
-pub use period_close::PeriodClose;
-pub use sleep::{Sleep, SleepParams, SleepPlan};
+use gst_summary::{GstSummary, GstSummaryParams};
+use ledger_export::LedgerExport;
+use period_close::PeriodClose;
+use sleep::Sleep;
 
 use shared::ledger::FieldError;
 
@@ -130,11 +134,27 @@ pub type RunResult = Result<ReportOutput, JobFailure>;
 /// and everything else works from that typed value. The registry serves
 /// each kind as an [`AnyReportKind`], whose parameters are still JSON.
 pub trait ReportKind: Send + Sync + 'static {
+    /// The parameters as a client sends them: a closed schema
+    /// (`#[serde(deny_unknown_fields)]`) that [`ReportKind::parse`] decodes
+    /// with [`decode_params`], and that the OpenAPI document shows under
+    /// the type's name, with its doc comments.
+    type Body: DeserializeOwned + ToSchema;
+
     /// The parameters once decoded and checked.
     type Params: Send + Sync;
 
     /// The stable name clients use in `POST /v1/reports/{kind}`.
     fn name(&self) -> &'static str;
+
+    /// What the kind does, in a sentence or two: the OpenAPI document's
+    /// description of `POST /v1/reports/{kind}` lists it.
+    fn about(&self) -> &'static str;
+
+    /// A kind for trying the service out, served only with
+    /// `ENABLE_DIAGNOSTIC_KINDS=true`.
+    fn diagnostic(&self) -> bool {
+        false
+    }
 
     /// Attempts before a retryable failure becomes final (`docs/api.md`: 5).
     fn max_attempts(&self) -> i64 {
@@ -159,7 +179,8 @@ pub trait ReportKind: Send + Sync + 'static {
     }
 
     /// A refusal of a submit that depends on stored state (409 with this
-    /// reason); `None` to accept. Checked before the job is stored.
+    /// reason); `None` to accept. Checked before the job is stored. A kind
+    /// that refuses says when in [`ReportKind::refused_when`].
     fn refuse_submit<'a>(
         &'a self,
         _store: &'a store::Store,
@@ -169,8 +190,9 @@ pub trait ReportKind: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
-    /// A result stored as one document, as CSV, for tabular kinds.
-    fn to_csv(&self, _result: &Value) -> Option<String> {
+    /// When [`ReportKind::refuse_submit`] refuses, in words: the OpenAPI
+    /// document's 409 of `POST /v1/reports/{kind}` names it.
+    fn refused_when(&self) -> Option<&'static str> {
         None
     }
 
@@ -191,6 +213,18 @@ pub trait ReportKind: Send + Sync + 'static {
 pub trait AnyReportKind: Send + Sync + 'static {
     fn name(&self) -> &'static str;
 
+    /// [`ReportKind::about`].
+    fn about(&self) -> &'static str;
+
+    /// [`ReportKind::diagnostic`].
+    fn diagnostic(&self) -> bool;
+
+    /// [`ReportKind::Body`] as the OpenAPI document shows it.
+    fn params_schema(&self) -> ParamsSchema;
+
+    /// [`ReportKind::refused_when`].
+    fn refused_when(&self) -> Option<&'static str>;
+
     fn max_attempts(&self) -> i64;
 
     fn timeout(&self) -> Duration;
@@ -201,8 +235,6 @@ pub trait AnyReportKind: Send + Sync + 'static {
     /// Runs on stored parameters; ones that no longer parse (the kind
     /// changed under its job) fail the job permanently.
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult>;
-
-    fn to_csv(&self, result: &Value) -> Option<String>;
 
     /// [`ReportKind::step_names`].
     fn step_names(&self) -> Vec<&'static str>;
@@ -228,6 +260,27 @@ impl<K: ReportKind> AnyReportKind for K {
         ReportKind::name(self)
     }
 
+    fn about(&self) -> &'static str {
+        ReportKind::about(self)
+    }
+
+    fn diagnostic(&self) -> bool {
+        ReportKind::diagnostic(self)
+    }
+
+    fn params_schema(&self) -> ParamsSchema {
+        let mut schemas = vec![(K::Body::name().into_owned(), K::Body::schema())];
+        K::Body::schemas(&mut schemas);
+        ParamsSchema {
+            name: K::Body::name().into_owned(),
+            schemas,
+        }
+    }
+
+    fn refused_when(&self) -> Option<&'static str> {
+        ReportKind::refused_when(self)
+    }
+
     fn max_attempts(&self) -> i64 {
         ReportKind::max_attempts(self)
     }
@@ -245,10 +298,6 @@ impl<K: ReportKind> AnyReportKind for K {
             Ok(params) => ReportKind::run(self, ctx, params),
             Err(error) => Box::pin(std::future::ready(Err(error.into()))),
         }
-    }
-
-    fn to_csv(&self, result: &Value) -> Option<String> {
-        ReportKind::to_csv(self, result)
     }
 
     fn step_names(&self) -> Vec<&'static str> {
@@ -271,6 +320,15 @@ impl<K: ReportKind> AnyReportKind for K {
     ) -> Option<Box<dyn ChunkRenderer>> {
         ReportKind::chunk_renderer(self, &self.parse(RawParams::Stored(params)).ok()?, format)
     }
+}
+
+/// A kind's parameters as the OpenAPI document shows them.
+pub struct ParamsSchema {
+    /// The name the schema is shown under (`GstSummaryParams`); kinds that
+    /// take the same parameters share it.
+    pub name: String,
+    /// The schema under that name first, then any it refers to.
+    pub schemas: Vec<(String, RefOr<Schema>)>,
 }
 
 /// Parameters to decode: a request's body as sent, or parameters stored
@@ -367,6 +425,14 @@ pub fn whole_number(field: &str, number: &Number, max: u64, errors: &mut Vec<Fie
     }
 }
 
+/// Every kind there is, one line each.
+static KINDS: &[&dyn AnyReportKind] = &[
+    &GstSummary,
+    &LedgerExport,
+    &saga::SagaKind(PeriodClose),
+    &Sleep,
+];
+
 /// The kinds this process serves.
 #[derive(Clone)]
 pub struct Registry {
@@ -374,16 +440,25 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The kinds a process serves: every one, but the diagnostic kinds
+    /// only when they are enabled.
     pub fn new(enable_diagnostic_kinds: bool) -> Self {
-        static PERIOD_CLOSE: crate::saga::SagaKind<PeriodClose> =
-            crate::saga::SagaKind(PeriodClose);
-        let mut kinds: Vec<&'static dyn AnyReportKind> =
-            vec![&GstSummary, &LedgerExport, &PERIOD_CLOSE];
-        if enable_diagnostic_kinds {
-            kinds.push(&Sleep);
-        }
+        Self::of(
+            KINDS
+                .iter()
+                .filter(|kind| enable_diagnostic_kinds || !kind.diagnostic()),
+        )
+    }
+
+    /// Every kind, diagnostic ones included: what the OpenAPI document
+    /// describes, whatever a process serves.
+    pub fn all() -> Self {
+        Self::of(KINDS.iter())
+    }
+
+    fn of<'a>(kinds: impl Iterator<Item = &'a &'static dyn AnyReportKind>) -> Self {
         Self {
-            kinds: kinds.into_iter().map(|k| (k.name(), k)).collect(),
+            kinds: kinds.map(|kind| (kind.name(), *kind)).collect(),
         }
     }
 
@@ -395,14 +470,35 @@ impl Registry {
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.kinds.keys().copied()
     }
+
+    /// The kinds, in the order of their names.
+    pub fn kinds(&self) -> impl Iterator<Item = &'static dyn AnyReportKind> + '_ {
+        self.kinds.values().copied()
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::{collections::BTreeSet, sync::Arc};
 
-    use super::JobFailure;
+    use super::{JobFailure, KINDS, Registry};
     use store::Error;
+
+    #[test]
+    fn each_kind_has_its_own_name_and_diagnostic_kinds_are_served_only_when_enabled() {
+        let names: BTreeSet<&str> = KINDS.iter().map(|kind| kind.name()).collect();
+        let diagnostic: Vec<&str> = Registry::all()
+            .kinds()
+            .filter(|kind| kind.diagnostic())
+            .map(|kind| kind.name())
+            .collect();
+
+        assert_eq!(names.len(), KINDS.len(), "two kinds share a name");
+        assert_eq!(diagnostic, ["sleep"]);
+        assert!(Registry::new(false).get("sleep").is_none());
+        assert!(Registry::new(true).get("sleep").is_some());
+        assert_eq!(Registry::new(true).names().count(), KINDS.len());
+    }
 
     fn is_retryable(error: Error) -> bool {
         match JobFailure::from(error) {

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{
-    AnyReportKind, JobFailure, ParamsError, RawParams,
+    AnyReportKind, GstSummaryParams, JobFailure, ParamsError, RawParams,
     gst_summary::{month_rows, summary},
 };
 use crate::saga::{Saga, Step, StepContext};
@@ -26,11 +26,17 @@ fn month_of(cx: &StepContext<'_>) -> String {
 }
 
 impl Saga for PeriodClose {
+    /// Same parameters as `gst-summary`.
+    type Body = GstSummaryParams;
+
     fn name(&self) -> &'static str {
         "period-close"
     }
 
-    /// Same parameters as `gst-summary`.
+    fn about(&self) -> &'static str {
+        "Closes a month and files its GST return with the tenant's filing endpoint: a saga of four steps (lock, summarise, file, record); when one fails for good, or a cancel comes, the steps done are undone, last first."
+    }
+
     fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError> {
         super::GstSummary.validate(params)
     }
@@ -63,6 +69,10 @@ impl Saga for PeriodClose {
             }
             Ok(None)
         })
+    }
+
+    fn refused_when(&self) -> Option<&'static str> {
+        Some("the month is closed or being closed, or no filing endpoint is registered")
     }
 
     fn steps(&self) -> &'static [&'static dyn Step] {

@@ -29,13 +29,15 @@ use std::{
 };
 
 use futures::{FutureExt, future::BoxFuture};
-
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{error, warn};
+use utoipa::ToSchema;
 
 use crate::{JobContext, JobFailure, ParamsError, RawParams, ReportKind, RunResult};
 use shared::{
     model::{CompensationObject, JobErrorObject, StepObject},
+    retry::Retry,
     time::{backoff_delay, to_rfc3339},
 };
 use store::{Fence, SagaPhase, SagaRun, SagaStep, Store, TurnBack, WriteTx};
@@ -73,8 +75,14 @@ pub trait Step: Send + Sync + 'static {
 
 /// A kind made of steps. Wrap it in [`SagaKind`] to register it.
 pub trait Saga: Send + Sync + 'static {
+    /// The parameters as a client sends them ([`ReportKind::Body`]).
+    type Body: DeserializeOwned + ToSchema;
+
     /// The stable name clients use in `POST /v1/reports/{kind}`.
     fn name(&self) -> &'static str;
+
+    /// What the saga does ([`ReportKind::about`]).
+    fn about(&self) -> &'static str;
 
     /// Tries of each step, and attempts of the job (crashes), before a
     /// retryable failure turns the saga back.
@@ -82,7 +90,8 @@ pub trait Saga: Send + Sync + 'static {
         5
     }
 
-    /// Checks parameters before anything is stored.
+    /// Checks parameters before anything is stored: decodes
+    /// [`Saga::Body`], then its values.
     fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError>;
 
     /// A refusal of a submit that depends on stored state (409 with this
@@ -96,6 +105,11 @@ pub trait Saga: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// When [`Saga::refuse_submit`] refuses ([`ReportKind::refused_when`]).
+    fn refused_when(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The steps, in the order they run.
     fn steps(&self) -> &'static [&'static dyn Step];
 
@@ -107,10 +121,15 @@ pub trait Saga: Send + Sync + 'static {
 pub struct SagaKind<S>(pub S);
 
 impl<S: Saga> ReportKind for SagaKind<S> {
+    type Body = S::Body;
     type Params = Value;
 
     fn name(&self) -> &'static str {
         self.0.name()
+    }
+
+    fn about(&self) -> &'static str {
+        self.0.about()
     }
 
     fn max_attempts(&self) -> i64 {
@@ -152,6 +171,10 @@ impl<S: Saga> ReportKind for SagaKind<S> {
         params: &'a Value,
     ) -> BoxFuture<'a, store::Result<Option<String>>> {
         self.0.refuse_submit(store, tenant_id, params)
+    }
+
+    fn refused_when(&self) -> Option<&'static str> {
+        self.0.refused_when()
     }
 }
 
@@ -222,7 +245,7 @@ impl StepContext<'_> {
                     .await?;
             }
         }
-        tx.commit().await.map_err(store::Error::from)?;
+        tx.commit().await?;
         self.recorded.store(true, Ordering::Relaxed);
         Ok(output)
     }
@@ -234,6 +257,9 @@ fn fence(ctx: &JobContext) -> Fence<'_> {
         attempt: ctx.attempt,
     }
 }
+
+/// How the engine's records are written again while the database fails.
+const STORE_OUTAGE: Retry = Retry::doubling(Duration::from_millis(100), Duration::from_secs(5));
 
 /// The error type of a step a cancel stopped.
 const CANCELLED: &str = "cancelled";
@@ -610,20 +636,19 @@ impl<S: Saga> Engine<'_, S> {
         F: FnMut() -> Fut,
         Fut: Future<Output = store::Result<T>>,
     {
-        let mut pause = Duration::from_millis(100);
-        loop {
-            match call().await {
-                Ok(value) => return Ok(value),
-                Err(error) => {
+        STORE_OUTAGE
+            .run(
+                |_| call(),
+                |error, _| {
                     if let Err(JobFailure::Superseded) = self.ctx.checkpoint() {
-                        return Err(JobFailure::Superseded);
+                        return false;
                     }
                     warn!(job_id = self.ctx.job_id, %error, "a saga could not write its record; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
+                    true
+                },
+            )
+            .await
+            .map_err(|_| JobFailure::Superseded)
     }
 
     /// A fenced write: `false` (this attempt is stale) ends the attempt.

@@ -53,10 +53,19 @@ pub struct SleepPlan {
 }
 
 impl ReportKind for Sleep {
+    type Body = SleepParams;
     type Params = SleepPlan;
 
     fn name(&self) -> &'static str {
         "sleep"
+    }
+
+    fn about(&self) -> &'static str {
+        "Sleeps `ms` milliseconds, checking for a cancel, then fails its first `fail_times` attempts (for good with `permanent`): for trying the service out."
+    }
+
+    fn diagnostic(&self) -> bool {
+        true
     }
 
     fn timeout(&self) -> Duration {
@@ -64,7 +73,7 @@ impl ReportKind for Sleep {
     }
 
     fn parse(&self, params: RawParams<'_>) -> Result<SleepPlan, ParamsError> {
-        let params: SleepParams = decode_params(params)?;
+        let params: Self::Body = decode_params(params)?;
         let mut errors = Vec::new();
         let ms = whole_number("ms", &params.ms, MAX_MS, &mut errors);
         let fail_times = whole_number("fail_times", &params.fail_times, u64::MAX, &mut errors);

@@ -1,8 +1,9 @@
 //! The one reader of dates and months: `YYYY-MM-DD` and `YYYY-MM`, ASCII
 //! digits only, a four-digit year, two-digit month and day, and a real
-//! calendar date. Nothing else is read as a date anywhere: the ledger
-//! stores dates as text and selects months and ranges by text order,
-//! which is date order only for text written exactly so.
+//! calendar date. Nothing else is read as a date anywhere: on SQLite the
+//! ledger stores dates as text and selects months and ranges by text
+//! order, which is date order only for text written exactly so; on
+//! Postgres a date is a `date`, converted to and from [`Date`] here.
 //!
 //! These types have no `Deserialize`: a request's date is decoded as a
 //! string and checked after, so that a bad date is a 422 naming its field
@@ -57,6 +58,17 @@ impl Date {
             year: self.0.year(),
             month: self.0.month(),
         }
+    }
+
+    /// The day as chrono's date, for a database's `date` column.
+    pub fn naive(self) -> NaiveDate {
+        self.0
+    }
+
+    /// A day read from a database's `date` column, if its year has four
+    /// digits: only such a day is written `YYYY-MM-DD`.
+    pub fn from_naive(day: NaiveDate) -> Option<Date> {
+        (0..=9999).contains(&day.year()).then_some(Date(day))
     }
 }
 
@@ -176,6 +188,16 @@ mod tests {
         );
         let date = Date::parse("2026-01-25").unwrap();
         assert_eq!(date.month(), Month::parse("2026-01").unwrap());
+    }
+
+    #[test]
+    fn a_database_date_is_a_date_only_in_a_four_digit_year() {
+        let date = Date::parse("0000-02-29").unwrap();
+        assert_eq!(Date::from_naive(date.naive()), Some(date));
+        let last = Date::parse("9999-12-31").unwrap().naive();
+        assert_eq!(Date::from_naive(last.succ_opt().unwrap()), None);
+        let first = Date::parse("0000-01-01").unwrap().naive();
+        assert_eq!(Date::from_naive(first.pred_opt().unwrap()), None);
     }
 
     /// Real days from 0001-01-01 to 9999-12-31 (each of 1900 to 2100, one

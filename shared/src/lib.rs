@@ -1,6 +1,6 @@
 //! Receipt's vocabulary: the job and its states, attempt outcomes, ids,
 //! time, dates and months, money and ledger entries, the settings each
-//! binary reads, failpoints and in-process signals. No I/O: every crate
+//! binary reads, failpoints, in-process signals and the retry loop. No I/O: every crate
 //! may depend on this one, and it depends on none of them.
 
 pub mod calendar;
@@ -9,5 +9,6 @@ pub mod ids;
 pub mod ledger;
 pub mod model;
 pub mod notify;
+pub mod retry;
 pub mod settings;
 pub mod time;

@@ -1,6 +1,8 @@
 //! Times are stored as unix milliseconds (one integer type that both
 //! databases and sqlx's `Any` driver agree on) and shown as RFC 3339 UTC.
 
+use std::time::Duration;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 
 pub fn now_ms() -> i64 {
@@ -13,29 +15,28 @@ pub fn to_rfc3339(ms: i64) -> String {
         .to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-pub fn duration_ms(duration: std::time::Duration) -> i64 {
+pub fn duration_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `base` for the first attempt, doubled for each one after it, up to `max`.
+pub fn doubled(attempt: i64, base: Duration, max: Duration) -> Duration {
+    let exponent = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+    base.saturating_mul(2u32.saturating_pow(exponent)).min(max)
 }
 
 /// The retry backoff of `docs/api.md`: starts at `base`, doubles per
 /// attempt up to `max`, with "equal jitter" (half fixed, half random) so
 /// retries spread out.
-pub fn backoff_delay(
-    attempt: i64,
-    base: std::time::Duration,
-    max: std::time::Duration,
-) -> std::time::Duration {
+pub fn backoff_delay(attempt: i64, base: Duration, max: Duration) -> Duration {
     use rand::Rng;
-    let exponent = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
-    let full = base.saturating_mul(2u32.saturating_pow(exponent)).min(max);
+    let full = doubled(attempt, base, max);
     let half = full / 2;
     half + half.mul_f64(rand::rng().random::<f64>())
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]

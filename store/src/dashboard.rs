@@ -1,15 +1,13 @@
 //! What the web dashboard reads and writes: its sessions, and the figures
-//! of its overview and webhooks pages. Every query is scoped to a tenant.
+//! of its overview and webhooks pages. Every figure is scoped to a tenant.
 
 use std::collections::HashMap;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use sqlx::Row;
-
-use super::{Store, built, hash_key, placeholders};
-use crate::Result;
 use shared::{ids::random_hex, model::JobStatus, time::now_ms};
+
+use crate::{Db, Error, Result, Store, hash_key, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
 /// A session just opened: the only time its token is known.
 #[derive(Debug, Clone)]
@@ -63,12 +61,74 @@ pub struct WebhookHealth {
 
 const MINUTE_MS: i64 = 60_000;
 
-/// The advisory lock a fold of the job counters holds (any fixed number
-/// no other lock of the service uses).
-const FOLD_LOCK: i64 = 0x6a6f_6263_6f75_6e74;
-
 /// Deltas folded at once past which the fold vacuums their table.
 const VACUUM_AFTER: u64 = 10_000;
+
+/// A session's row, as a sign-in writes it.
+pub(crate) struct NewSessionRow<'a> {
+    pub session_hash: String,
+    pub tenant_id: &'a str,
+    pub key_hash: &'a str,
+    pub csrf_token: &'a str,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SessionRow {
+    tenant_id: String,
+    key_hash: String,
+    csrf_token: String,
+    expires_at: Millis,
+}
+
+impl From<SessionRow> for DashboardSession {
+    fn from(row: SessionRow) -> Self {
+        DashboardSession {
+            tenant_id: row.tenant_id,
+            key_hash: row.key_hash,
+            csrf_token: row.csrf_token,
+            expires_at: row.expires_at.into(),
+        }
+    }
+}
+
+/// The tenant's jobs of one kind in one status.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct CountRow {
+    kind: String,
+    status: String,
+    n: i64,
+}
+
+/// The tenant's jobs that reached one final status in the minute that
+/// starts at `start`.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct MinuteRow {
+    start: Millis,
+    status: String,
+    n: i64,
+}
+
+/// One webhook's delivery attempts since a time, and how many got a 2xx.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct HealthRow {
+    webhook_id: String,
+    attempts: i64,
+    ok: i64,
+}
+
+/// A webhook's latest failed attempt.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct FailureRow {
+    attempted_at: Millis,
+    response_status: Option<i64>,
+    error: Option<String>,
+}
+
+fn status_of(text: &str) -> Result<JobStatus> {
+    JobStatus::parse(text).ok_or_else(|| Error::Corrupt(format!("job status {text:?}")))
+}
 
 /// The tag of a session token: HMAC-SHA256 of its random part, keyed by
 /// the hash of the API key it was opened with, which never leaves the
@@ -145,56 +205,48 @@ impl Store {
             csrf_token: random_hex(32),
             expires_at: now.saturating_add(ttl_ms),
         };
+        let row = NewSessionRow {
+            session_hash: hash_key(&session.token),
+            tenant_id,
+            key_hash,
+            csrf_token: &session.csrf_token,
+            created_at: Millis(now),
+            expires_at: Millis(session.expires_at),
+        };
         let mut tx = self.begin_write().await?;
-        sqlx::query("DELETE FROM dashboard_sessions WHERE expires_at <= $1")
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO dashboard_sessions (session_hash, tenant_id, key_hash, csrf_token,
-                 created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(hash_key(&session.token))
-        .bind(tenant_id)
-        .bind(key_hash)
-        .bind(&session.csrf_token)
-        .bind(now)
-        .bind(session.expires_at)
-        .execute(&mut *tx)
-        .await?;
+        on_tx!(tx,
+            conn => {
+                postgres::dashboard::delete_expired_sessions(&mut *conn, Millis(now)).await?;
+                postgres::dashboard::insert_session(conn, &row).await?;
+            },
+            conn => {
+                sqlite::dashboard::delete_expired_sessions(&mut *conn, Millis(now)).await?;
+                sqlite::dashboard::insert_session(conn, &row).await?;
+            },
+        );
         tx.commit().await?;
         Ok(session)
     }
 
     /// The session of this cookie token, unless it expired or was closed.
     pub async fn dashboard_session(&self, token: &str) -> Result<Option<DashboardSession>> {
-        let row = sqlx::query(
-            "SELECT tenant_id, key_hash, csrf_token, expires_at FROM dashboard_sessions
-             WHERE session_hash = $1 AND expires_at > $2",
-        )
-        .bind(hash_key(token))
-        .bind(now_ms())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            Ok(DashboardSession {
-                tenant_id: row.try_get("tenant_id")?,
-                key_hash: row.try_get("key_hash")?,
-                csrf_token: row.try_get("csrf_token")?,
-                expires_at: row.try_get("expires_at")?,
-            })
-        })
-        .transpose()
+        let session_hash = hash_key(token);
+        let now = Millis(now_ms());
+        let row = on_pool!(self,
+            pool => postgres::dashboard::session(pool, &session_hash, now).await?,
+            pool => sqlite::dashboard::session(pool, &session_hash, now).await?,
+        );
+        Ok(row.map(DashboardSession::from))
     }
 
     /// Closes a session (sign-out).
     pub async fn delete_dashboard_session(&self, token: &str) -> Result<()> {
+        let session_hash = hash_key(token);
         let _turn = self.write_turn().await;
-        sqlx::query("DELETE FROM dashboard_sessions WHERE session_hash = $1")
-            .bind(hash_key(token))
-            .execute(&self.pool)
-            .await?;
+        on_pool!(self,
+            pool => postgres::dashboard::delete_session(pool, &session_hash).await?,
+            pool => sqlite::dashboard::delete_session(pool, &session_hash).await?,
+        );
         Ok(())
     }
 
@@ -205,44 +257,28 @@ impl Store {
     /// tenant's kinds times statuses, and the deltas of the last few
     /// seconds, whatever the number of jobs retained.
     pub async fn job_counts(&self, tenant_id: &str) -> Result<JobCounts> {
-        let rows = sqlx::query(
-            "SELECT kind, status, CAST(SUM(n) AS BIGINT) AS n FROM (
-                 SELECT kind, status, n FROM job_counts WHERE tenant_id = $1
-                 UNION ALL
-                 SELECT kind, status, delta FROM job_count_deltas WHERE tenant_id = $1
-             ) AS c
-             GROUP BY kind, status HAVING SUM(n) <> 0 ORDER BY kind",
-        )
-        .bind(tenant_id)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = on_pool!(self,
+            pool => postgres::dashboard::counts(pool, tenant_id).await?,
+            pool => sqlite::dashboard::counts(pool, tenant_id).await?,
+        );
         let mut counts = JobCounts::default();
-        for row in &rows {
-            let kind: String = row.try_get("kind")?;
-            let status: String = row.try_get("status")?;
-            let n: i64 = row.try_get("n")?;
-            let status = JobStatus::parse(&status)
-                .ok_or_else(|| crate::Error::Corrupt(format!("job status {status:?}")))?;
-            *counts.by_status.entry(status).or_default() += n;
+        for row in rows {
+            let status = status_of(&row.status)?;
+            *counts.by_status.entry(status).or_default() += row.n;
             match counts.by_kind.last_mut() {
-                Some((last, by_status)) if *last == kind => {
-                    by_status.insert(status, n);
+                Some((last, by_status)) if *last == row.kind => {
+                    by_status.insert(status, row.n);
                 }
-                _ => counts.by_kind.push((kind, HashMap::from([(status, n)]))),
+                _ => counts
+                    .by_kind
+                    .push((row.kind, HashMap::from([(status, row.n)]))),
             }
         }
-        // Ids are time-ordered: the smallest queued id is the oldest.
-        // A literal: with a parameter, Postgres's generic plan walks the
-        // primary key through every finished job (300 ms against 0.03 ms
-        // on 300,000 jobs) instead of jobs_by_tenant_status.
-        let oldest = sqlx::query(
-            "SELECT created_at FROM jobs WHERE tenant_id = $1 AND status = 'QUEUED'
-             ORDER BY job_id LIMIT 1",
-        )
-        .bind(tenant_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        counts.oldest_queued_at = oldest.map(|row| row.try_get("created_at")).transpose()?;
+        let oldest = on_pool!(self,
+            pool => postgres::dashboard::oldest_queued(pool, tenant_id).await?,
+            pool => sqlite::dashboard::oldest_queued(pool, tenant_id).await?,
+        );
+        counts.oldest_queued_at = oldest.map(i64::from);
         Ok(counts)
     }
 
@@ -251,38 +287,25 @@ impl Store {
     pub async fn throughput(&self, tenant_id: &str, minutes: i64) -> Result<Vec<ThroughputMinute>> {
         let end = (now_ms() / MINUTE_MS + 1) * MINUTE_MS;
         let since = end - minutes * MINUTE_MS;
-        // From the per-minute counters (as job_counts): 60 rows per status
-        // at most, plus the deltas not yet folded.
-        let rows = sqlx::query(
-            "SELECT minute, status, CAST(SUM(n) AS BIGINT) AS n FROM (
-                 SELECT minute, status, n FROM job_minutes WHERE tenant_id = $1 AND minute >= $2
-                 UNION ALL
-                 SELECT minute, status, delta FROM job_count_deltas
-                 WHERE tenant_id = $1 AND minute >= $2
-             ) AS m
-             GROUP BY minute, status",
-        )
-        .bind(tenant_id)
-        .bind(since / MINUTE_MS)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = on_pool!(self,
+            pool => postgres::dashboard::minutes(pool, tenant_id, Millis(since)).await?,
+            pool => sqlite::dashboard::minutes(pool, tenant_id, Millis(since)).await?,
+        );
         let mut series: Vec<ThroughputMinute> = (0..minutes)
             .map(|i| ThroughputMinute {
                 start: since + i * MINUTE_MS,
                 ..ThroughputMinute::default()
             })
             .collect();
-        for row in &rows {
-            let minute = row.try_get::<i64, _>("minute")? - since / MINUTE_MS;
-            let status: String = row.try_get("status")?;
-            let n: i64 = row.try_get("n")?;
+        for row in rows {
+            let minute = (i64::from(row.start) - since).div_euclid(MINUTE_MS);
             let Some(slot) = usize::try_from(minute).ok().and_then(|i| series.get_mut(i)) else {
                 continue;
             };
-            match status.as_str() {
-                "SUCCEEDED" => slot.succeeded += n,
-                "FAILED" => slot.failed += n,
-                _ => slot.cancelled += n,
+            match row.status.as_str() {
+                "SUCCEEDED" => slot.succeeded += row.n,
+                "FAILED" => slot.failed += row.n,
+                _ => slot.cancelled += row.n,
             }
         }
         Ok(series)
@@ -294,64 +317,31 @@ impl Store {
     /// at once: one folds, the others return at once. Returns the deltas
     /// folded.
     pub async fn fold_job_counts(&self) -> Result<u64> {
-        if self.dialect == super::Dialect::Sqlite {
-            // SQLite's triggers count in place: only the emptied minutes
-            // are left to drop, in one statement of its own.
-            let _turn = self.write_turn().await;
-            sqlx::query("DELETE FROM job_minutes WHERE n = 0")
-                .execute(&self.pool)
-                .await?;
-            return Ok(0);
-        }
-        let mut tx = self.begin_write().await?;
-        let mut folded = 0;
-        if self.dialect == super::Dialect::Postgres {
-            // Folders take turns, so the upserts below never wait on (or
-            // deadlock with) each other; the triggers never touch these rows.
-            let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-                .bind(FOLD_LOCK)
-                .fetch_one(&mut *tx)
-                .await?;
-            if !ours {
+        let pool = match &self.db {
+            Db::Postgres(pool) => pool,
+            Db::Sqlite(db) => {
+                // SQLite's triggers count in place: only the emptied minutes
+                // are left to drop, in one statement of its own.
+                let _turn = self.write_turn().await;
+                sqlite::dashboard::delete_empty_minutes(&db.pool).await?;
                 return Ok(0);
             }
-            // Only deltas committed before the statement began are deleted
-            // and folded; later ones wait for the next fold.
-            folded = sqlx::query(
-                "WITH d AS (
-                     DELETE FROM job_count_deltas RETURNING tenant_id, kind, status, minute, delta
-                 ), counted AS (
-                     INSERT INTO job_counts (tenant_id, kind, status, n)
-                     SELECT tenant_id, kind, status, SUM(delta) FROM d
-                     GROUP BY tenant_id, kind, status
-                     ON CONFLICT (tenant_id, kind, status)
-                     DO UPDATE SET n = job_counts.n + EXCLUDED.n
-                 ), minutes AS (
-                     INSERT INTO job_minutes (tenant_id, minute, status, n)
-                     SELECT tenant_id, minute, status, SUM(delta) FROM d WHERE minute IS NOT NULL
-                     GROUP BY tenant_id, minute, status
-                     ON CONFLICT (tenant_id, minute, status)
-                     DO UPDATE SET n = job_minutes.n + EXCLUDED.n
-                 )
-                 SELECT COUNT(*) FROM d",
-            )
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get::<i64, _>(0)?
-            .try_into()
-            .unwrap_or_default();
+        };
+        let mut tx = pool.begin().await?;
+        // Folders take turns, so the upserts never wait on (or deadlock
+        // with) each other; the triggers never touch these rows.
+        if !postgres::dashboard::try_lock_fold(&mut tx).await? {
+            return Ok(0);
         }
-        sqlx::query("DELETE FROM job_minutes WHERE n = 0")
-            .execute(&mut *tx)
-            .await?;
+        let folded = postgres::dashboard::fold(&mut tx).await?;
+        postgres::dashboard::delete_empty_minutes(&mut *tx).await?;
         tx.commit().await?;
+        let folded = u64::try_from(folded).unwrap_or_default();
         if folded >= VACUUM_AFTER {
             // A reader scans the deltas' heap, dead rows included: after a
             // burst (a bulk insert, a large prune), reclaim it now rather
             // than when autovacuum gets to it.
-            sqlx::query("VACUUM job_count_deltas")
-                .execute(&self.pool)
-                .await?;
+            postgres::dashboard::vacuum_deltas(pool).await?;
         }
         Ok(folded)
     }
@@ -371,46 +361,29 @@ impl Store {
         if webhook_ids.is_empty() {
             return Ok(health);
         }
-        let ids = placeholders(3, webhook_ids.len());
-        let sql = format!(
-            "SELECT d.webhook_id, COUNT(*) AS attempts,
-                    SUM(CASE WHEN d.response_status BETWEEN 200 AND 299 THEN 1 ELSE 0 END) AS ok
-             FROM webhook_deliveries d JOIN webhooks w ON w.webhook_id = d.webhook_id
-             WHERE w.tenant_id = $1 AND d.attempted_at >= $2 AND d.webhook_id IN ({ids})
-             GROUP BY d.webhook_id"
+        let since = Millis(since);
+        let rows = on_pool!(self,
+            pool => postgres::dashboard::health(pool, tenant_id, since, webhook_ids).await?,
+            pool => sqlite::dashboard::health(pool, tenant_id, since, webhook_ids).await?,
         );
-        let mut query = sqlx::query(built(&sql)).bind(tenant_id).bind(since);
-        for id in webhook_ids {
-            query = query.bind(id);
-        }
-        for row in query.fetch_all(&self.pool).await? {
-            let id: String = row.try_get("webhook_id")?;
-            if let Some(entry) = health.get_mut(&id) {
-                entry.attempts = row.try_get("attempts")?;
-                entry.succeeded = row.try_get("ok")?;
+        for row in rows {
+            if let Some(entry) = health.get_mut(&row.webhook_id) {
+                entry.attempts = row.attempts;
+                entry.succeeded = row.ok;
             }
         }
         for id in webhook_ids {
-            let last = sqlx::query(
-                "SELECT d.attempted_at, d.response_status, d.error
-                 FROM webhook_deliveries d JOIN webhooks w ON w.webhook_id = d.webhook_id
-                 WHERE d.webhook_id = $1 AND w.tenant_id = $2
-                   AND (d.response_status IS NULL OR d.response_status NOT BETWEEN 200 AND 299)
-                 ORDER BY d.delivery_id DESC LIMIT 1",
-            )
-            .bind(id)
-            .bind(tenant_id)
-            .fetch_optional(&self.pool)
-            .await?;
+            let last = on_pool!(self,
+                pool => postgres::dashboard::last_failure(pool, tenant_id, id).await?,
+                pool => sqlite::dashboard::last_failure(pool, tenant_id, id).await?,
+            );
             if let (Some(row), Some(entry)) = (last, health.get_mut(id)) {
-                let status: Option<i64> = row.try_get("response_status")?;
-                let error: Option<String> = row.try_get("error")?;
-                let why = match (status, error) {
+                let why = match (row.response_status, row.error) {
                     (_, Some(error)) => error,
                     (Some(status), None) => format!("answered {status}"),
                     (None, None) => "failed".to_owned(),
                 };
-                entry.last_error = Some((row.try_get("attempted_at")?, why));
+                entry.last_error = Some((row.attempted_at.into(), why));
             }
         }
         Ok(health)

@@ -4,11 +4,14 @@
 //! key waits on the primary key (Postgres: on the uncommitted row; SQLite:
 //! on the write lock) and then finds the finished row to replay.
 
-use sqlx::{Row, any::AnyRow};
-
-use super::{Store, WriteTx};
-use crate::Result;
 use shared::time::now_ms;
+
+use crate::{
+    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    sql::{JsonText, Millis},
+    sqlite,
+    submit::SubmissionKey,
+};
 
 /// A response as stored against a key, replayed byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +38,7 @@ impl KeyLookup {
     /// The key-reuse rule, written once: a live key answers the request
     /// it was stored for (the same fingerprint) with its stored response,
     /// and no other request; a key with no live row is new.
-    pub(super) fn of(live: Option<(&str, &StoredResponse)>, fingerprint: &str) -> Self {
+    pub(crate) fn of(live: Option<(&str, &StoredResponse)>, fingerprint: &str) -> Self {
         match live {
             None => KeyLookup::New,
             Some((stored, response)) if stored == fingerprint => {
@@ -46,16 +49,77 @@ impl KeyLookup {
     }
 }
 
-/// The response stored in an `idempotency_keys` row.
-pub(super) fn stored_response(row: &AnyRow) -> Result<StoredResponse> {
-    let headers: String = row.try_get("response_headers")?;
-    Ok(StoredResponse {
-        status: u16::try_from(row.try_get::<i64, _>("response_status")?)
-            .map_err(|e| crate::Error::Corrupt(format!("stored status: {e}")))?,
-        headers: serde_json::from_str(&headers)
-            .map_err(|e| crate::Error::Corrupt(format!("stored headers: {e}")))?,
-        body: row.try_get("response_body")?,
-    })
+/// A key's row as both databases return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct KeyRow {
+    pub(crate) tenant_id: String,
+    pub(crate) idem_key: String,
+    pub(crate) fingerprint: String,
+    pub(crate) expires_at: Millis,
+    response_status: i64,
+    response_headers: JsonText,
+    response_body: Vec<u8>,
+}
+
+impl KeyRow {
+    /// The response stored with the key.
+    pub(crate) fn response(&self) -> Result<StoredResponse> {
+        Ok(StoredResponse {
+            status: u16::try_from(self.response_status)
+                .map_err(|e| Error::Corrupt(format!("stored status: {e}")))?,
+            headers: serde_json::from_str(&self.response_headers.0)
+                .map_err(|e| Error::Corrupt(format!("stored headers: {e}")))?,
+            body: self.response_body.clone(),
+        })
+    }
+}
+
+/// A key to write with its answer, as the statements bind it.
+pub(crate) struct KeyWrite<'a> {
+    pub(crate) tenant_id: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) fingerprint: &'a str,
+    pub(crate) expires_at: Millis,
+    pub(crate) status: i64,
+    /// The replayed headers, as a JSON array of pairs.
+    pub(crate) headers: String,
+    pub(crate) body: &'a [u8],
+}
+
+impl<'a> KeyWrite<'a> {
+    pub(crate) fn of(key: &'a SubmissionKey) -> Result<Self> {
+        Ok(KeyWrite {
+            tenant_id: &key.tenant_id,
+            key: &key.key,
+            fingerprint: &key.fingerprint,
+            expires_at: Millis(key.expires_at),
+            status: i64::from(key.response.status),
+            headers: headers_json(&key.response)?,
+            body: &key.response.body,
+        })
+    }
+}
+
+pub(crate) fn headers_json(response: &StoredResponse) -> Result<String> {
+    serde_json::to_string(&response.headers).map_err(|e| Error::Corrupt(format!("headers: {e}")))
+}
+
+/// Writes the keys with their answers, in the order given: a new key is
+/// inserted, an expired one taken over in place, a live one left alone.
+/// Returns the keys written, as (tenant, key). The one upsert of keys:
+/// a single request's key and a group commit's keys alike.
+pub(crate) async fn upsert_keys(
+    tx: &mut WriteTx,
+    keys: &[KeyWrite<'_>],
+    now: Millis,
+) -> Result<Vec<(String, String)>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(on_tx!(tx,
+        conn => postgres::idempotency::upsert_keys(conn, keys, now).await?,
+        conn => sqlite::idempotency::upsert_keys(conn, keys, now).await?,
+    ))
 }
 
 impl Store {
@@ -69,19 +133,14 @@ impl Store {
         key: &str,
         fingerprint: &str,
     ) -> Result<KeyLookup> {
-        let row = sqlx::query(
-            "SELECT fingerprint, expires_at, response_status, response_headers, response_body
-             FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2",
-        )
-        .bind(tenant_id)
-        .bind(key)
-        .fetch_optional(&mut **tx)
-        .await?;
+        let row = on_tx!(tx,
+            conn => postgres::idempotency::get(conn, tenant_id, key).await?,
+            conn => sqlite::idempotency::get(conn, tenant_id, key).await?,
+        );
         let live = match row {
-            Some(row) if row.try_get::<i64, _>("expires_at")? > now_ms() => Some((
-                row.try_get::<String, _>("fingerprint")?,
-                stored_response(&row)?,
-            )),
+            Some(row) if row.expires_at.0 > now_ms() => {
+                Some((row.fingerprint.clone(), row.response()?))
+            }
             _ => None,
         };
         Ok(KeyLookup::of(
@@ -104,45 +163,26 @@ impl Store {
         response: &StoredResponse,
     ) -> Result<bool> {
         let now = now_ms();
-        let headers = serde_json::to_string(&response.headers)
-            .map_err(|e| crate::Error::Corrupt(format!("headers: {e}")))?;
-        // An expired row is taken over in place; a live one is left alone.
-        let saved = sqlx::query(
-            "INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at, expires_at,
-                 response_status, response_headers, response_body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
-                 fingerprint = excluded.fingerprint, created_at = excluded.created_at,
-                 expires_at = excluded.expires_at, response_status = excluded.response_status,
-                 response_headers = excluded.response_headers, response_body = excluded.response_body
-             WHERE idempotency_keys.expires_at <= $4",
-        )
-        .bind(tenant_id)
-        .bind(key)
-        .bind(fingerprint)
-        .bind(now)
-        .bind(now.saturating_add(ttl_ms))
-        .bind(i64::from(response.status))
-        .bind(headers)
-        .bind(response.body.as_slice())
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-        Ok(saved == 1)
+        let write = KeyWrite {
+            tenant_id,
+            key,
+            fingerprint,
+            expires_at: Millis(now.saturating_add(ttl_ms)),
+            status: i64::from(response.status),
+            headers: headers_json(response)?,
+            body: &response.body,
+        };
+        let written = upsert_keys(tx, std::slice::from_ref(&write), Millis(now)).await?;
+        Ok(!written.is_empty())
     }
 
     /// Deletes up to `limit` expired keys; returns how many.
     pub async fn delete_expired_idempotency_keys(&self, limit: i64) -> Result<u64> {
         let _turn = self.write_turn().await;
-        let deleted = sqlx::query(
-            "DELETE FROM idempotency_keys WHERE (tenant_id, idem_key) IN (
-                 SELECT tenant_id, idem_key FROM idempotency_keys WHERE expires_at <= $1 LIMIT $2)",
-        )
-        .bind(now_ms())
-        .bind(limit)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(deleted)
+        let now = Millis(now_ms());
+        Ok(on_pool!(self,
+            pool => postgres::idempotency::delete_expired(pool, now, limit).await?,
+            pool => sqlite::idempotency::delete_expired(pool, now, limit).await?,
+        ))
     }
 }

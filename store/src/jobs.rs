@@ -1,39 +1,68 @@
 //! Jobs as their clients see them: reads, lists, the cancel and the retry.
 
-use sqlx::{Row, any::AnyRow};
-
-use super::{Store, WriteTx, built, outbox::delete_outbox, results::discard_all_chunks};
-use crate::Result;
 use shared::{
     model::{Job, JobStatus},
     time::now_ms,
 };
 
-const JOB_COLUMNS: &str = "job_id, tenant_id, kind, params, status, attempts, max_attempts, \
-     progress, created_at, started_at, finished_at, run_after, error_type, error_message, \
-     cancel_requested, handbacks, retry_of";
+use crate::{
+    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    sql::{JsonText, Millis},
+    sqlite,
+};
 
-fn job_from_row(row: &AnyRow) -> Result<Job> {
-    let status: String = row.try_get("status")?;
-    Ok(Job {
-        job_id: row.try_get("job_id")?,
-        tenant_id: row.try_get("tenant_id")?,
-        kind: row.try_get("kind")?,
-        params: row.try_get("params")?,
-        status: JobStatus::parse(&status)
-            .ok_or_else(|| crate::Error::Corrupt(format!("job status {status:?}")))?,
-        attempts: row.try_get::<i64, _>("attempts")? - row.try_get::<i64, _>("handbacks")?,
-        max_attempts: row.try_get("max_attempts")?,
-        progress: row.try_get("progress")?,
-        created_at: row.try_get("created_at")?,
-        started_at: row.try_get("started_at")?,
-        finished_at: row.try_get("finished_at")?,
-        run_after: row.try_get("run_after")?,
-        error_type: row.try_get("error_type")?,
-        error_message: row.try_get("error_message")?,
-        cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
-        retry_of: row.try_get("retry_of")?,
-    })
+/// A job's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct JobRow {
+    job_id: String,
+    tenant_id: String,
+    kind: String,
+    params: JsonText,
+    status: String,
+    attempts: i64,
+    max_attempts: i64,
+    progress: Option<f64>,
+    created_at: Millis,
+    started_at: Option<Millis>,
+    finished_at: Option<Millis>,
+    run_after: Millis,
+    error_type: Option<String>,
+    error_message: Option<String>,
+    cancel_requested: bool,
+    handbacks: i64,
+    retry_of: Option<String>,
+}
+
+impl TryFrom<JobRow> for Job {
+    type Error = Error;
+
+    fn try_from(row: JobRow) -> Result<Job> {
+        Ok(Job {
+            status: JobStatus::parse(&row.status)
+                .ok_or_else(|| Error::Corrupt(format!("job status {:?}", row.status)))?,
+            job_id: row.job_id,
+            tenant_id: row.tenant_id,
+            kind: row.kind,
+            params: row.params.into(),
+            // Attempts handed back at a shutdown do not count.
+            attempts: row.attempts - row.handbacks,
+            max_attempts: row.max_attempts,
+            progress: row.progress,
+            created_at: row.created_at.into(),
+            started_at: row.started_at.map(i64::from),
+            finished_at: row.finished_at.map(i64::from),
+            run_after: row.run_after.into(),
+            error_type: row.error_type,
+            error_message: row.error_message,
+            cancel_requested: row.cancel_requested,
+            retry_of: row.retry_of,
+        })
+    }
+}
+
+/// The job a row holds, if any.
+pub(crate) fn job_of(row: Option<JobRow>) -> Result<Option<Job>> {
+    row.map(Job::try_from).transpose()
 }
 
 /// A new job, as the API inserts it.
@@ -80,103 +109,58 @@ pub enum CancelOutcome {
 
 impl Store {
     pub async fn get_job(&self, tenant_id: &str, job_id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query(built(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2"
-        )))
-        .bind(job_id)
-        .bind(tenant_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(job_from_row).transpose()
+        job_of(on_pool!(self,
+            pool => postgres::jobs::get(pool, tenant_id, job_id).await?,
+            pool => sqlite::jobs::get(pool, tenant_id, job_id).await?,
+        ))
     }
 
     /// The job, locked until the transaction ends (Postgres; SQLite's
     /// writer lock already serializes).
-    pub(super) async fn lock_job(
+    pub(crate) async fn lock_job(
         &self,
         tx: &mut WriteTx,
         tenant_id: &str,
         job_id: &str,
     ) -> Result<Option<Job>> {
-        let row = sqlx::query(built(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2{}",
-            self.dialect.for_update()
-        )))
-        .bind(job_id)
-        .bind(tenant_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-        row.as_ref().map(job_from_row).transpose()
+        job_of(on_tx!(tx,
+            conn => postgres::jobs::lock(conn, tenant_id, job_id).await?,
+            conn => sqlite::jobs::get(conn, tenant_id, job_id).await?,
+        ))
     }
 
     /// The job as this transaction sees it.
-    pub(super) async fn job_in(&self, tx: &mut WriteTx, job_id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query(built(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"
-        )))
-        .bind(job_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-        row.as_ref().map(job_from_row).transpose()
+    pub(crate) async fn job_in(&self, tx: &mut WriteTx, job_id: &str) -> Result<Option<Job>> {
+        job_of(on_tx!(tx,
+            conn => postgres::jobs::get_unscoped(conn, job_id).await?,
+            conn => sqlite::jobs::get_unscoped(conn, job_id).await?,
+        ))
     }
 
     /// Any tenant's job (a worker knows a job by its id only).
     pub async fn get_job_unscoped(&self, job_id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query(built(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1"
-        )))
-        .bind(job_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(job_from_row).transpose()
+        job_of(on_pool!(self,
+            pool => postgres::jobs::get_unscoped(pool, job_id).await?,
+            pool => sqlite::jobs::get_unscoped(pool, job_id).await?,
+        ))
     }
 
     /// Newest first; asks for one more than the limit so the caller knows
     /// whether a next page exists.
     pub async fn list_jobs(&self, tenant_id: &str, filter: &JobFilter) -> Result<Vec<Job>> {
-        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1");
-        let mut n = 1;
-        let mut next = || {
-            n += 1;
-            n
-        };
-        if filter.status.is_some() {
-            sql += &format!(" AND status = ${}", next());
-        }
-        if filter.kind.is_some() {
-            sql += &format!(" AND kind = ${}", next());
-        }
-        if filter.before.is_some() {
-            sql += &format!(" AND job_id < ${}", next());
-        }
-        sql += &format!(" ORDER BY job_id DESC LIMIT ${}", next());
-        let mut query = sqlx::query(built(&sql)).bind(tenant_id);
-        if let Some(status) = filter.status {
-            query = query.bind(status.as_str());
-        }
-        if let Some(kind) = &filter.kind {
-            query = query.bind(kind.as_str());
-        }
-        if let Some(before) = &filter.before {
-            query = query.bind(before.as_str());
-        }
-        let rows = query.bind(filter.limit + 1).fetch_all(&self.pool).await?;
-        rows.iter().map(job_from_row).collect()
+        let rows = on_pool!(self,
+            pool => postgres::jobs::list(pool, tenant_id, filter).await?,
+            pool => sqlite::jobs::list(pool, tenant_id, filter).await?,
+        );
+        rows.into_iter().map(Job::try_from).collect()
     }
 
     /// The tenant's jobs that are QUEUED or RUNNING (for `MAX_ACTIVE_JOBS`).
     pub async fn count_active_jobs(&self, tenant_id: &str) -> Result<i64> {
-        // Literals: for parameters Postgres's generic plan guesses 2 jobs in
-        // 5 active and may scan the table (one tenant, 300,000 jobs: 290 ms
-        // against 20 ms); with literals it sees how few are.
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs
-             WHERE tenant_id = $1 AND status IN ('QUEUED', 'RUNNING')",
-        )
-        .bind(tenant_id)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(row.try_get("n")?)
+        Ok(on_pool!(self,
+            pool => postgres::jobs::count_active(pool, tenant_id).await?,
+            pool => sqlite::jobs::count_active(pool, tenant_id).await?,
+        ))
     }
 
     /// The cancel of `docs/api.md`: a queued job is cancelled at once, a
@@ -187,15 +171,7 @@ impl Store {
         tenant_id: &str,
         job_id: &str,
     ) -> Result<CancelOutcome> {
-        let row = sqlx::query(built(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant_id = $2{}",
-            self.dialect.for_update()
-        )))
-        .bind(job_id)
-        .bind(tenant_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-        let Some(job) = row.as_ref().map(job_from_row).transpose()? else {
+        let Some(job) = self.lock_job(tx, tenant_id, job_id).await? else {
             return Ok(CancelOutcome::NotFound);
         };
         // A running job is asked to stop. So is a saga waiting for its next
@@ -208,29 +184,23 @@ impl Store {
         };
         let outcome = match job.status {
             _ if ask_to_stop => {
-                let row = sqlx::query(built(&format!(
-                    "UPDATE jobs SET cancel_requested = 1 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
-                )))
-                .bind(job_id)
-                .fetch_one(&mut **tx)
-                .await?;
-                CancelOutcome::Done(job_from_row(&row)?)
+                let row = on_tx!(tx,
+                    conn => postgres::jobs::ask_to_stop(conn, job_id).await?,
+                    conn => sqlite::jobs::ask_to_stop(conn, job_id).await?,
+                );
+                CancelOutcome::Done(row.try_into()?)
             }
             JobStatus::Queued => {
-                let row = sqlx::query(built(&format!(
-                    "UPDATE jobs SET status = $3, finished_at = $2
-                     WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
-                )))
-                .bind(job_id)
-                .bind(now_ms())
-                .bind(JobStatus::Cancelled.as_str())
-                .fetch_one(&mut **tx)
-                .await?;
-                delete_outbox(tx, job_id).await?;
+                let now = Millis(now_ms());
+                let row = on_tx!(tx,
+                    conn => postgres::jobs::cancel_queued(conn, job_id, now).await?,
+                    conn => sqlite::jobs::cancel_queued(conn, job_id, now).await?,
+                );
+                crate::outbox::delete_outbox(tx, job_id).await?;
                 // A lapsed attempt may have left chunks for its successor.
-                discard_all_chunks(tx, job_id).await?;
+                crate::results::discard_all_chunks(tx, job_id).await?;
                 self.announce_final(tx, job_id).await?;
-                CancelOutcome::Done(job_from_row(&row)?)
+                CancelOutcome::Done(row.try_into()?)
             }
             JobStatus::Running | JobStatus::Cancelled => CancelOutcome::Done(job),
             JobStatus::Succeeded | JobStatus::Failed => CancelOutcome::Conflict(job),
@@ -267,28 +237,19 @@ impl Store {
             params: original.params.clone(),
             max_attempts,
         };
-        super::submit::insert_job_now(tx, new_job).await?;
-        let row = sqlx::query(built(&format!(
-            "UPDATE jobs SET retry_of = $2 WHERE job_id = $1 RETURNING {JOB_COLUMNS}"
-        )))
-        .bind(new_job_id)
-        .bind(job_id)
-        .fetch_one(&mut **tx)
-        .await?;
-        Ok(RetryOutcome::Created(job_from_row(&row)?))
+        crate::submit::insert_job_now(tx, new_job).await?;
+        let row = on_tx!(tx,
+            conn => postgres::jobs::mark_retry_of(conn, new_job_id, job_id).await?,
+            conn => sqlite::jobs::mark_retry_of(conn, new_job_id, job_id).await?,
+        );
+        Ok(RetryOutcome::Created(row.try_into()?))
     }
 
     /// The jobs that retry this one, oldest first.
     pub async fn retries_of(&self, tenant_id: &str, job_id: &str) -> Result<Vec<String>> {
-        sqlx::query(
-            "SELECT job_id FROM jobs WHERE retry_of = $1 AND tenant_id = $2 ORDER BY job_id",
-        )
-        .bind(job_id)
-        .bind(tenant_id)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|row| Ok(row.try_get("job_id")?))
-        .collect()
+        Ok(on_pool!(self,
+            pool => postgres::jobs::retries_of(pool, tenant_id, job_id).await?,
+            pool => sqlite::jobs::retries_of(pool, tenant_id, job_id).await?,
+        ))
     }
 }

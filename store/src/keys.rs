@@ -5,14 +5,14 @@
 //! same transaction, so an api process learns of it by reading one row
 //! (see `api/src/auth.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use shared::ids::{new_api_key, new_api_key_id, sha256_hex};
-use sqlx::{Row, any::AnyRow};
+use shared::{
+    ids::{new_api_key, new_api_key_id, sha256_hex},
+    time::now_ms,
+};
 
-use super::{Store, WriteTx, built};
-use crate::{Error, Result};
-use shared::time::now_ms;
+use crate::{Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
 /// Runs for every request, good key or bad: one hash, one allocation.
 pub fn hash_key(key: &str) -> String {
@@ -28,7 +28,7 @@ fn visible_prefix(key: &str) -> String {
 }
 
 /// A key that opens the API, as every api process holds it in memory.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ValidKey {
     pub key_hash: String,
     pub key_id: String,
@@ -54,9 +54,9 @@ impl Revocation {
         }
     }
 
-    fn parse(text: &str) -> Self {
+    fn parse(text: Option<&str>) -> Self {
         match text {
-            "api_keys" => Revocation::NotInApiKeys,
+            Some("api_keys") => Revocation::NotInApiKeys,
             _ => Revocation::Command,
         }
     }
@@ -109,10 +109,63 @@ impl KeySync {
     }
 }
 
-struct StoredKey {
+/// A stored key, as the sync with `API_KEYS` reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct StoredKeyRow {
+    key_hash: String,
     key_id: String,
     tenant_id: String,
-    revoked: Option<Revocation>,
+    revoked_at: Option<Millis>,
+    revoked_reason: Option<String>,
+}
+
+impl StoredKeyRow {
+    fn revoked(&self) -> Option<Revocation> {
+        self.revoked_at
+            .map(|_| Revocation::parse(self.revoked_reason.as_deref()))
+    }
+}
+
+/// Whom a key belongs to and whether it is revoked, as a revocation reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct KeyStateRow {
+    tenant_id: String,
+    revoked_at: Option<Millis>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ApiKeyRow {
+    key_id: String,
+    tenant_id: String,
+    key_prefix: Option<String>,
+    created_at: Millis,
+    last_used_at: Option<Millis>,
+    revoked_at: Option<Millis>,
+    revoked_reason: Option<String>,
+}
+
+impl From<ApiKeyRow> for ApiKeyRecord {
+    fn from(row: ApiKeyRow) -> Self {
+        ApiKeyRecord {
+            key_id: row.key_id,
+            tenant_id: row.tenant_id,
+            key_prefix: row.key_prefix,
+            created_at: row.created_at.into(),
+            last_used_at: row.last_used_at.map(i64::from),
+            revoked: row
+                .revoked_at
+                .map(|at| (at.into(), Revocation::parse(row.revoked_reason.as_deref()))),
+        }
+    }
+}
+
+/// A new key's row.
+pub(crate) struct NewKeyRow<'a> {
+    pub key_hash: String,
+    pub key_id: String,
+    pub tenant_id: &'a str,
+    pub key_prefix: String,
+    pub created_at: Millis,
 }
 
 impl Store {
@@ -142,93 +195,62 @@ impl Store {
         let mut tx = self.begin_write().await?;
         // Starts of several processes take turns here (SQLite's BEGIN
         // IMMEDIATE already serialises them).
-        sqlx::query(built(&format!(
-            "SELECT generation FROM api_key_generation{}",
-            self.dialect.for_update()
-        )))
-        .fetch_one(&mut *tx)
-        .await?;
-        let rows = sqlx::query(
-            "SELECT key_hash, key_id, tenant_id, revoked_at, revoked_reason FROM api_keys",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut stored: HashMap<String, StoredKey> = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let revoked_at: Option<i64> = row.try_get("revoked_at")?;
-            let reason: Option<String> = row.try_get("revoked_reason")?;
-            stored.insert(
-                row.try_get("key_hash")?,
-                StoredKey {
-                    key_id: row.try_get("key_id")?,
-                    tenant_id: row.try_get("tenant_id")?,
-                    revoked: revoked_at.map(|_| Revocation::parse(reason.as_deref().unwrap_or(""))),
-                },
-            );
-        }
+        let rows = on_tx!(tx,
+            conn => {
+                postgres::keys::lock_generation(&mut *conn).await?;
+                postgres::keys::stored(conn).await?
+            },
+            conn => sqlite::keys::stored(conn).await?,
+        );
+        let stored: HashMap<String, StoredKeyRow> = rows
+            .into_iter()
+            .map(|row| (row.key_hash.clone(), row))
+            .collect();
 
         let mut sync = KeySync::default();
-        let mut listed = std::collections::HashSet::new();
+        let mut listed = HashSet::new();
         for (tenant_id, key) in configured {
             let key_hash = hash_key(key);
-            listed.insert(key_hash.clone());
-            match stored.get(&key_hash) {
-                None => {
-                    insert_key(&mut tx, tenant_id, key).await?;
-                    sync.added += 1;
-                }
-                Some(StoredKey {
-                    key_id,
-                    revoked: Some(Revocation::Command),
-                    ..
-                }) => {
+            let Some(row) = stored.get(&key_hash) else {
+                listed.insert(key_hash);
+                insert_key(&mut tx, tenant_id, key).await?;
+                sync.added += 1;
+                continue;
+            };
+            listed.insert(key_hash);
+            match row.revoked() {
+                Some(Revocation::Command) => {
                     return Err(Error::Config(format!(
                         "API_KEYS: the key of tenant {tenant_id:?} was revoked with `api keys \
-                         revoke` (key id {key_id}) and stays revoked; take it out of API_KEYS"
+                         revoke` (key id {}) and stays revoked; take it out of API_KEYS",
+                        row.key_id
                     )));
                 }
-                Some(StoredKey {
-                    key_id,
-                    revoked: Some(Revocation::NotInApiKeys),
-                    ..
-                }) => {
-                    sqlx::query(
-                        "UPDATE api_keys SET tenant_id = $1, revoked_at = NULL,
-                                revoked_reason = NULL
-                         WHERE key_id = $2",
-                    )
-                    .bind(tenant_id)
-                    .bind(key_id)
-                    .execute(&mut *tx)
-                    .await?;
+                Some(Revocation::NotInApiKeys) => {
+                    on_tx!(tx,
+                        conn => postgres::keys::restore(conn, &row.key_id, tenant_id).await?,
+                        conn => sqlite::keys::restore(conn, &row.key_id, tenant_id).await?,
+                    );
                     sync.restored += 1;
                 }
-                Some(StoredKey {
-                    key_id,
-                    tenant_id: stored_tenant,
-                    revoked: None,
-                }) if stored_tenant != tenant_id => {
-                    sqlx::query("UPDATE api_keys SET tenant_id = $1 WHERE key_id = $2")
-                        .bind(tenant_id)
-                        .bind(key_id)
-                        .execute(&mut *tx)
-                        .await?;
+                None if row.tenant_id != *tenant_id => {
+                    on_tx!(tx,
+                        conn => postgres::keys::move_to(conn, &row.key_id, tenant_id).await?,
+                        conn => sqlite::keys::move_to(conn, &row.key_id, tenant_id).await?,
+                    );
                     sync.moved += 1;
                 }
-                Some(_) => {}
+                None => {}
             }
         }
-        let now = now_ms();
-        for (key_hash, key) in &stored {
-            if key.revoked.is_none() && !listed.contains(key_hash) {
-                sqlx::query(
-                    "UPDATE api_keys SET revoked_at = $1, revoked_reason = $2 WHERE key_id = $3",
-                )
-                .bind(now)
-                .bind(Revocation::NotInApiKeys.as_str())
-                .bind(&key.key_id)
-                .execute(&mut *tx)
-                .await?;
+        let now = Millis(now_ms());
+        let reason = Revocation::NotInApiKeys.as_str();
+        for (key_hash, row) in &stored {
+            if row.revoked_at.is_none() && !listed.contains(key_hash) {
+                on_tx!(tx,
+                    conn => postgres::keys::revoke(conn, &row.key_id, now, reason).await?,
+                    conn => sqlite::keys::revoke(conn, &row.key_id, now, reason).await?,
+                );
                 sync.revoked += 1;
             }
         }
@@ -243,38 +265,34 @@ impl Store {
     /// `API_KEYS` had revoked is now revoked for good.
     pub async fn revoke_api_key(&self, key_id: &str) -> Result<RevokeOutcome> {
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query(built(&format!(
-            "SELECT tenant_id, revoked_at FROM api_keys WHERE key_id = $1{}",
-            self.dialect.for_update()
-        )))
-        .bind(key_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let row = on_tx!(tx,
+            conn => postgres::keys::lock_state(conn, key_id).await?,
+            conn => sqlite::keys::state(conn, key_id).await?,
+        );
         let Some(row) = row else {
             return Ok(RevokeOutcome::UnknownKeyId);
         };
-        let tenant_id: String = row.try_get("tenant_id")?;
-        let revoked_at: Option<i64> = row.try_get("revoked_at")?;
-        let outcome = match revoked_at {
+        let command = Revocation::Command.as_str();
+        let outcome = match row.revoked_at {
             Some(revoked_at) => {
-                sqlx::query("UPDATE api_keys SET revoked_reason = $1 WHERE key_id = $2")
-                    .bind(Revocation::Command.as_str())
-                    .bind(key_id)
-                    .execute(&mut *tx)
-                    .await?;
-                RevokeOutcome::AlreadyRevoked { revoked_at }
+                on_tx!(tx,
+                    conn => postgres::keys::set_reason(conn, key_id, command).await?,
+                    conn => sqlite::keys::set_reason(conn, key_id, command).await?,
+                );
+                RevokeOutcome::AlreadyRevoked {
+                    revoked_at: revoked_at.into(),
+                }
             }
             None => {
-                sqlx::query(
-                    "UPDATE api_keys SET revoked_at = $1, revoked_reason = $2 WHERE key_id = $3",
-                )
-                .bind(now_ms())
-                .bind(Revocation::Command.as_str())
-                .bind(key_id)
-                .execute(&mut *tx)
-                .await?;
+                let now = Millis(now_ms());
+                on_tx!(tx,
+                    conn => postgres::keys::revoke(conn, key_id, now, command).await?,
+                    conn => sqlite::keys::revoke(conn, key_id, now, command).await?,
+                );
                 bump_generation(&mut tx).await?;
-                RevokeOutcome::Revoked { tenant_id }
+                RevokeOutcome::Revoked {
+                    tenant_id: row.tenant_id,
+                }
             }
         };
         tx.commit().await?;
@@ -283,111 +301,77 @@ impl Store {
 
     /// Every stored key, revoked ones included, oldest first.
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
-        let rows = sqlx::query(
-            "SELECT key_id, tenant_id, key_prefix, created_at, last_used_at, revoked_at,
-                    revoked_reason
-             FROM api_keys ORDER BY created_at, key_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(api_key_record).collect()
+        let rows = on_pool!(self,
+            pool => postgres::keys::list(pool).await?,
+            pool => sqlite::keys::list(pool).await?,
+        );
+        Ok(rows.into_iter().map(ApiKeyRecord::from).collect())
     }
 
     /// The generation of the set of valid keys: it moves with every change.
     pub async fn api_key_generation(&self) -> Result<i64> {
-        let row = sqlx::query("SELECT generation FROM api_key_generation")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get("generation")?)
+        Ok(on_pool!(self,
+            pool => postgres::keys::generation(pool).await?,
+            pool => sqlite::keys::generation(pool).await?,
+        ))
     }
 
     /// Every valid key, with the generation they are at least as new as
     /// (read first: a change in between only makes the next check reload).
     pub async fn valid_api_keys(&self) -> Result<(i64, Vec<ValidKey>)> {
         let generation = self.api_key_generation().await?;
-        let rows = sqlx::query(
-            "SELECT key_hash, key_id, tenant_id FROM api_keys WHERE revoked_at IS NULL",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let keys = rows
-            .iter()
-            .map(|row| {
-                Ok(ValidKey {
-                    key_hash: row.try_get("key_hash")?,
-                    key_id: row.try_get("key_id")?,
-                    tenant_id: row.try_get("tenant_id")?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let keys = on_pool!(self,
+            pool => postgres::keys::valid(pool).await?,
+            pool => sqlite::keys::valid(pool).await?,
+        );
         Ok((generation, keys))
     }
 
-    /// Records when keys were last used, all in one transaction; a time
-    /// older than the stored one (from a slower process) changes nothing.
+    /// Records when keys were last used, in one statement; a time older
+    /// than the stored one (from a slower process) changes nothing.
     pub async fn record_api_key_uses(&self, uses: &[(String, i64)]) -> Result<()> {
         if uses.is_empty() {
             return Ok(());
         }
-        let mut tx = self.begin_write().await?;
-        for (key_id, used_at) in uses {
-            sqlx::query(
-                "UPDATE api_keys SET last_used_at = $1
-                 WHERE key_id = $2 AND (last_used_at IS NULL OR last_used_at < $1)",
-            )
-            .bind(used_at)
-            .bind(key_id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
+        let _turn = self.write_turn().await;
+        on_pool!(self,
+            pool => postgres::keys::record_uses(pool, uses).await?,
+            pool => sqlite::keys::record_uses(pool, uses).await?,
+        );
         Ok(())
     }
 
     /// Stored keys, revoked ones included.
     pub async fn count_api_keys(&self) -> Result<i64> {
-        let row = sqlx::query("SELECT COUNT(*) AS n FROM api_keys")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get("n")?)
+        Ok(on_pool!(self,
+            pool => postgres::keys::count(pool).await?,
+            pool => sqlite::keys::count(pool).await?,
+        ))
     }
 }
 
+/// Stores a new key; returns its id and visible prefix.
 async fn insert_key(tx: &mut WriteTx, tenant_id: &str, key: &str) -> Result<(String, String)> {
-    let key_id = new_api_key_id();
-    let key_prefix = visible_prefix(key);
-    sqlx::query(
-        "INSERT INTO api_keys (key_hash, key_id, tenant_id, key_prefix, created_at)
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(hash_key(key))
-    .bind(&key_id)
-    .bind(tenant_id)
-    .bind(&key_prefix)
-    .bind(now_ms())
-    .execute(&mut **tx)
-    .await?;
-    Ok((key_id, key_prefix))
+    let row = NewKeyRow {
+        key_hash: hash_key(key),
+        key_id: new_api_key_id(),
+        tenant_id,
+        key_prefix: visible_prefix(key),
+        created_at: Millis(now_ms()),
+    };
+    on_tx!(tx,
+        conn => postgres::keys::insert(conn, &row).await?,
+        conn => sqlite::keys::insert(conn, &row).await?,
+    );
+    Ok((row.key_id, row.key_prefix))
 }
 
 async fn bump_generation(tx: &mut WriteTx) -> Result<()> {
-    sqlx::query("UPDATE api_key_generation SET generation = generation + 1")
-        .execute(&mut **tx)
-        .await?;
+    on_tx!(tx,
+        conn => postgres::keys::bump_generation(conn).await?,
+        conn => sqlite::keys::bump_generation(conn).await?,
+    );
     Ok(())
-}
-
-fn api_key_record(row: &AnyRow) -> Result<ApiKeyRecord> {
-    let revoked_at: Option<i64> = row.try_get("revoked_at")?;
-    let reason: Option<String> = row.try_get("revoked_reason")?;
-    Ok(ApiKeyRecord {
-        key_id: row.try_get("key_id")?,
-        tenant_id: row.try_get("tenant_id")?,
-        key_prefix: row.try_get("key_prefix")?,
-        created_at: row.try_get("created_at")?,
-        last_used_at: row.try_get("last_used_at")?,
-        revoked: revoked_at.map(|at| (at, Revocation::parse(reason.as_deref().unwrap_or("")))),
-    })
 }
 
 #[cfg(test)]

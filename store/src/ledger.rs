@@ -1,19 +1,24 @@
 //! Ledger entries and the aggregates the reports read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use sqlx::{Row, any::AnyRow};
-
-use super::{Store, built};
-use crate::Result;
+use chrono::NaiveDate;
 use shared::{
+    calendar::Date,
     ledger::{Direction, LedgerEntry},
     time::now_ms,
 };
+use sqlx::Connection;
 
-/// Rows per multi-row statement: 9 parameters each stays under SQLite's
-/// 32,766-parameter limit and Postgres's 65,535.
-const INSERT_CHUNK: usize = 500;
+use crate::{
+    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    sql::{DateText, Millis},
+    sqlite,
+};
+
+/// Entries one import statement carries at most: an import of 10,000
+/// entries goes out in a few statements, each a small part of the body.
+pub(crate) const IMPORT_CHUNK: usize = 500;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImportOutcome {
@@ -39,23 +44,80 @@ pub struct GstRow {
     pub sgst: i64,
 }
 
-fn entry_from_row(row: &AnyRow) -> Result<LedgerEntry> {
-    let direction: String = row.try_get("direction")?;
-    Ok(LedgerEntry {
-        entry_id: row.try_get("entry_id")?,
-        date: row.try_get("entry_date")?,
-        direction: Direction::parse(&direction)
-            .ok_or_else(|| crate::Error::Corrupt(format!("direction {direction:?}")))?,
-        amount_paise: row.try_get("amount_paise")?,
-        rate_centi: row.try_get("rate_centi")?,
-        interstate: row.try_get::<i64, _>("interstate")? != 0,
-        party: row.try_get("party")?,
-        description: row.try_get("description")?,
+/// An entry's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EntryRow {
+    entry_id: String,
+    entry_date: DateText,
+    direction: String,
+    amount_paise: i64,
+    rate_centi: i64,
+    interstate: bool,
+    party: String,
+    description: String,
+}
+
+impl TryFrom<EntryRow> for LedgerEntry {
+    type Error = Error;
+
+    fn try_from(row: EntryRow) -> Result<LedgerEntry> {
+        Ok(LedgerEntry {
+            direction: direction_of(&row.direction)?,
+            entry_id: row.entry_id,
+            date: row.entry_date.into(),
+            amount_paise: row.amount_paise,
+            rate_centi: row.rate_centi,
+            interstate: row.interstate,
+            party: row.party,
+            description: row.description,
+        })
+    }
+}
+
+/// One group of the GST aggregate as the statements return it; SGST equals
+/// CGST, so it is not summed twice.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct GstSumRow {
+    direction: String,
+    rate_centi: i64,
+    taxable: i64,
+    igst: i64,
+    cgst: i64,
+}
+
+impl TryFrom<GstSumRow> for GstRow {
+    type Error = Error;
+
+    fn try_from(row: GstSumRow) -> Result<GstRow> {
+        Ok(GstRow {
+            direction: direction_of(&row.direction)?,
+            rate_centi: row.rate_centi,
+            taxable: row.taxable,
+            igst: row.igst,
+            cgst: row.cgst,
+            sgst: row.cgst,
+        })
+    }
+}
+
+fn direction_of(text: &str) -> Result<Direction> {
+    Direction::parse(text).ok_or_else(|| Error::Corrupt(format!("direction {text:?}")))
+}
+
+/// `text`'s day, for Postgres's `date` column: text that is no date is
+/// refused there, as the column would refuse it.
+fn day(text: &str) -> Result<NaiveDate> {
+    Date::parse(text).map(Date::naive).ok_or_else(|| {
+        sqlx::Error::Encode(format!("{text:?} is not a date written YYYY-MM-DD").into()).into()
     })
 }
 
-const ENTRY_COLUMNS: &str =
-    "entry_id, entry_date, direction, amount_paise, rate_centi, interstate, party, description";
+/// The day after `text`'s: the end of a range that includes `text`.
+fn day_after(text: &str) -> Result<NaiveDate> {
+    let last = day(text)?;
+    last.succ_opt()
+        .ok_or_else(|| sqlx::Error::Encode(format!("no day follows {last}").into()).into())
+}
 
 impl Store {
     /// Imports a batch all or nothing. A known id with the same content is
@@ -64,75 +126,81 @@ impl Store {
     /// transaction, settles concurrent imports of the same ids.
     pub async fn import_entries(
         &self,
-        outer: &mut super::WriteTx,
+        outer: &mut WriteTx,
         tenant_id: &str,
         entries: &[LedgerEntry],
     ) -> Result<ImportOutcome> {
         // A savepoint: a conflicting batch (or a failed statement) is undone
         // without ending the caller's transaction, which still records the
-        // 409 answer. Written as SQL rather than a nested sqlx transaction:
-        // on SQLite the caller's transaction runs on the writing connection,
-        // which sqlx does not know to be inside a transaction.
-        sqlx::query("SAVEPOINT ledger_import")
-            .execute(&mut **outer)
-            .await?;
-        let outcome = insert_and_compare(outer, tenant_id, entries).await;
-        let end = match &outcome {
-            Ok(ImportOutcome::Imported { .. }) => "RELEASE SAVEPOINT ledger_import",
-            Ok(ImportOutcome::Conflict { .. }) | Err(_) => "ROLLBACK TO SAVEPOINT ledger_import",
-        };
-        sqlx::query(end).execute(&mut **outer).await?;
-        outcome
+        // 409 answer.
+        let now = Millis(now_ms());
+        on_tx!(outer,
+            conn => {
+                // sqlx knows this connection to be inside the caller's
+                // transaction: its nested transaction is a savepoint.
+                let mut savepoint = conn.begin().await?;
+                let outcome = async {
+                    let inserted =
+                        postgres::ledger::insert_new(&mut savepoint, tenant_id, entries, now)
+                            .await?;
+                    let known = known_ids(entries, &inserted);
+                    let stored = if known.is_empty() {
+                        Vec::new()
+                    } else {
+                        postgres::ledger::stored(&mut savepoint, tenant_id, &known).await?
+                    };
+                    settle(entries, &inserted, stored)
+                }
+                .await;
+                match &outcome {
+                    Ok(ImportOutcome::Imported { .. }) => savepoint.commit().await?,
+                    Ok(ImportOutcome::Conflict { .. }) | Err(_) => savepoint.rollback().await?,
+                }
+                outcome
+            },
+            conn => {
+                // Written as SQL rather than a nested sqlx transaction: the
+                // caller's transaction runs on the writing connection, which
+                // sqlx does not know to be inside a transaction.
+                sqlite::ledger::savepoint(conn).await?;
+                let outcome = async {
+                    let inserted =
+                        sqlite::ledger::insert_new(conn, tenant_id, entries, now).await?;
+                    let known = known_ids(entries, &inserted);
+                    let stored = if known.is_empty() {
+                        Vec::new()
+                    } else {
+                        sqlite::ledger::stored(conn, tenant_id, &known).await?
+                    };
+                    settle(entries, &inserted, stored)
+                }
+                .await;
+                match &outcome {
+                    Ok(ImportOutcome::Imported { .. }) => sqlite::ledger::release(conn).await?,
+                    Ok(ImportOutcome::Conflict { .. }) | Err(_) => {
+                        sqlite::ledger::roll_back_to(conn).await?
+                    }
+                }
+                outcome
+            },
+        )
     }
 
     /// The GST aggregate over `[from, to]` (dates as `YYYY-MM-DD`), in SQL
     /// over the covering index, grouped by direction and rate.
     pub async fn gst_rows(&self, tenant_id: &str, from: &str, to: &str) -> Result<Vec<GstRow>> {
-        let rows = sqlx::query(
-            "SELECT direction, rate_centi,
-                 CAST(SUM(amount_paise) AS BIGINT) AS taxable,
-                 CAST(SUM(CASE WHEN interstate = 1
-                               THEN (amount_paise * rate_centi + 5000) / 10000 ELSE 0 END) AS BIGINT) AS igst,
-                 CAST(SUM(CASE WHEN interstate = 1
-                               THEN 0 ELSE (amount_paise * rate_centi + 10000) / 20000 END) AS BIGINT) AS cgst
-             FROM ledger_entries
-             WHERE tenant_id = $1 AND entry_date >= $2 AND entry_date <= $3
-             GROUP BY direction, rate_centi
-             ORDER BY direction, rate_centi",
-        )
-        .bind(tenant_id)
-        .bind(from)
-        .bind(to)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let direction: String = row.try_get("direction")?;
-                let cgst: i64 = row.try_get("cgst")?;
-                Ok(GstRow {
-                    direction: Direction::parse(&direction)
-                        .ok_or_else(|| crate::Error::Corrupt(format!("direction {direction:?}")))?,
-                    rate_centi: row.try_get("rate_centi")?,
-                    taxable: row.try_get("taxable")?,
-                    igst: row.try_get("igst")?,
-                    cgst,
-                    sgst: cgst,
-                })
-            })
-            .collect()
+        let rows = on_pool!(self,
+            pool => postgres::ledger::gst_rows(pool, tenant_id, day(from)?, day_after(to)?).await?,
+            pool => sqlite::ledger::gst_rows(pool, tenant_id, from, to).await?,
+        );
+        rows.into_iter().map(GstRow::try_from).collect()
     }
 
     pub async fn count_entries(&self, tenant_id: &str, from: &str, to: &str) -> Result<i64> {
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM ledger_entries
-             WHERE tenant_id = $1 AND entry_date >= $2 AND entry_date <= $3",
-        )
-        .bind(tenant_id)
-        .bind(from)
-        .bind(to)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(row.try_get("n")?)
+        Ok(on_pool!(self,
+            pool => postgres::ledger::count(pool, tenant_id, day(from)?, day_after(to)?).await?,
+            pool => sqlite::ledger::count(pool, tenant_id, from, to).await?,
+        ))
     }
 
     /// One page of entries in `[from, to]` by date then id, after `after`
@@ -149,95 +217,48 @@ impl Store {
         // row-value bound, and no separate `entry_date >= from`, is what
         // lets both databases seek the index to the cursor; with the bound
         // written out (`entry_date > $d OR (entry_date = $d AND ..)`) or
-        // beside `entry_date >= from`, every page scanned the range from
-        // its start (Postgres: 400 ms a page at 1,000,000 entries).
+        // beside `entry_date >= from`, each page scans the range from its
+        // start.
         let (after_date, after_id) = after.unwrap_or((from, ""));
-        let rows = sqlx::query(built(&format!(
-            "SELECT {ENTRY_COLUMNS} FROM ledger_entries
-             WHERE tenant_id = $1 AND (entry_date, entry_id) > ($2, $3) AND entry_date <= $4
-             ORDER BY entry_date, entry_id LIMIT $5"
-        )))
-        .bind(tenant_id)
-        .bind(after_date)
-        .bind(after_id)
-        .bind(to)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(entry_from_row).collect()
+        let rows = on_pool!(self,
+            pool => {
+                let (after_date, until) = (day(after_date)?, day_after(to)?);
+                postgres::ledger::page(pool, tenant_id, after_date, after_id, until, limit).await?
+            },
+            pool => sqlite::ledger::page(pool, tenant_id, after_date, after_id, to, limit).await?,
+        );
+        rows.into_iter().map(LedgerEntry::try_from).collect()
     }
 }
 
-/// The import itself, inside [`Store::import_entries`]'s savepoint.
-async fn insert_and_compare(
-    conn: &mut sqlx::AnyConnection,
-    tenant_id: &str,
-    entries: &[LedgerEntry],
-) -> Result<ImportOutcome> {
-    let now = now_ms();
+/// The ids of `entries` the insert did not insert: known already, or
+/// repeated in the batch.
+fn known_ids(entries: &[LedgerEntry], inserted: &HashSet<String>) -> Vec<String> {
+    let mut known: Vec<String> = entries
+        .iter()
+        .filter(|e| !inserted.contains(&e.entry_id))
+        .map(|e| e.entry_id.clone())
+        .collect();
+    known.sort();
+    known.dedup();
+    known
+}
 
-    let mut inserted_ids = std::collections::HashSet::new();
-    for chunk in entries.chunks(INSERT_CHUNK) {
-        let mut sql = String::from(
-            "INSERT INTO ledger_entries (tenant_id, entry_id, entry_date, direction, amount_paise,
-                 rate_centi, interstate, party, description, created_at) VALUES ",
-        );
-        for i in 0..chunk.len() {
-            let p = i * 9;
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql += &format!(
-                "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                p + 2,
-                p + 3,
-                p + 4,
-                p + 5,
-                p + 6,
-                p + 7,
-                p + 8,
-                p + 9,
-                p + 10
-            );
-        }
-        sql.push_str(" ON CONFLICT (tenant_id, entry_id) DO NOTHING RETURNING entry_id");
-        let mut query = sqlx::query(built(&sql)).bind(tenant_id);
-        for entry in chunk {
-            query = query
-                .bind(&entry.entry_id)
-                .bind(&entry.date)
-                .bind(entry.direction.as_str())
-                .bind(entry.amount_paise)
-                .bind(entry.rate_centi)
-                .bind(i64::from(entry.interstate))
-                .bind(&entry.party)
-                .bind(&entry.description)
-                .bind(now);
-        }
-        for row in query.fetch_all(&mut *conn).await? {
-            inserted_ids.insert(row.try_get::<String, _>("entry_id")?);
-        }
-    }
+/// The import's outcome, from the ids it inserted and the stored rows of
+/// the others: skipped if stored with the same content, else a conflict.
+fn settle(
+    entries: &[LedgerEntry],
+    inserted: &HashSet<String>,
+    stored: Vec<EntryRow>,
+) -> Result<ImportOutcome> {
+    let stored = stored
+        .into_iter()
+        .map(|row| LedgerEntry::try_from(row).map(|e| (e.entry_id.clone(), e)))
+        .collect::<Result<HashMap<_, _>>>()?;
     let known: Vec<&LedgerEntry> = entries
         .iter()
-        .filter(|e| !inserted_ids.contains(&e.entry_id))
+        .filter(|e| !inserted.contains(&e.entry_id))
         .collect();
-    let mut stored = HashMap::new();
-    for chunk in known.chunks(INSERT_CHUNK) {
-        let placeholders: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
-        let sql = format!(
-            "SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE tenant_id = $1 AND entry_id IN ({})",
-            placeholders.join(", ")
-        );
-        let mut query = sqlx::query(built(&sql)).bind(tenant_id);
-        for entry in chunk {
-            query = query.bind(&entry.entry_id);
-        }
-        for row in query.fetch_all(&mut *conn).await? {
-            let entry = entry_from_row(&row)?;
-            stored.insert(entry.entry_id.clone(), entry);
-        }
-    }
     let mut conflicts: Vec<String> = known
         .iter()
         .filter(|e| stored.get(&e.entry_id) != Some(**e))
@@ -249,7 +270,7 @@ async fn insert_and_compare(
         return Ok(ImportOutcome::Conflict { ids: conflicts });
     }
     Ok(ImportOutcome::Imported {
-        inserted: inserted_ids.len(),
+        inserted: inserted.len(),
         skipped: known.len(),
     })
 }

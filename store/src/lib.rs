@@ -1,14 +1,24 @@
 //! The store: every SQL statement of the service, next to the migrations in
-//! `migrations/{postgres,sqlite}` it relies on. One code path serves both
-//! databases through sqlx's `Any` driver; where their dialects differ, a
-//! `Dialect` method says so.
+//! `migrations/{postgres,sqlite}` it relies on.
 //!
-//! A job's status and an event's state are bound from `JobStatus` and
-//! `EventState`, except in a statement that finds rows by status rather
-//! than by key: there the status stays a literal, since Postgres's generic
-//! plan for a parameter can use no partial index (`WHERE status =
-//! 'RUNNING'`) and guesses the share of rows in a status from the number of
-//! statuses, not from the table.
+//! One [`Store`] serves both databases; each database has a module of its
+//! own (`postgres/`, `sqlite/`) holding its statements in its own dialect
+//! and types: `timestamptz`, `jsonb`, `boolean` and arrays on Postgres;
+//! unix milliseconds, JSON text and 0/1 on SQLite. A module per area
+//! (`jobs.rs`, `webhooks.rs`, ...) holds the area's types and the
+//! [`Store`] methods, which pick the database's function. Every statement
+//! is a literal inside [`sql!`], so `tests/statements.rs` prepares each
+//! one against a freshly migrated database of its kind, and a typo or a
+//! wrong column fails the tests rather than production.
+//!
+//! Statuses and states are literals in the statements that find rows by
+//! them: Postgres's generic plan for a parameter can use no partial index
+//! (`WHERE status = 'RUNNING'`) and guesses the share of rows in a status
+//! from the number of statuses, not from the table. A status written into
+//! a row is checked by its column's `CHECK` on Postgres.
+
+#[macro_use]
+mod sql;
 
 mod attempts;
 pub mod batch;
@@ -20,9 +30,11 @@ mod keys;
 mod ledger;
 mod outbox;
 mod periods;
+mod postgres;
 mod results;
 mod retention;
 mod sagas;
+mod sqlite;
 mod submit;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
@@ -31,16 +43,20 @@ mod webhooks;
 use std::{str::FromStr, sync::Arc, time::Duration};
 
 use sqlx::{
-    Any, AnyConnection, AnyPool, Connection, Executor, Transaction,
-    any::{AnyConnectOptions, AnyPoolOptions},
+    Connection, Executor, PgConnection, PgPool, Postgres, SqliteConnection, SqlitePool,
+    Transaction,
     migrate::Migrator,
+    postgres::{PgConnectOptions, PgPoolOptions},
+    sqlite::{SqliteConnectOptions, SqlitePoolOptions},
 };
+use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
 pub use attempts::{Claim, LeaseCheck};
 pub use dashboard::{
     DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, TokenCheck, WebhookHealth,
     check_session_token,
 };
+pub use error::{Error, Result, lose_answer, lost_answer};
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, JobFilter, NewJob, RetryOutcome};
 pub use keys::{ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key};
@@ -55,96 +71,12 @@ pub use webhooks::{
     Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,
 };
 
-use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
-
-pub use error::{Error, Result, lose_answer, lost_answer};
-
 /// Our migrations keep their history in a table of their own, so apalis's
 /// migrations (which use sqlx's default table) never see ours.
 const MIGRATIONS_TABLE: &str = "receipt_migrations";
 
 /// The Postgres NOTIFY channel a final status is announced on.
 pub const FINISHED_CHANNEL: &str = "receipt_job_finished";
-
-/// A transaction that writes; store functions that take one compose into
-/// the caller's transaction. On SQLite it runs on the process's one
-/// writing connection, which it holds (and with it this process's turn to
-/// write, see [`Store::write_turn`]) until it ends.
-pub struct WriteTx(TxOn);
-
-enum TxOn {
-    Pool(Transaction<'static, Any>),
-    /// `None` once committed or rolled back.
-    Writer(Option<WriterGuard>),
-}
-
-type WriterGuard = OwnedMappedMutexGuard<Option<AnyConnection>, AnyConnection>;
-
-impl std::ops::Deref for WriteTx {
-    type Target = AnyConnection;
-
-    fn deref(&self) -> &AnyConnection {
-        match &self.0 {
-            TxOn::Pool(tx) => tx,
-            TxOn::Writer(Some(conn)) => conn,
-            TxOn::Writer(None) => unreachable!("a WriteTx is used only before it ends"),
-        }
-    }
-}
-
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut AnyConnection {
-        match &mut self.0 {
-            TxOn::Pool(tx) => tx,
-            TxOn::Writer(Some(conn)) => conn,
-            TxOn::Writer(None) => unreachable!("a WriteTx is used only before it ends"),
-        }
-    }
-}
-
-impl WriteTx {
-    pub async fn commit(mut self) -> std::result::Result<(), sqlx::Error> {
-        match std::mem::replace(&mut self.0, TxOn::Writer(None)) {
-            TxOn::Pool(tx) => tx.commit().await,
-            TxOn::Writer(Some(mut conn)) => {
-                let committed = conn.execute("COMMIT").await.map(|_| ());
-                if committed.is_err() {
-                    // A failed COMMIT may leave the transaction open: end it
-                    // before the next writer's BEGIN.
-                    let _ = conn.execute("ROLLBACK").await;
-                }
-                committed
-            }
-            TxOn::Writer(None) => Ok(()),
-        }
-    }
-
-    pub async fn rollback(mut self) -> std::result::Result<(), sqlx::Error> {
-        match std::mem::replace(&mut self.0, TxOn::Writer(None)) {
-            TxOn::Pool(tx) => tx.rollback().await,
-            TxOn::Writer(Some(mut conn)) => conn.execute("ROLLBACK").await.map(|_| ()),
-            TxOn::Writer(None) => Ok(()),
-        }
-    }
-}
-
-/// A transaction dropped without an end (an error, a cancelled request)
-/// is rolled back before the writing connection serves anyone else: the
-/// rollback keeps the turn until it is done.
-impl Drop for WriteTx {
-    fn drop(&mut self) {
-        if let TxOn::Writer(writer) = &mut self.0
-            && let Some(mut conn) = writer.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move {
-                if let Err(error) = conn.execute("ROLLBACK").await {
-                    tracing::warn!(%error, "rolling back an abandoned SQLite transaction failed");
-                }
-            });
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -164,42 +96,134 @@ impl Dialect {
             )))
         }
     }
-
-    /// Row locks that let several processes share a batch: Postgres takes
-    /// them; SQLite has one writer at a time and needs none.
-    fn skip_locked(self) -> &'static str {
-        match self {
-            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
-            Dialect::Sqlite => "",
-        }
-    }
-
-    fn for_update(self) -> &'static str {
-        match self {
-            Dialect::Postgres => " FOR UPDATE",
-            Dialect::Sqlite => "",
-        }
-    }
-
-    fn for_share(self) -> &'static str {
-        match self {
-            Dialect::Postgres => " FOR SHARE",
-            Dialect::Sqlite => "",
-        }
-    }
 }
 
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: AnyPool,
-    dialect: Dialect,
+    db: Db,
+    /// The URL the pool was opened with (for SQLite, with `mode=rwc`).
     url: String,
     /// Postgres itself for what needs a session (`DATABASE_DIRECT_URL`
     /// behind a transaction-mode pooler; else the pool's URL).
     session_url: String,
-    /// SQLite only: the one connection this process writes with, and the
-    /// turn to use it (see [`Store::write_turn`]); `None` once closed.
-    write_gate: Option<Arc<Mutex<Option<AnyConnection>>>>,
+}
+
+#[derive(Clone, Debug)]
+enum Db {
+    Postgres(PgPool),
+    Sqlite(SqliteDb),
+}
+
+/// The embedded database: a pool for reads, and the one connection this
+/// process writes with, behind the turn to use it (see
+/// [`Store::write_turn`]); `None` once closed.
+#[derive(Clone, Debug)]
+struct SqliteDb {
+    pool: SqlitePool,
+    writer: Arc<Mutex<Option<SqliteConnection>>>,
+}
+
+/// Runs `$pg` with the Postgres pool or `$lite` with the SQLite one: the
+/// one place a [`Store`] method chooses its database's statement.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident => $pg:expr, $lite_pool:ident => $lite:expr $(,)?) => {
+        match &$store.db {
+            crate::Db::Postgres($pool) => $pg,
+            crate::Db::Sqlite(db) => {
+                let $lite_pool = &db.pool;
+                $lite
+            }
+        }
+    };
+}
+
+/// [`on_pool!`] inside a transaction: runs `$pg` or `$lite` with the
+/// transaction's connection.
+macro_rules! on_tx {
+    ($tx:expr, $conn:ident => $pg:expr, $lite_conn:ident => $lite:expr $(,)?) => {
+        match $tx.connection() {
+            crate::TxConnection::Postgres($conn) => $pg,
+            crate::TxConnection::Sqlite($lite_conn) => $lite,
+        }
+    };
+}
+
+pub(crate) use {on_pool, on_tx};
+
+/// A transaction that writes; store functions that take one compose into
+/// the caller's transaction. On SQLite it runs on the process's one
+/// writing connection, which it holds (and with it this process's turn to
+/// write, see [`Store::write_turn`]) until it ends.
+pub struct WriteTx(TxOn);
+
+enum TxOn {
+    Postgres(Transaction<'static, Postgres>),
+    /// `None` once committed or rolled back.
+    Sqlite(Option<WriterGuard>),
+}
+
+type WriterGuard = OwnedMappedMutexGuard<Option<SqliteConnection>, SqliteConnection>;
+
+/// The connection a [`WriteTx`] runs on.
+pub(crate) enum TxConnection<'t> {
+    Postgres(&'t mut PgConnection),
+    Sqlite(&'t mut SqliteConnection),
+}
+
+impl WriteTx {
+    pub(crate) fn connection(&mut self) -> TxConnection<'_> {
+        match &mut self.0 {
+            TxOn::Postgres(tx) => TxConnection::Postgres(tx),
+            TxOn::Sqlite(Some(conn)) => TxConnection::Sqlite(conn),
+            TxOn::Sqlite(None) => unreachable!("a WriteTx is used only before it ends"),
+        }
+    }
+
+    pub async fn commit(mut self) -> Result<()> {
+        match std::mem::replace(&mut self.0, TxOn::Sqlite(None)) {
+            TxOn::Postgres(tx) => tx.commit().await?,
+            TxOn::Sqlite(Some(mut conn)) => {
+                let committed = conn.execute(sql!("COMMIT")).await.map(|_| ());
+                if committed.is_err() {
+                    // A failed COMMIT may leave the transaction open: end it
+                    // before the next writer's BEGIN.
+                    let _ = conn.execute(sql!("ROLLBACK")).await;
+                }
+                committed?
+            }
+            TxOn::Sqlite(None) => {}
+        }
+        Ok(())
+    }
+
+    pub async fn rollback(mut self) -> Result<()> {
+        match std::mem::replace(&mut self.0, TxOn::Sqlite(None)) {
+            TxOn::Postgres(tx) => tx.rollback().await?,
+            TxOn::Sqlite(Some(mut conn)) => {
+                conn.execute(sql!("ROLLBACK")).await?;
+            }
+            TxOn::Sqlite(None) => {}
+        }
+        Ok(())
+    }
+}
+
+/// A transaction dropped without an end (an error, a cancelled request)
+/// is rolled back before the writing connection serves anyone else: the
+/// rollback keeps the turn until it is done.
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        if let TxOn::Sqlite(writer) = &mut self.0
+            && let Some(mut conn) = writer.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                if let Err(error) = conn.execute(sql!("ROLLBACK")).await {
+                    tracing::warn!(%error, "rolling back an abandoned SQLite transaction failed");
+                }
+            });
+        }
+    }
 }
 
 impl Store {
@@ -250,28 +274,22 @@ impl Store {
     }
 
     async fn connect_to(url: &str, session_url: Option<&str>) -> Result<Self> {
-        sqlx::any::install_default_drivers();
-        let dialect = Dialect::of_url(url)?;
-        let url = match dialect {
-            Dialect::Sqlite => sqlite_url_creating(url)?,
-            Dialect::Postgres => url.to_owned(),
-        };
-        let session_url = session_url.map_or_else(|| url.clone(), str::to_owned);
-        let options = AnyConnectOptions::from_str(&url)?;
-        let mut writer = None;
-        let pool = match dialect {
+        let (db, url) = match Dialect::of_url(url)? {
             Dialect::Postgres => {
-                AnyPoolOptions::new()
+                let options = PgConnectOptions::from_str(url)?;
+                let pool = PgPoolOptions::new()
                     .max_connections(20)
                     .acquire_timeout(Duration::from_secs(5))
                     .connect_with(options)
-                    .await?
+                    .await?;
+                (Db::Postgres(pool), url.to_owned())
             }
             Dialect::Sqlite => {
-                let mut conn = AnyConnection::connect_with(&options).await?;
-                configure_sqlite(&mut conn).await?;
-                writer = Some(conn);
-                AnyPoolOptions::new()
+                let url = sqlite_url_creating(url)?;
+                let options = SqliteConnectOptions::from_str(&url)?;
+                let mut writer = SqliteConnection::connect_with(&options).await?;
+                configure_sqlite(&mut writer).await?;
+                let pool = SqlitePoolOptions::new()
                     .max_connections(8)
                     .acquire_timeout(Duration::from_secs(5))
                     // A connection to a file in this process cannot have
@@ -279,24 +297,28 @@ impl Store {
                     .test_before_acquire(false)
                     .after_connect(|conn, _| Box::pin(configure_sqlite(conn)))
                     .connect_with(options)
-                    .await?
+                    .await?;
+                tokio::spawn(checkpoint_in_background(pool.clone()));
+                let db = SqliteDb {
+                    pool,
+                    writer: Arc::new(Mutex::new(Some(writer))),
+                };
+                (Db::Sqlite(db), url)
             }
         };
-        let write_gate = writer.map(|conn| Arc::new(Mutex::new(Some(conn))));
-        if dialect == Dialect::Sqlite {
-            tokio::spawn(checkpoint_in_background(pool.clone()));
-        }
+        let session_url = session_url.map_or_else(|| url.clone(), str::to_owned);
         Ok(Store {
-            pool,
-            dialect,
+            db,
             url,
             session_url,
-            write_gate,
         })
     }
 
     pub fn dialect(&self) -> Dialect {
-        self.dialect
+        match self.db {
+            Db::Postgres(_) => Dialect::Postgres,
+            Db::Sqlite(_) => Dialect::Sqlite,
+        }
     }
 
     /// The URL the pool was opened with (for SQLite, with `mode=rwc`).
@@ -311,35 +333,42 @@ impl Store {
     }
 
     pub async fn migrate(&self) -> Result<()> {
-        let mut migrator: Migrator = match self.dialect {
-            Dialect::Postgres => sqlx::migrate!("../migrations/postgres"),
-            Dialect::Sqlite => sqlx::migrate!("../migrations/sqlite"),
-        };
-        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
-        if self.session_url == self.url {
-            migrator.run(&self.pool).await?;
-        } else {
-            // The migrator's lock is a session's advisory lock: taken and
-            // released on one connection to Postgres itself.
-            let mut conn = AnyConnection::connect(&self.session_url).await?;
-            let outcome = migrator.run(&mut conn).await;
-            let _ = conn.close().await;
-            outcome?;
+        match &self.db {
+            Db::Postgres(pool) => {
+                let migrator = migrator(Dialect::Postgres);
+                if self.session_url == self.url {
+                    migrator.run(pool).await?;
+                } else {
+                    // The migrator's lock is a session's advisory lock: taken
+                    // and released on one connection to Postgres itself.
+                    let mut conn = PgConnection::connect(&self.session_url).await?;
+                    let outcome = migrator.run(&mut conn).await;
+                    let _ = conn.close().await;
+                    outcome?;
+                }
+            }
+            Db::Sqlite(db) => migrator(Dialect::Sqlite).run(&db.pool).await?,
         }
         Ok(())
     }
 
     pub async fn ping(&self) -> Result<()> {
-        self.pool.execute("SELECT 1").await?;
+        on_pool!(self,
+            pool => pool.execute(sql!("SELECT 1")).await.map(drop)?,
+            pool => pool.execute(sql!("SELECT 1")).await.map(drop)?,
+        );
         Ok(())
     }
 
     pub async fn close(&self) {
-        self.pool.close().await;
-        if let Some(gate) = &self.write_gate
-            && let Some(conn) = gate.lock().await.take()
-        {
-            let _ = conn.close().await;
+        match &self.db {
+            Db::Postgres(pool) => pool.close().await,
+            Db::Sqlite(db) => {
+                db.pool.close().await;
+                if let Some(conn) = db.writer.lock().await.take() {
+                    let _ = conn.close().await;
+                }
+            }
         }
     }
 
@@ -349,24 +378,28 @@ impl Store {
     /// neither takes a connection from the pool nor gives it back (sqlx
     /// pings a connection it is given back: a round trip to its thread).
     pub async fn begin_write(&self) -> Result<WriteTx> {
-        let Some(gate) = &self.write_gate else {
-            return Ok(WriteTx(TxOn::Pool(self.pool.begin().await?)));
-        };
-        let mut conn = OwnedMutexGuard::try_map(gate.clone().lock_owned().await, Option::as_mut)
-            .map_err(|_| sqlx::Error::PoolClosed)?;
-        conn.execute("BEGIN IMMEDIATE").await?;
-        Ok(WriteTx(TxOn::Writer(Some(conn))))
+        match &self.db {
+            Db::Postgres(pool) => Ok(WriteTx(TxOn::Postgres(pool.begin().await?))),
+            Db::Sqlite(db) => {
+                let mut conn =
+                    OwnedMutexGuard::try_map(db.writer.clone().lock_owned().await, Option::as_mut)
+                        .map_err(|_| sqlx::Error::PoolClosed)?;
+                conn.execute(sql!("BEGIN IMMEDIATE")).await?;
+                Ok(WriteTx(TxOn::Sqlite(Some(conn))))
+            }
+        }
     }
 
     /// SQLite: this process's writers take turns here, in order, instead
     /// of in SQLite's busy handler, which sleeps (1, 2, 5, 10 ms and more)
-    /// between tries: under load those sleeps were most of a write's
-    /// latency. Writers in other processes still meet the busy handler.
+    /// between tries and so made most of a write's latency under load.
+    /// Writers in other processes still meet the busy handler. A statement
+    /// that writes outside a [`WriteTx`] holds the turn while it runs.
     /// Postgres locks rows, not the database: no turn.
-    pub(crate) async fn write_turn(&self) -> Option<OwnedMutexGuard<Option<AnyConnection>>> {
-        match &self.write_gate {
-            Some(gate) => Some(gate.clone().lock_owned().await),
-            None => None,
+    pub(crate) async fn write_turn(&self) -> Option<OwnedMutexGuard<Option<SqliteConnection>>> {
+        match &self.db {
+            Db::Postgres(_) => None,
+            Db::Sqlite(db) => Some(db.writer.clone().lock_owned().await),
         }
     }
 
@@ -385,28 +418,33 @@ impl Store {
             return Ok(());
         }
         self.create_events(tx, job_ids).await?;
-        if self.dialect == Dialect::Postgres {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(FINISHED_CHANNEL)
-                .bind(job_ids.join(","))
-                .execute(&mut **tx)
-                .await?;
+        if let TxConnection::Postgres(conn) = tx.connection() {
+            postgres::notify_finished(conn, job_ids).await?;
         }
         Ok(())
     }
 }
 
+fn migrator(dialect: Dialect) -> Migrator {
+    let mut migrator = match dialect {
+        Dialect::Postgres => sqlx::migrate!("../migrations/postgres"),
+        Dialect::Sqlite => sqlx::migrate!("../migrations/sqlite"),
+    };
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator
+}
+
 /// Every SQLite connection's settings. WAL lets readers run beside the one
 /// writer; NORMAL is durable across a process crash.
-async fn configure_sqlite(conn: &mut AnyConnection) -> std::result::Result<(), sqlx::Error> {
+async fn configure_sqlite(conn: &mut SqliteConnection) -> std::result::Result<(), sqlx::Error> {
     for pragma in [
-        "PRAGMA journal_mode = WAL",
-        "PRAGMA synchronous = NORMAL",
-        "PRAGMA busy_timeout = 10000",
-        "PRAGMA foreign_keys = ON",
+        sql!("PRAGMA journal_mode = WAL"),
+        sql!("PRAGMA synchronous = NORMAL"),
+        sql!("PRAGMA busy_timeout = 10000"),
+        sql!("PRAGMA foreign_keys = ON"),
         // Checkpoints run in the background (below), not inside whichever
         // commit fills the WAL.
-        "PRAGMA wal_autocheckpoint = 0",
+        sql!("PRAGMA wal_autocheckpoint = 0"),
     ] {
         conn.execute(pragma).await?;
     }
@@ -416,10 +454,9 @@ async fn configure_sqlite(conn: &mut AnyConnection) -> std::result::Result<(), s
 /// Copies the SQLite WAL back into the database five times a second,
 /// without waiting for readers or writers (PASSIVE), until the pool
 /// closes. An automatic checkpoint would run inside the commit that filled
-/// the WAL and make that request wait for the copy and its fsync (embedded
-/// submit p99 at 1,000/s: about 10 ms with it, 8.5 ms without; once a
-/// second, each copy was large enough to cost a p99 of 15 ms).
-async fn checkpoint_in_background(pool: AnyPool) {
+/// the WAL and make that request wait for the copy and its fsync; a copy
+/// once a second grew large enough to show in the submit tail.
+async fn checkpoint_in_background(pool: SqlitePool) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -427,7 +464,7 @@ async fn checkpoint_in_background(pool: AnyPool) {
         if pool.is_closed() {
             return;
         }
-        if let Err(error) = pool.execute("PRAGMA wal_checkpoint(PASSIVE)").await {
+        if let Err(error) = pool.execute(sql!("PRAGMA wal_checkpoint(PASSIVE)")).await {
             if pool.is_closed() {
                 return;
             }
@@ -457,54 +494,6 @@ fn sqlite_url_creating(url: &str) -> Result<String> {
     })
 }
 
-/// The size of list a Postgres statement is written for when it is given
-/// `count` items: the next power of two. A statement is prepared and
-/// planned per connection and per text, and with one text per batch size
-/// planning took 6-10% of the CPU of the backends serving a busy pool.
-fn padded_len(count: usize) -> usize {
-    count.next_power_of_two()
-}
-
-/// `$first, $first+1, ...`: `count` numbered placeholders for an IN list.
-fn placeholders(first: usize, count: usize) -> String {
-    (first..first + count)
-        .map(|n| format!("${n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// `(${first}, ${first+1}, ...), (...)`: `rows` rows of `width` placeholders.
-fn value_rows(first: usize, rows: usize, width: usize) -> String {
-    (0..rows)
-        .map(|row| format!("({})", placeholders(first + row * width, width)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// `(a = $first AND b = $first+1) OR ...`, `count` times: a lookup by a
-/// two-column key. Equalities joined by OR, not `(a, b) IN (VALUES ..)`,
-/// which Postgres may answer with a hash join over a scan of the table.
-/// Where every pair shares its `a` (one tenant's keys), Postgres factors it
-/// out and may read all rows with that `a`: keep such lookups off hot paths.
-fn pairs_equal(first: usize, count: usize, a: &str, b: &str) -> String {
-    (0..count)
-        .map(|i| {
-            format!(
-                "({a} = ${} AND {b} = ${})",
-                first + 2 * i,
-                first + 2 * i + 1
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" OR ")
-}
-
-/// Marks SQL assembled at run time as safe: the store builds such strings
-/// only from constants and numbered placeholders, never from input.
-fn built(sql: &str) -> sqlx::AssertSqlSafe<String> {
-    sqlx::AssertSqlSafe(sql.to_owned())
-}
-
 /// Forwards Postgres NOTIFYs of final statuses (sent by any process's
 /// commit) to this process's long polls. Reconnects after a failure; the
 /// long polls' periodic re-check covers the gap.
@@ -530,65 +519,5 @@ pub async fn forward_finished_notifications(url: String, signals: shared::notify
             Err(error) => tracing::warn!(%error, "cannot connect the notification listener"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn probe_rows(store: &Store) -> Vec<i64> {
-        sqlx::query_scalar("SELECT n FROM probe ORDER BY n")
-            .fetch_all(&store.pool)
-            .await
-            .unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_sqlite_write_ended_without_commit_is_undone_before_the_next_writer() {
-        let dir = std::env::temp_dir().join(format!("receipt-store-{}", uuid::Uuid::now_v7()));
-        let store = Store::connect(&format!("sqlite://{}/jobs.db", dir.display()))
-            .await
-            .unwrap();
-        let mut tx = store.begin_write().await.unwrap();
-        tx.execute("CREATE TABLE probe (n INTEGER NOT NULL)")
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-
-        // Dropped mid-way (an error, a cancelled request): rolled back.
-        let mut tx = store.begin_write().await.unwrap();
-        tx.execute("INSERT INTO probe (n) VALUES (1)")
-            .await
-            .unwrap();
-        drop(tx);
-        // A failed statement, then dropped.
-        let mut tx = store.begin_write().await.unwrap();
-        tx.execute("INSERT INTO probe (n) VALUES (2)")
-            .await
-            .unwrap();
-        assert!(
-            tx.execute("INSERT INTO probe (n) VALUES (NULL)")
-                .await
-                .is_err()
-        );
-        drop(tx);
-        // Rolled back on purpose.
-        let mut tx = store.begin_write().await.unwrap();
-        tx.execute("INSERT INTO probe (n) VALUES (3)")
-            .await
-            .unwrap();
-        tx.rollback().await.unwrap();
-
-        let mut tx = store.begin_write().await.unwrap();
-        tx.execute("INSERT INTO probe (n) VALUES (4)")
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-        assert_eq!(probe_rows(&store).await, [4]);
-
-        store.close().await;
-        assert!(store.begin_write().await.is_err(), "closed");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

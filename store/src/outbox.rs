@@ -1,11 +1,9 @@
 //! The outbox: one row per job the queue is to carry, written in the
 //! transaction that queues the job and leased by the relay that publishes it.
 
-use sqlx::Row;
-
-use super::{Store, WriteTx, built, placeholders};
-use crate::Result;
 use shared::time::now_ms;
+
+use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
 /// A job the queue is to carry: its id, and its tenant, which the queue
 /// schedules fairly.
@@ -13,6 +11,22 @@ use shared::time::now_ms;
 pub struct QueuedJob {
     pub job_id: String,
     pub tenant_id: String,
+}
+
+/// An outbox row with its job's tenant, read without locking the job.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct OutboxRow {
+    pub(crate) job_id: String,
+    tenant_id: Option<String>,
+}
+
+impl From<OutboxRow> for QueuedJob {
+    fn from(row: OutboxRow) -> Self {
+        QueuedJob {
+            job_id: row.job_id,
+            tenant_id: row.tenant_id.unwrap_or_default(),
+        }
+    }
 }
 
 impl Store {
@@ -38,51 +52,25 @@ impl Store {
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        let now = now_ms();
-        if self.dialect == super::Dialect::Sqlite {
-            // Look before taking the one write lock: the embedded api
-            // publishes its submits itself, so the relay usually finds none.
-            let due = sqlx::query("SELECT 1 AS due FROM outbox WHERE publish_at <= $1 LIMIT 1")
-                .bind(now)
-                .fetch_optional(&self.pool)
-                .await?;
-            if due.is_none() {
-                return Ok(Vec::new());
-            }
+        let now = Millis(now_ms());
+        // SQLite: look before taking the one write lock: the embedded api
+        // publishes its submits itself, so the relay usually finds none.
+        if let crate::Db::Sqlite(db) = &self.db
+            && !sqlite::outbox::any_due(&db.pool, now).await?
+        {
+            return Ok(Vec::new());
         }
         let mut tx = self.begin_write().await?;
-        // Two statements: as one (`UPDATE .. WHERE job_id IN (SELECT ..)`)
-        // Postgres plans a hash join over a scan of the whole outbox, dead
-        // rows and all, on every call. Both are planned anew each time (not
-        // prepared): the outbox is a queue, and a plan cached while it held
-        // a few rows scans all of it once it holds a backlog.
-        let due = select_outbox(
-            &mut tx,
-            &format!(
-                "publish_at <= $1 ORDER BY publish_at LIMIT $2{}",
-                self.dialect.skip_locked()
-            ),
-            now,
-            limit,
+        let due: Vec<QueuedJob> = on_tx!(tx,
+            conn => postgres::outbox::lease_due(conn, now, limit, republish_after_ms).await?,
+            conn => sqlite::outbox::lease_due(conn, now, limit, republish_after_ms).await?,
         )
-        .await?;
+        .into_iter()
+        .map(QueuedJob::from)
+        .collect();
         if due.is_empty() {
             return Ok(due);
         }
-        let sql = format!(
-            "UPDATE outbox SET
-                 publish_at = $1 + CASE WHEN republish_ms = 0 THEN $2 ELSE republish_ms END,
-                 republish_ms = CASE WHEN republish_ms = 0 THEN $2
-                                     WHEN republish_ms * 2 > $2 * 32 THEN $2 * 32
-                                     ELSE republish_ms * 2 END
-             WHERE job_id IN ({})",
-            placeholders(3, due.len())
-        );
-        let mut query = sqlx::query(built(&sql)).bind(now).bind(republish_after_ms);
-        for job in &due {
-            query = query.bind(&job.job_id);
-        }
-        query.persistent(false).execute(&mut *tx).await?;
         if !publish(due.clone()).await {
             return Ok(Vec::new());
         }
@@ -101,19 +89,12 @@ impl Store {
         published_before: i64,
         limit: i64,
     ) -> Result<Vec<QueuedJob>> {
-        let mut conn = self.pool.acquire().await?;
-        let sql = format!(
-            "{OUTBOX_JOBS} job_id > $1 AND republish_ms > 0 AND publish_at - republish_ms <= $2
-             ORDER BY job_id LIMIT $3"
+        let before = Millis(published_before);
+        let rows = on_pool!(self,
+            pool => postgres::outbox::published_unclaimed(pool, after, before, limit).await?,
+            pool => sqlite::outbox::published_unclaimed(pool, after, before, limit).await?,
         );
-        let rows = sqlx::query(built(&sql))
-            .bind(after)
-            .bind(published_before)
-            .bind(limit)
-            .persistent(false)
-            .fetch_all(&mut *conn)
-            .await?;
-        rows.iter().map(queued_job).collect()
+        Ok(rows.into_iter().map(QueuedJob::from).collect())
     }
 
     /// Publishes again those of `jobs` (from [`Store::published_unclaimed`])
@@ -134,26 +115,15 @@ impl Store {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
+        let ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
+        let (now, before) = (Millis(now_ms()), Millis(published_before));
         let mut tx = self.begin_write().await?;
-        let sql = format!(
-            "UPDATE outbox SET publish_at = $1 + republish_ms
-             WHERE republish_ms > 0 AND publish_at - republish_ms <= $2 AND job_id IN ({})
-             RETURNING job_id",
-            placeholders(3, jobs.len())
-        );
-        let mut query = sqlx::query(built(&sql))
-            .bind(now_ms())
-            .bind(published_before);
-        for job in jobs {
-            query = query.bind(&job.job_id);
-        }
-        let taken: std::collections::HashSet<String> = query
-            .persistent(false)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|row| Ok(row.try_get::<String, _>("job_id")?))
-            .collect::<Result<_>>()?;
+        let taken: std::collections::HashSet<String> = on_tx!(tx,
+            conn => postgres::outbox::republish(conn, &ids, now, before).await?,
+            conn => sqlite::outbox::republish(conn, &ids, now, before).await?,
+        )
+        .into_iter()
+        .collect();
         let lost: Vec<QueuedJob> = jobs
             .iter()
             .filter(|job| taken.contains(&job.job_id))
@@ -172,82 +142,40 @@ impl Store {
     /// backoff).
     pub async fn make_outbox_due_now(&self) -> Result<u64> {
         let _turn = self.write_turn().await;
-        let due = sqlx::query(
-            "UPDATE outbox SET publish_at = $1, republish_ms = 0 WHERE republish_ms > 0",
-        )
-        .bind(now_ms())
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(due)
+        let now = Millis(now_ms());
+        Ok(on_pool!(self,
+            pool => postgres::outbox::make_published_due(pool, now).await?,
+            pool => sqlite::outbox::make_published_due(pool, now).await?,
+        ))
     }
 
     /// Makes outbox rows due again (their publish failed).
     pub async fn retry_outbox_soon(&self, job_ids: &[String], at: i64) -> Result<()> {
-        let _turn = self.write_turn().await;
         if job_ids.is_empty() {
             return Ok(());
         }
-        let sql = format!(
-            "UPDATE outbox SET publish_at = $1 WHERE job_id IN ({})",
-            placeholders(2, job_ids.len())
+        let _turn = self.write_turn().await;
+        on_pool!(self,
+            pool => postgres::outbox::set_due(pool, job_ids, Millis(at)).await?,
+            pool => sqlite::outbox::set_due(pool, job_ids, Millis(at)).await?,
         );
-        let mut query = sqlx::query(built(&sql)).bind(at);
-        for job_id in job_ids {
-            query = query.bind(job_id);
-        }
-        query.execute(&self.pool).await?;
         Ok(())
     }
 }
 
-/// Outbox rows with their job's tenant, which the queue schedules fairly
-/// by; a scalar subquery, so the job rows are read but not locked.
-const OUTBOX_JOBS: &str = "SELECT job_id,
-        (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
-    FROM outbox WHERE";
-
-async fn select_outbox(
-    tx: &mut WriteTx,
-    condition: &str,
-    now: i64,
-    limit: i64,
-) -> Result<Vec<QueuedJob>> {
-    let sql = format!("{OUTBOX_JOBS} {condition}");
-    let rows = sqlx::query(built(&sql))
-        .bind(now)
-        .bind(limit)
-        .persistent(false)
-        .fetch_all(&mut **tx)
-        .await?;
-    rows.iter().map(queued_job).collect()
-}
-
-fn queued_job(row: &sqlx::any::AnyRow) -> Result<QueuedJob> {
-    Ok(QueuedJob {
-        job_id: row.try_get("job_id")?,
-        tenant_id: row
-            .try_get::<Option<String>, _>("tenant_id")?
-            .unwrap_or_default(),
-    })
-}
-
-pub(super) async fn upsert_outbox(tx: &mut WriteTx, job_id: &str, publish_at: i64) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
-         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0",
-    )
-    .bind(job_id)
-    .bind(publish_at)
-    .execute(&mut **tx)
-    .await?;
+/// Queues the job's next publish at `publish_at`, as if never published.
+pub(crate) async fn upsert_outbox(tx: &mut WriteTx, job_id: &str, publish_at: i64) -> Result<()> {
+    on_tx!(tx,
+        conn => postgres::outbox::upsert(conn, job_id, Millis(publish_at)).await?,
+        conn => sqlite::outbox::upsert(conn, job_id, Millis(publish_at)).await?,
+    );
     Ok(())
 }
 
-pub(super) async fn delete_outbox(tx: &mut WriteTx, job_id: &str) -> Result<()> {
-    sqlx::query("DELETE FROM outbox WHERE job_id = $1")
-        .bind(job_id)
-        .execute(&mut **tx)
-        .await?;
+pub(crate) async fn delete_outbox(tx: &mut WriteTx, job_id: &str) -> Result<()> {
+    on_tx!(tx,
+        conn => postgres::outbox::delete(conn, job_id).await?,
+        conn => sqlite::outbox::delete(conn, job_id).await?,
+    );
     Ok(())
 }

@@ -1,11 +1,9 @@
 //! Months a `period-close` locked or closed, and where each tenant files
 //! its returns.
 
-use sqlx::{Row, any::AnyRow};
-
-use super::{Dialect, Store, WriteTx, built, placeholders};
-use crate::Result;
 use shared::time::now_ms;
+
+use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
 /// A month that is not open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,18 +18,29 @@ pub struct Period {
     pub filing_reference: Option<String>,
 }
 
-fn period_from_row(row: &AnyRow) -> Result<Period> {
-    Ok(Period {
-        month: row.try_get("month")?,
-        state: row.try_get("state")?,
-        job_id: row.try_get("job_id")?,
-        locked_at: row.try_get("locked_at")?,
-        closed_at: row.try_get("closed_at")?,
-        filing_reference: row.try_get("filing_reference")?,
-    })
+/// A month's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PeriodRow {
+    month: String,
+    state: String,
+    job_id: String,
+    locked_at: Millis,
+    closed_at: Option<Millis>,
+    filing_reference: Option<String>,
 }
 
-const PERIOD_COLUMNS: &str = "month, state, job_id, locked_at, closed_at, filing_reference";
+impl From<PeriodRow> for Period {
+    fn from(row: PeriodRow) -> Period {
+        Period {
+            month: row.month,
+            state: row.state,
+            job_id: row.job_id,
+            locked_at: row.locked_at.into(),
+            closed_at: row.closed_at.map(i64::from),
+            filing_reference: row.filing_reference,
+        }
+    }
+}
 
 /// What locking a month found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,56 +70,57 @@ pub struct FilingEndpoint {
     pub updated_at: i64,
 }
 
-fn endpoint_from_row(row: &AnyRow) -> Result<FilingEndpoint> {
-    Ok(FilingEndpoint {
-        url: row.try_get("url")?,
-        secret: row.try_get("secret")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
+/// A filing endpoint's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EndpointRow {
+    url: String,
+    secret: String,
+    created_at: Millis,
+    updated_at: Millis,
+}
+
+impl From<EndpointRow> for FilingEndpoint {
+    fn from(row: EndpointRow) -> FilingEndpoint {
+        FilingEndpoint {
+            url: row.url,
+            secret: row.secret,
+            created_at: row.created_at.into(),
+            updated_at: row.updated_at.into(),
+        }
+    }
 }
 
 /// The month's row as the caller's transaction sees it.
 async fn period_in(tx: &mut WriteTx, tenant_id: &str, month: &str) -> Result<Option<Period>> {
-    let row = sqlx::query(built(&format!(
-        "SELECT {PERIOD_COLUMNS} FROM periods WHERE tenant_id = $1 AND month = $2"
-    )))
-    .bind(tenant_id)
-    .bind(month)
-    .fetch_optional(&mut **tx)
-    .await?;
-    row.as_ref().map(period_from_row).transpose()
+    let row = on_tx!(tx,
+        conn => postgres::periods::get(conn, tenant_id, month).await?,
+        conn => sqlite::periods::get(conn, tenant_id, month).await?,
+    );
+    Ok(row.map(Period::from))
+}
+
+/// Postgres: a lock on one tenant's month until the transaction ends,
+/// shared by imports, exclusive for the period-close that locks it. It is
+/// what makes "imports into a locked month are refused" exact: the lock
+/// waits for imports of the month already under way, and an import that
+/// comes after sees the lock. SQLite has one writer at a time, which
+/// already orders them.
+async fn month_lock(tx: &mut WriteTx, tenant_id: &str, month: &str, exclusive: bool) -> Result<()> {
+    on_tx!(tx,
+        conn => {
+            let key = format!("period:{tenant_id}:{month}");
+            if exclusive {
+                postgres::periods::lock_month(conn, &key).await?;
+            } else {
+                postgres::periods::lock_month_shared(conn, &key).await?;
+            }
+        },
+        _conn => {},
+    );
+    Ok(())
 }
 
 impl Store {
-    /// Postgres: a lock on one tenant's month until the transaction ends,
-    /// shared by imports, exclusive for the period-close that locks it. It
-    /// is what makes "imports into a locked month are refused" exact: the
-    /// lock waits for imports of the month already under way, and an
-    /// import that comes after sees the lock. SQLite has one writer at a
-    /// time, which already orders them.
-    async fn month_lock(
-        &self,
-        tx: &mut WriteTx,
-        tenant_id: &str,
-        month: &str,
-        exclusive: bool,
-    ) -> Result<()> {
-        if self.dialect != Dialect::Postgres {
-            return Ok(());
-        }
-        let sql = if exclusive {
-            "SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l"
-        } else {
-            "SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))) AS l"
-        };
-        sqlx::query(sql)
-            .bind(format!("period:{tenant_id}:{month}"))
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
-    }
-
     /// Locks `month` for `job_id`, in the caller's transaction.
     pub async fn lock_period(
         &self,
@@ -119,7 +129,7 @@ impl Store {
         month: &str,
         job_id: &str,
     ) -> Result<LockOutcome> {
-        self.month_lock(tx, tenant_id, month, true).await?;
+        month_lock(tx, tenant_id, month, true).await?;
         if let Some(period) = period_in(tx, tenant_id, month).await? {
             return Ok(if period.job_id == job_id {
                 LockOutcome::Locked
@@ -127,16 +137,11 @@ impl Store {
                 LockOutcome::Held(period)
             });
         }
-        sqlx::query(
-            "INSERT INTO periods (tenant_id, month, state, job_id, locked_at)
-             VALUES ($1, $2, 'locked', $3, $4)",
-        )
-        .bind(tenant_id)
-        .bind(month)
-        .bind(job_id)
-        .bind(now_ms())
-        .execute(&mut **tx)
-        .await?;
+        let now = Millis(now_ms());
+        on_tx!(tx,
+            conn => postgres::periods::insert_locked(conn, tenant_id, month, job_id, now).await?,
+            conn => sqlite::periods::insert_locked(conn, tenant_id, month, job_id, now).await?,
+        );
         Ok(LockOutcome::Locked)
     }
 
@@ -148,15 +153,10 @@ impl Store {
         month: &str,
         job_id: &str,
     ) -> Result<()> {
-        sqlx::query(
-            "DELETE FROM periods
-             WHERE tenant_id = $1 AND month = $2 AND job_id = $3 AND state = 'locked'",
-        )
-        .bind(tenant_id)
-        .bind(month)
-        .bind(job_id)
-        .execute(&mut **tx)
-        .await?;
+        on_tx!(tx,
+            conn => postgres::periods::unlock(conn, tenant_id, month, job_id).await?,
+            conn => sqlite::periods::unlock(conn, tenant_id, month, job_id).await?,
+        );
         Ok(())
     }
 
@@ -171,36 +171,30 @@ impl Store {
         closed: bool,
         reference: Option<&str>,
     ) -> Result<()> {
-        let (state, closed_at) = if closed {
-            ("closed", Some(now_ms()))
+        if closed {
+            let now = Millis(now_ms());
+            on_tx!(tx,
+                conn => postgres::periods::close(conn, tenant_id, month, job_id, now, reference)
+                    .await?,
+                conn => sqlite::periods::close(conn, tenant_id, month, job_id, now, reference)
+                    .await?,
+            );
         } else {
-            ("locked", None)
-        };
-        sqlx::query(
-            "UPDATE periods SET state = $4, closed_at = $5, filing_reference = $6
-             WHERE tenant_id = $1 AND month = $2 AND job_id = $3",
-        )
-        .bind(tenant_id)
-        .bind(month)
-        .bind(job_id)
-        .bind(state)
-        .bind(closed_at)
-        .bind(reference.filter(|_| closed))
-        .execute(&mut **tx)
-        .await?;
+            on_tx!(tx,
+                conn => postgres::periods::lock_again(conn, tenant_id, month, job_id).await?,
+                conn => sqlite::periods::lock_again(conn, tenant_id, month, job_id).await?,
+            );
+        }
         Ok(())
     }
 
     /// The month's state; `None` when it is open.
     pub async fn get_period(&self, tenant_id: &str, month: &str) -> Result<Option<Period>> {
-        let row = sqlx::query(built(&format!(
-            "SELECT {PERIOD_COLUMNS} FROM periods WHERE tenant_id = $1 AND month = $2"
-        )))
-        .bind(tenant_id)
-        .bind(month)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(period_from_row).transpose()
+        let row = on_pool!(self,
+            pool => postgres::periods::get(pool, tenant_id, month).await?,
+            pool => sqlite::periods::get(pool, tenant_id, month).await?,
+        );
+        Ok(row.map(Period::from))
     }
 
     /// Reopens a closed month, in the caller's transaction.
@@ -210,15 +204,14 @@ impl Store {
         tenant_id: &str,
         month: &str,
     ) -> Result<ReopenOutcome> {
-        self.month_lock(tx, tenant_id, month, true).await?;
+        month_lock(tx, tenant_id, month, true).await?;
         match period_in(tx, tenant_id, month).await? {
             Some(period) if period.state == "locked" => Ok(ReopenOutcome::Locked(period)),
             Some(_) => {
-                sqlx::query("DELETE FROM periods WHERE tenant_id = $1 AND month = $2")
-                    .bind(tenant_id)
-                    .bind(month)
-                    .execute(&mut **tx)
-                    .await?;
+                on_tx!(tx,
+                    conn => postgres::periods::delete(conn, tenant_id, month).await?,
+                    conn => sqlite::periods::delete(conn, tenant_id, month).await?,
+                );
                 Ok(ReopenOutcome::Open)
             }
             None => Ok(ReopenOutcome::Open),
@@ -237,57 +230,40 @@ impl Store {
         if months.is_empty() {
             return Ok(Vec::new());
         }
+        // The same order in every import, so that imports and the
+        // period-closes queued behind them never wait on each other in a
+        // cycle.
         let mut sorted = months.to_vec();
         sorted.sort();
         sorted.dedup();
         for month in &sorted {
-            self.month_lock(tx, tenant_id, month, false).await?;
+            month_lock(tx, tenant_id, month, false).await?;
         }
-        let sql = format!(
-            "SELECT {PERIOD_COLUMNS} FROM periods WHERE tenant_id = $1 AND month IN ({})
-             ORDER BY month",
-            placeholders(2, sorted.len())
+        let rows = on_tx!(tx,
+            conn => postgres::periods::of_months(conn, tenant_id, &sorted).await?,
+            conn => sqlite::periods::of_months(conn, tenant_id, &sorted).await?,
         );
-        let mut query = sqlx::query(built(&sql)).bind(tenant_id);
-        for month in &sorted {
-            query = query.bind(month);
-        }
-        query
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(period_from_row)
-            .collect()
+        Ok(rows.into_iter().map(Period::from).collect())
     }
 
     /// Registers (or moves) the tenant's filing endpoint; its secret is
     /// made once and kept when the URL changes.
     pub async fn put_filing_endpoint(&self, tenant_id: &str, url: &str) -> Result<FilingEndpoint> {
         let _turn = self.write_turn().await;
-        let now = now_ms();
-        let row = sqlx::query(
-            "INSERT INTO filing_endpoints (tenant_id, url, secret, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $4)
-             ON CONFLICT (tenant_id) DO UPDATE SET url = excluded.url,
-                 updated_at = excluded.updated_at
-             RETURNING url, secret, created_at, updated_at",
-        )
-        .bind(tenant_id)
-        .bind(url)
-        .bind(shared::ids::new_webhook_secret())
-        .bind(now)
-        .fetch_one(&self.pool)
-        .await?;
-        endpoint_from_row(&row)
+        let now = Millis(now_ms());
+        let secret = shared::ids::new_webhook_secret();
+        let row = on_pool!(self,
+            pool => postgres::periods::put_endpoint(pool, tenant_id, url, &secret, now).await?,
+            pool => sqlite::periods::put_endpoint(pool, tenant_id, url, &secret, now).await?,
+        );
+        Ok(row.into())
     }
 
     pub async fn get_filing_endpoint(&self, tenant_id: &str) -> Result<Option<FilingEndpoint>> {
-        let row = sqlx::query(
-            "SELECT url, secret, created_at, updated_at FROM filing_endpoints WHERE tenant_id = $1",
-        )
-        .bind(tenant_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(endpoint_from_row).transpose()
+        let row = on_pool!(self,
+            pool => postgres::periods::get_endpoint(pool, tenant_id).await?,
+            pool => sqlite::periods::get_endpoint(pool, tenant_id).await?,
+        );
+        Ok(row.map(FilingEndpoint::from))
     }
 }

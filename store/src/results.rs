@@ -9,16 +9,12 @@
 //! by the next attempt when it starts writing ([`Store::discard_chunks_before`])
 //! or, when none follows, in the transaction of the job's final status.
 
-use sqlx::Row;
-
-use super::{Store, WriteTx, built, pairs_equal};
-use crate::Result;
-use shared::model::JobStatus;
+use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::JsonText, sqlite};
 
 /// Chunks deleted per transaction when an attempt clears its predecessors'
 /// (about 256 KiB each): short transactions, so SQLite's one writer lock is
 /// not held for the whole cleanup.
-const DISCARD_BATCH: usize = 16;
+const DISCARD_BATCH: i64 = 16;
 
 /// A `SUCCEEDED` job's result as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +25,23 @@ pub enum StoredResult {
     Chunks { attempt: i64, count: i64 },
 }
 
+/// A `job_results` row: a document, or the attempt and count of its chunks.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ResultRow {
+    body: Option<JsonText>,
+    chunk_attempt: Option<i64>,
+    chunk_count: Option<i64>,
+}
+
+impl From<ResultRow> for StoredResult {
+    fn from(row: ResultRow) -> Self {
+        match (row.chunk_attempt, row.chunk_count) {
+            (Some(attempt), Some(count)) => StoredResult::Chunks { attempt, count },
+            _ => StoredResult::Document(row.body.map(String::from).unwrap_or_default()),
+        }
+    }
+}
+
 impl Store {
     /// The stored result of the tenant's job, if it has one.
     pub async fn stored_result(
@@ -36,22 +49,11 @@ impl Store {
         tenant_id: &str,
         job_id: &str,
     ) -> Result<Option<StoredResult>> {
-        let row = sqlx::query(
-            "SELECT r.body, r.chunk_attempt, r.chunk_count
-             FROM job_results r JOIN jobs j ON j.job_id = r.job_id
-             WHERE r.job_id = $1 AND j.tenant_id = $2",
-        )
-        .bind(job_id)
-        .bind(tenant_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let attempt: Option<i64> = row.try_get("chunk_attempt")?;
-        let count: Option<i64> = row.try_get("chunk_count")?;
-        Ok(Some(match (attempt, count) {
-            (Some(attempt), Some(count)) => StoredResult::Chunks { attempt, count },
-            _ => StoredResult::Document(row.try_get("body")?),
-        }))
+        let row = on_pool!(self,
+            pool => postgres::results::get(pool, tenant_id, job_id).await?,
+            pool => sqlite::results::get(pool, tenant_id, job_id).await?,
+        );
+        Ok(row.map(StoredResult::from))
     }
 
     /// Chunk `seq` of an attempt's result.
@@ -61,15 +63,10 @@ impl Store {
         attempt: i64,
         seq: i64,
     ) -> Result<Option<String>> {
-        let row = sqlx::query(
-            "SELECT body FROM job_result_chunks WHERE job_id = $1 AND attempt = $2 AND seq = $3",
-        )
-        .bind(job_id)
-        .bind(attempt)
-        .bind(seq)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|row| row.try_get("body")).transpose()?)
+        Ok(on_pool!(self,
+            pool => postgres::results::chunk(pool, job_id, attempt, seq).await?,
+            pool => sqlite::results::chunk(pool, job_id, attempt, seq).await?,
+        ))
     }
 
     /// Writes chunk `seq` of the attempt's result, only while the attempt
@@ -84,24 +81,10 @@ impl Store {
         body: &str,
     ) -> Result<bool> {
         let _turn = self.write_turn().await;
-        // The share lock (Postgres) makes a claim, a sweep or a final
-        // status of this job wait for this insert to commit, so no chunk of
-        // a superseded attempt is written after its successor cleared them.
-        let written = sqlx::query(built(&format!(
-            "INSERT INTO job_result_chunks (job_id, attempt, seq, body)
-             SELECT job_id, attempts, $3, $4 FROM jobs
-             WHERE job_id = $1 AND attempts = $2 AND status = $5{}",
-            self.dialect.for_share()
-        )))
-        .bind(job_id)
-        .bind(attempt)
-        .bind(seq)
-        .bind(body)
-        .bind(JobStatus::Running.as_str())
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(written == 1)
+        Ok(on_pool!(self,
+            pool => postgres::results::write_chunk(pool, job_id, attempt, seq, body).await?,
+            pool => sqlite::results::write_chunk(pool, job_id, attempt, seq, body).await?,
+        ))
     }
 
     /// Deletes the chunks that attempts before `attempt` left (they were
@@ -110,46 +93,25 @@ impl Store {
     pub async fn discard_chunks_before(&self, job_id: &str, attempt: i64) -> Result<u64> {
         let mut deleted = 0;
         loop {
-            let keys = sqlx::query(
-                "SELECT attempt, seq FROM job_result_chunks
-                 WHERE job_id = $1 AND attempt < $2 ORDER BY attempt, seq LIMIT $3",
-            )
-            .bind(job_id)
-            .bind(attempt)
-            .bind(DISCARD_BATCH as i64)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok((
-                    row.try_get::<i64, _>("attempt")?,
-                    row.try_get::<i64, _>("seq")?,
-                ))
-            })
-            .collect::<Result<Vec<(i64, i64)>>>()?;
-            if keys.is_empty() {
+            let _turn = self.write_turn().await;
+            let now = on_pool!(self,
+                pool => postgres::results::discard_before(pool, job_id, attempt, DISCARD_BATCH).await?,
+                pool => sqlite::results::discard_before(pool, job_id, attempt, DISCARD_BATCH).await?,
+            );
+            if now == 0 {
                 return Ok(deleted);
             }
-            let _turn = self.write_turn().await;
-            let sql = format!(
-                "DELETE FROM job_result_chunks WHERE job_id = $1 AND ({})",
-                pairs_equal(2, keys.len(), "attempt", "seq")
-            );
-            let mut query = sqlx::query(built(&sql)).bind(job_id);
-            for (attempt, seq) in &keys {
-                query = query.bind(*attempt).bind(*seq);
-            }
-            deleted += query.execute(&self.pool).await?.rows_affected();
+            deleted += now;
         }
     }
 }
 
 /// Deletes every chunk of the job, in the caller's transaction: for a job
 /// that reaches a final status without a result.
-pub(super) async fn discard_all_chunks(tx: &mut WriteTx, job_id: &str) -> Result<()> {
-    sqlx::query("DELETE FROM job_result_chunks WHERE job_id = $1")
-        .bind(job_id)
-        .execute(&mut **tx)
-        .await?;
+pub(crate) async fn discard_all_chunks(tx: &mut WriteTx, job_id: &str) -> Result<()> {
+    on_tx!(tx,
+        conn => postgres::results::discard_all(conn, job_id).await?,
+        conn => sqlite::results::discard_all(conn, job_id).await?,
+    );
     Ok(())
 }

@@ -5,18 +5,17 @@
 //! touched; idempotency keys keep their own TTL, so a replay still answers
 //! after the job it names is gone.
 
-use sqlx::Row;
+use std::time::{Duration, Instant};
 
-use super::{Dialect, Store, built, placeholders};
-use crate::Result;
+use crate::{Dialect, Result, Store, on_tx, postgres, sql::Millis, sqlite};
 
-/// Ids bound in one statement at most, on Postgres: a round's statements
+/// Jobs deleted in one round at most, on Postgres: a round's statements
 /// stay within one TLS record, and its transaction holds few row locks
 /// for a short time.
-const POSTGRES_IDS_PER_STATEMENT: usize = 250;
-/// The same on SQLite, which has no wire: well under its limit of 32,766
-/// parameters.
-const SQLITE_IDS_PER_STATEMENT: usize = 1_000;
+const POSTGRES_JOBS_PER_ROUND: usize = 250;
+/// The same on SQLite, where a round holds the one write turn: every other
+/// writer of the process waits for at most one round.
+const SQLITE_JOBS_PER_ROUND: usize = 1_000;
 
 /// What one round of [`Store::prune_finished_jobs`] did.
 #[derive(Debug, Clone, Copy)]
@@ -25,15 +24,15 @@ pub struct Pruned {
     pub jobs: usize,
     /// How long its transaction ran, not counting the wait for its turn to
     /// write: what it cost the writers that came after it.
-    pub held: std::time::Duration,
+    pub held: Duration,
 }
 
 impl Store {
     /// The most jobs [`Store::prune_finished_jobs`] deletes in one round.
     pub fn max_prune_batch(&self) -> usize {
-        match self.dialect {
-            Dialect::Postgres => POSTGRES_IDS_PER_STATEMENT,
-            Dialect::Sqlite => SQLITE_IDS_PER_STATEMENT,
+        match self.dialect() {
+            Dialect::Postgres => POSTGRES_JOBS_PER_ROUND,
+            Dialect::Sqlite => SQLITE_JOBS_PER_ROUND,
         }
     }
 
@@ -50,85 +49,42 @@ impl Store {
     /// round; on SQLite the transaction takes its turn on the write gate
     /// like every other writer, so a submit waits at most one batch.
     pub async fn prune_finished_jobs(&self, finished_before: i64, limit: usize) -> Result<Pruned> {
-        let limit = i64::try_from(limit.min(self.max_prune_batch())).unwrap_or(0);
+        let batch = self.max_prune_batch();
+        let limit = i64::try_from(limit.min(batch)).unwrap_or(0);
+        let finished_before = Millis(finished_before);
         let mut tx = self.begin_write().await?;
-        let began = std::time::Instant::now();
-        // The final statuses stay literals: only they match the partial index jobs_finished.
-        let job_ids = sqlx::query(built(&format!(
-            "SELECT job_id FROM jobs
-             WHERE status IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND finished_at < $1
-             ORDER BY finished_at LIMIT $2{}",
-            self.dialect.skip_locked()
-        )))
-        .bind(finished_before)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|row| Ok(row.try_get::<String, _>("job_id")?))
-        .collect::<Result<Vec<String>>>()?;
+        let began = Instant::now();
+        let job_ids = on_tx!(tx,
+            conn => postgres::retention::take_finished(conn, finished_before, limit).await?,
+            conn => sqlite::retention::finished(conn, finished_before, limit).await?,
+        );
         if job_ids.is_empty() {
             return Ok(Pruned {
                 jobs: 0,
                 held: began.elapsed(),
             });
         }
-        let in_jobs = placeholders(1, job_ids.len());
-        let by_job = |sql: String| {
-            let mut query = sqlx::query(built(&sql));
-            for job_id in &job_ids {
-                query = query.bind(job_id);
-            }
-            query
-        };
         // The events' ids first, in id order (on Postgres locked, as
         // `delete_webhook` locks them: a delivery being recorded for one of
         // them finishes first, and two deleters never wait on each other
-        // in a cycle); then their log and themselves by those ids. Not by a
-        // join: `webhook_deliveries.event_id` and `webhook_events.event_id`
-        // collate differently on Postgres, so a join cannot use the log's
-        // index and reads the whole log.
-        let event_ids = by_job(format!(
-            "SELECT event_id FROM webhook_events WHERE job_id IN ({in_jobs})
-             ORDER BY event_id{}",
-            self.dialect.for_update()
-        ))
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|row| Ok(row.try_get::<String, _>("event_id")?))
-        .collect::<Result<Vec<String>>>()?;
-        for chunk in event_ids.chunks(self.max_prune_batch()) {
-            for table in ["webhook_deliveries", "webhook_events"] {
-                let sql = format!(
-                    "DELETE FROM {table} WHERE event_id IN ({})",
-                    placeholders(1, chunk.len())
-                );
-                let mut query = sqlx::query(built(&sql));
-                for event_id in chunk {
-                    query = query.bind(event_id);
-                }
-                query.execute(&mut *tx).await?;
-            }
+        // in a cycle); then their log and themselves by those ids.
+        let event_ids = on_tx!(tx,
+            conn => postgres::retention::lock_events_of(conn, &job_ids).await?,
+            conn => sqlite::retention::events_of(conn, &job_ids).await?,
+        );
+        for chunk in event_ids.chunks(batch) {
+            on_tx!(tx,
+                conn => postgres::retention::delete_events(conn, chunk).await?,
+                conn => sqlite::retention::delete_events(conn, chunk).await?,
+            );
         }
-        // A webhook for one job hears nothing more once the job is gone;
-        // its events and log went above.
-        by_job(format!("DELETE FROM webhooks WHERE job_id IN ({in_jobs})"))
-            .execute(&mut *tx)
-            .await?;
-        by_job(format!(
-            "DELETE FROM job_results WHERE job_id IN ({in_jobs})"
-        ))
-        .execute(&mut *tx)
-        .await?;
-        // A final job has no outbox row; one left over would cascade.
-        let deleted = by_job(format!("DELETE FROM jobs WHERE job_id IN ({in_jobs})"))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let deleted = on_tx!(tx,
+            conn => postgres::retention::delete_jobs(conn, &job_ids).await?,
+            conn => sqlite::retention::delete_jobs(conn, &job_ids).await?,
+        );
         tx.commit().await?;
         Ok(Pruned {
-            jobs: deleted as usize,
+            jobs: usize::try_from(deleted).unwrap_or(usize::MAX),
             held: began.elapsed(),
         })
     }

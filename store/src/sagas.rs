@@ -2,12 +2,22 @@
 //! step's outcome and compensation. Every write is fenced by the job's
 //! attempt, as every other write of an attempt is: a stale attempt can
 //! neither record a step nor start a compensation.
+//!
+//! A saga is *unfinished* while its run's phase is `forward` or
+//! `compensating`: it has steps to run or to undo. Such a job is never
+//! ended by the sweeper or by a cancel while queued, only by its own
+//! attempts, which compensate first. Each statement that asks writes the
+//! condition out on `jobs`:
+//! `EXISTS (SELECT 1 FROM saga_runs r WHERE r.job_id = jobs.job_id AND
+//! r.phase IN ('forward', 'compensating'))`.
 
-use sqlx::{Row, any::AnyRow};
+use shared::time::now_ms;
 
-use super::{Store, WriteTx};
-use crate::Result;
-use shared::{model::JobStatus, time::now_ms};
+use crate::{
+    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    sql::{JsonText, Millis},
+    sqlite,
+};
 
 /// Where a saga is going.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +48,7 @@ impl SagaPhase {
             "compensating" => SagaPhase::Compensating,
             "completed" => SagaPhase::Completed,
             "compensated" => SagaPhase::Compensated,
-            other => return Err(crate::Error::Corrupt(format!("saga phase {other:?}"))),
+            other => return Err(Error::Corrupt(format!("saga phase {other:?}"))),
         })
     }
 }
@@ -82,29 +92,74 @@ pub struct SagaStep {
     pub compensation_error_message: Option<String>,
 }
 
-const STEP_COLUMNS: &str = "step_index, name, outcome, attempts, started_at, finished_at, \
-     error_type, error_message, output, compensation, compensation_attempts, \
-     compensation_started_at, compensation_finished_at, compensation_error_type, \
-     compensation_error_message";
+/// A run's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RunRow {
+    phase: String,
+    cause: Option<String>,
+    error_type: Option<String>,
+    error_message: Option<String>,
+}
 
-fn step_from_row(row: &AnyRow) -> Result<SagaStep> {
-    Ok(SagaStep {
-        index: row.try_get("step_index")?,
-        name: row.try_get("name")?,
-        outcome: row.try_get("outcome")?,
-        attempts: row.try_get("attempts")?,
-        started_at: row.try_get("started_at")?,
-        finished_at: row.try_get("finished_at")?,
-        error_type: row.try_get("error_type")?,
-        error_message: row.try_get("error_message")?,
-        output: row.try_get("output")?,
-        compensation: row.try_get("compensation")?,
-        compensation_attempts: row.try_get("compensation_attempts")?,
-        compensation_started_at: row.try_get("compensation_started_at")?,
-        compensation_finished_at: row.try_get("compensation_finished_at")?,
-        compensation_error_type: row.try_get("compensation_error_type")?,
-        compensation_error_message: row.try_get("compensation_error_message")?,
-    })
+impl TryFrom<RunRow> for SagaRun {
+    type Error = Error;
+
+    fn try_from(row: RunRow) -> Result<SagaRun> {
+        let turned_back = match row.cause.as_deref() {
+            None => None,
+            Some("cancelled") => Some(TurnBack::Cancelled),
+            Some(_) => Some(TurnBack::Failed {
+                error_type: row.error_type.unwrap_or_default(),
+                message: row.error_message.unwrap_or_default(),
+            }),
+        };
+        Ok(SagaRun {
+            phase: SagaPhase::parse(&row.phase)?,
+            turned_back,
+        })
+    }
+}
+
+/// A step's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct StepRow {
+    step_index: i64,
+    name: String,
+    outcome: String,
+    attempts: i64,
+    started_at: Millis,
+    finished_at: Option<Millis>,
+    error_type: Option<String>,
+    error_message: Option<String>,
+    output: Option<JsonText>,
+    compensation: String,
+    compensation_attempts: i64,
+    compensation_started_at: Option<Millis>,
+    compensation_finished_at: Option<Millis>,
+    compensation_error_type: Option<String>,
+    compensation_error_message: Option<String>,
+}
+
+impl From<StepRow> for SagaStep {
+    fn from(row: StepRow) -> SagaStep {
+        SagaStep {
+            index: row.step_index,
+            name: row.name,
+            outcome: row.outcome,
+            attempts: row.attempts,
+            started_at: row.started_at.into(),
+            finished_at: row.finished_at.map(i64::from),
+            error_type: row.error_type,
+            error_message: row.error_message,
+            output: row.output.map(String::from),
+            compensation: row.compensation,
+            compensation_attempts: row.compensation_attempts,
+            compensation_started_at: row.compensation_started_at.map(i64::from),
+            compensation_finished_at: row.compensation_finished_at.map(i64::from),
+            compensation_error_type: row.compensation_error_type,
+            compensation_error_message: row.compensation_error_message,
+        }
+    }
 }
 
 /// A fenced write of attempt `attempt` of job `job_id`.
@@ -114,74 +169,63 @@ pub struct Fence<'a> {
     pub attempt: i64,
 }
 
+/// A phase's row: why it turned back, as the columns `cause`,
+/// `error_type`, `error_message` hold it (`NULL` keeps what is stored).
+pub(crate) struct PhaseWrite<'a> {
+    pub job_id: &'a str,
+    pub phase: &'static str,
+    pub cause: Option<&'static str>,
+    pub error_type: Option<&'a str>,
+    pub error_message: Option<&'a str>,
+    pub now: Millis,
+}
+
+/// A step's error as written: its outcome, when it finished, and its
+/// compensation.
+pub(crate) struct StepError<'a> {
+    pub outcome: &'static str,
+    pub finished_at: Option<Millis>,
+    pub error_type: &'a str,
+    pub error_message: &'a str,
+    pub compensation: &'static str,
+}
+
 impl Store {
     /// The saga's run (`None` before its first attempt) and its steps in order.
     pub async fn saga_state(&self, job_id: &str) -> Result<(Option<SagaRun>, Vec<SagaStep>)> {
-        let run = sqlx::query(
-            "SELECT phase, cause, error_type, error_message FROM saga_runs WHERE job_id = $1",
-        )
-        .bind(job_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let run = match run {
-            None => None,
-            Some(row) => {
-                let cause: Option<String> = row.try_get("cause")?;
-                let turned_back = match cause.as_deref() {
-                    None => None,
-                    Some("cancelled") => Some(TurnBack::Cancelled),
-                    Some(_) => Some(TurnBack::Failed {
-                        error_type: row
-                            .try_get::<Option<String>, _>("error_type")?
-                            .unwrap_or_default(),
-                        message: row
-                            .try_get::<Option<String>, _>("error_message")?
-                            .unwrap_or_default(),
-                    }),
-                };
-                Some(SagaRun {
-                    phase: SagaPhase::parse(&row.try_get::<String, _>("phase")?)?,
-                    turned_back,
-                })
-            }
-        };
-        let steps = sqlx::query(super::built(&format!(
-            "SELECT {STEP_COLUMNS} FROM saga_steps WHERE job_id = $1 ORDER BY step_index"
-        )))
-        .bind(job_id)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(step_from_row)
-        .collect::<Result<Vec<_>>>()?;
-        Ok((run, steps))
+        let (run, steps) = on_pool!(self,
+            pool => (
+                postgres::sagas::run(pool, job_id).await?,
+                postgres::sagas::steps(pool, job_id).await?,
+            ),
+            pool => (
+                sqlite::sagas::run(pool, job_id).await?,
+                sqlite::sagas::steps(pool, job_id).await?,
+            ),
+        );
+        Ok((
+            run.map(SagaRun::try_from).transpose()?,
+            steps.into_iter().map(SagaStep::from).collect(),
+        ))
     }
 
-    /// Whether the job is a saga with steps to run or undo.
-    pub(super) async fn saga_unfinished(&self, tx: &mut WriteTx, job_id: &str) -> Result<bool> {
-        let row = sqlx::query(super::built(&format!(
-            "SELECT 1 AS unfinished FROM jobs WHERE job_id = $1 AND {SAGA_UNFINISHED}"
-        )))
-        .bind(job_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-        Ok(row.is_some())
+    /// Whether the job is a saga with steps to run or undo (see the
+    /// module's documentation), as the caller's transaction sees it.
+    pub(crate) async fn saga_unfinished(&self, tx: &mut WriteTx, job_id: &str) -> Result<bool> {
+        Ok(on_tx!(tx,
+            conn => postgres::sagas::unfinished(conn, job_id).await?,
+            conn => sqlite::sagas::unfinished(conn, job_id).await?,
+        ))
     }
 
     /// Whether `fence` is still the job's current, running attempt; on
     /// Postgres the job's row stays locked until the transaction ends, so
     /// no other attempt can take over before this one's writes commit.
     pub async fn attempt_is_current(&self, tx: &mut WriteTx, fence: Fence<'_>) -> Result<bool> {
-        let row = sqlx::query(super::built(&format!(
-            "SELECT 1 AS current FROM jobs WHERE job_id = $1 AND attempts = $2 AND status = $3{}",
-            self.dialect.for_update()
-        )))
-        .bind(fence.job_id)
-        .bind(fence.attempt)
-        .bind(JobStatus::Running.as_str())
-        .fetch_optional(&mut **tx)
-        .await?;
-        Ok(row.is_some())
+        Ok(on_tx!(tx,
+            conn => postgres::sagas::attempt_is_current(conn, fence.job_id, fence.attempt).await?,
+            conn => sqlite::sagas::attempt_is_current(conn, fence.job_id, fence.attempt).await?,
+        ))
     }
 
     /// A write transaction, if `fence` is current; `None` when it is not
@@ -205,49 +249,9 @@ impl Store {
         let Some(mut tx) = self.fenced_tx(fence).await? else {
             return Ok(false);
         };
-        self.write_saga_phase(&mut tx, fence.job_id, phase, turned_back)
-            .await?;
+        write_saga_phase(&mut tx, fence.job_id, phase, turned_back).await?;
         tx.commit().await?;
         Ok(true)
-    }
-
-    async fn write_saga_phase(
-        &self,
-        tx: &mut WriteTx,
-        job_id: &str,
-        phase: SagaPhase,
-        turned_back: Option<&TurnBack>,
-    ) -> Result<()> {
-        let (cause, error_type, message) = match turned_back {
-            None => (None, None, None),
-            Some(TurnBack::Cancelled) => (Some("cancelled"), None, None),
-            Some(TurnBack::Failed {
-                error_type,
-                message,
-            }) => (
-                Some("failed"),
-                Some(error_type.as_str()),
-                Some(message.as_str()),
-            ),
-        };
-        sqlx::query(
-            "INSERT INTO saga_runs (job_id, phase, cause, error_type, error_message, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (job_id) DO UPDATE SET phase = excluded.phase,
-                 cause = COALESCE(excluded.cause, saga_runs.cause),
-                 error_type = COALESCE(excluded.error_type, saga_runs.error_type),
-                 error_message = COALESCE(excluded.error_message, saga_runs.error_message),
-                 updated_at = excluded.updated_at",
-        )
-        .bind(job_id)
-        .bind(phase.as_str())
-        .bind(cause)
-        .bind(error_type)
-        .bind(message)
-        .bind(now_ms())
-        .execute(&mut **tx)
-        .await?;
-        Ok(())
     }
 
     /// Starts an attempt of step `index`: its row (made on the first), one
@@ -257,18 +261,11 @@ impl Store {
         let Some(mut tx) = self.fenced_tx(fence).await? else {
             return Ok(false);
         };
-        sqlx::query(
-            "INSERT INTO saga_steps (job_id, step_index, name, outcome, attempts, started_at)
-                 VALUES ($1, $2, $3, 'running', 1, $4)
-                 ON CONFLICT (job_id, step_index) DO UPDATE SET outcome = 'running',
-                     attempts = saga_steps.attempts + 1",
-        )
-        .bind(fence.job_id)
-        .bind(index)
-        .bind(name)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
+        let now = Millis(now_ms());
+        on_tx!(tx,
+            conn => postgres::sagas::begin_step(conn, fence.job_id, index, name, now).await?,
+            conn => sqlite::sagas::begin_step(conn, fence.job_id, index, name, now).await?,
+        );
         tx.commit().await?;
         Ok(true)
     }
@@ -283,17 +280,12 @@ impl Store {
         index: i64,
         output: &str,
     ) -> Result<()> {
-        sqlx::query(
-            "UPDATE saga_steps SET outcome = 'done', finished_at = $3, output = $4,
-                 error_type = NULL, error_message = NULL
-             WHERE job_id = $1 AND step_index = $2",
-        )
-        .bind(job_id)
-        .bind(index)
-        .bind(now_ms())
-        .bind(output)
-        .execute(&mut **tx)
-        .await?;
+        let now = Millis(now_ms());
+        let output = JsonText(output.to_owned());
+        on_tx!(tx,
+            conn => postgres::sagas::record_step(conn, job_id, index, now, &output).await?,
+            conn => sqlite::sagas::record_step(conn, job_id, index, now, &output).await?,
+        );
         Ok(())
     }
 
@@ -329,27 +321,24 @@ impl Store {
             None => ("running", None, "none"),
             Some(compensate) => (
                 "failed",
-                Some(now_ms()),
+                Some(Millis(now_ms())),
                 if compensate { "pending" } else { "none" },
             ),
+        };
+        let error = StepError {
+            outcome,
+            finished_at,
+            error_type,
+            error_message: message,
+            compensation,
         };
         let Some(mut tx) = self.fenced_tx(fence).await? else {
             return Ok(false);
         };
-        sqlx::query(
-            "UPDATE saga_steps SET outcome = $3, finished_at = $4, error_type = $5,
-                     error_message = $6, compensation = $7
-                 WHERE job_id = $1 AND step_index = $2",
-        )
-        .bind(fence.job_id)
-        .bind(index)
-        .bind(outcome)
-        .bind(finished_at)
-        .bind(error_type)
-        .bind(message)
-        .bind(compensation)
-        .execute(&mut *tx)
-        .await?;
+        on_tx!(tx,
+            conn => postgres::sagas::note_step_error(conn, fence.job_id, index, &error).await?,
+            conn => sqlite::sagas::note_step_error(conn, fence.job_id, index, &error).await?,
+        );
         tx.commit().await?;
         Ok(true)
     }
@@ -361,27 +350,21 @@ impl Store {
         let Some(mut tx) = self.fenced_tx(fence).await? else {
             return Ok(false);
         };
-        sqlx::query(
-            "UPDATE saga_steps SET compensation = 'pending'
-             WHERE job_id = $1 AND outcome = 'done' AND compensation = 'none'",
-        )
-        .bind(fence.job_id)
-        .execute(&mut *tx)
-        .await?;
-        // A step an earlier attempt started and never finished (it died, or
-        // was handed back) may have taken effect: it is compensated too.
-        sqlx::query(
-            "UPDATE saga_steps SET outcome = 'failed', finished_at = $2, compensation = 'pending',
-                 error_type = 'interrupted',
-                 error_message = 'the attempt running it ended before it finished'
-             WHERE job_id = $1 AND outcome = 'running'",
-        )
-        .bind(fence.job_id)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-        self.write_saga_phase(&mut tx, fence.job_id, SagaPhase::Compensating, Some(why))
-            .await?;
+        let now = Millis(now_ms());
+        // Every step done is to be undone; so is a step an earlier attempt
+        // started and never finished (it died, or was handed back), which
+        // may have taken effect.
+        on_tx!(tx,
+            conn => {
+                postgres::sagas::compensate_done_steps(conn, fence.job_id).await?;
+                postgres::sagas::compensate_interrupted_steps(conn, fence.job_id, now).await?;
+            },
+            conn => {
+                sqlite::sagas::compensate_done_steps(conn, fence.job_id).await?;
+                sqlite::sagas::compensate_interrupted_steps(conn, fence.job_id, now).await?;
+            },
+        );
+        write_saga_phase(&mut tx, fence.job_id, SagaPhase::Compensating, Some(why)).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -392,17 +375,11 @@ impl Store {
         let Some(mut tx) = self.fenced_tx(fence).await? else {
             return Ok(false);
         };
-        sqlx::query(
-            "UPDATE saga_steps SET compensation = 'running',
-                     compensation_attempts = compensation_attempts + 1,
-                     compensation_started_at = COALESCE(compensation_started_at, $3)
-                 WHERE job_id = $1 AND step_index = $2",
-        )
-        .bind(fence.job_id)
-        .bind(index)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
+        let now = Millis(now_ms());
+        on_tx!(tx,
+            conn => postgres::sagas::begin_compensation(conn, fence.job_id, index, now).await?,
+            conn => sqlite::sagas::begin_compensation(conn, fence.job_id, index, now).await?,
+        );
         tx.commit().await?;
         Ok(true)
     }
@@ -415,16 +392,11 @@ impl Store {
         job_id: &str,
         index: i64,
     ) -> Result<()> {
-        sqlx::query(
-            "UPDATE saga_steps SET compensation = 'done', compensation_finished_at = $3,
-                 compensation_error_type = NULL, compensation_error_message = NULL
-             WHERE job_id = $1 AND step_index = $2",
-        )
-        .bind(job_id)
-        .bind(index)
-        .bind(now_ms())
-        .execute(&mut **tx)
-        .await?;
+        let now = Millis(now_ms());
+        on_tx!(tx,
+            conn => postgres::sagas::record_compensation(conn, job_id, index, now).await?,
+            conn => sqlite::sagas::record_compensation(conn, job_id, index, now).await?,
+        );
         Ok(())
     }
 
@@ -449,24 +421,51 @@ impl Store {
         let Some(mut tx) = self.fenced_tx(fence).await? else {
             return Ok(false);
         };
-        sqlx::query(
-            "UPDATE saga_steps SET compensation_error_type = $3, compensation_error_message = $4
-                 WHERE job_id = $1 AND step_index = $2",
-        )
-        .bind(fence.job_id)
-        .bind(index)
-        .bind(error_type)
-        .bind(message)
-        .execute(&mut *tx)
-        .await?;
+        on_tx!(tx,
+            conn => postgres::sagas::note_compensation_error(
+                conn, fence.job_id, index, error_type, message,
+            )
+            .await?,
+            conn => sqlite::sagas::note_compensation_error(
+                conn, fence.job_id, index, error_type, message,
+            )
+            .await?,
+        );
         tx.commit().await?;
         Ok(true)
     }
 }
 
-/// The condition, on a `jobs` row, that it is a saga with work left to do
-/// (steps to run or to undo): such a job is never ended by the sweeper or
-/// by a cancel while queued, only by its own attempts, which compensate
-/// first.
-pub(super) const SAGA_UNFINISHED: &str = "EXISTS (SELECT 1 FROM saga_runs r \
-     WHERE r.job_id = jobs.job_id AND r.phase IN ('forward', 'compensating'))";
+/// Writes the saga's phase, and why it turned back (kept once set).
+async fn write_saga_phase(
+    tx: &mut WriteTx,
+    job_id: &str,
+    phase: SagaPhase,
+    turned_back: Option<&TurnBack>,
+) -> Result<()> {
+    let (cause, error_type, error_message) = match turned_back {
+        None => (None, None, None),
+        Some(TurnBack::Cancelled) => (Some("cancelled"), None, None),
+        Some(TurnBack::Failed {
+            error_type,
+            message,
+        }) => (
+            Some("failed"),
+            Some(error_type.as_str()),
+            Some(message.as_str()),
+        ),
+    };
+    let write = PhaseWrite {
+        job_id,
+        phase: phase.as_str(),
+        cause,
+        error_type,
+        error_message,
+        now: Millis(now_ms()),
+    };
+    on_tx!(tx,
+        conn => postgres::sagas::write_phase(conn, &write).await?,
+        conn => sqlite::sagas::write_phase(conn, &write).await?,
+    );
+    Ok(())
+}

@@ -1,12 +1,12 @@
 //! Store methods only the tests call (submitting a job past the API,
-//! forcing a lease to lapse, counting stored results): built with the
+//! forcing a lease to lapse, reading stored results): built with the
 //! `test-hooks` feature, not part of the product's API.
 
-use sqlx::Row;
-
-use super::{NewJob, Store, StoredResult, Submission};
-use crate::Result;
 use shared::{model::Job, time::now_ms};
+
+use crate::{
+    NewJob, Result, Store, StoredResult, Submission, on_pool, postgres, sql::Millis, sqlite,
+};
 
 impl Store {
     /// Submits one job without an idempotency key: a batch of one, due
@@ -22,25 +22,48 @@ impl Store {
         Ok(job.queued(submission.created_at))
     }
 
+    /// Claims the next attempt of one job: [`Store::claim_attempts`] for a
+    /// list of one.
+    pub async fn claim_attempt(
+        &self,
+        job_id: &str,
+        worker_id: &str,
+        lease_until: i64,
+    ) -> Result<Option<crate::Claim>> {
+        let mut claims = self
+            .claim_attempts(&[job_id.to_owned()], worker_id, lease_until)
+            .await?;
+        Ok(claims.pop().flatten())
+    }
+
+    /// What a final-status transaction announces for these jobs (their
+    /// webhook events, and a NOTIFY on Postgres), in a transaction of its
+    /// own: for tests of the announcements without the rest of an
+    /// attempt's end.
+    pub async fn announce_final_now(&self, job_ids: &[String]) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        self.announce_final_all(&mut tx, job_ids).await?;
+        tx.commit().await
+    }
+
     /// Forces the lease of a running attempt to lapse now: for tests of the
     /// sweeper and of fencing.
     pub async fn expire_lease_now(&self, job_id: &str) -> Result<()> {
         let _turn = self.write_turn().await;
-        sqlx::query("UPDATE jobs SET lease_expires_at = $2 WHERE job_id = $1")
-            .bind(job_id)
-            .bind(now_ms() - 1)
-            .execute(&self.pool)
-            .await?;
+        let past = Millis(now_ms() - 1);
+        on_pool!(self,
+            pool => postgres::test_hooks::set_lease(pool, job_id, past).await?,
+            pool => sqlite::test_hooks::set_lease(pool, job_id, past).await?,
+        );
         Ok(())
     }
 
     /// How many results the job has stored (0 or 1).
     pub async fn count_results(&self, job_id: &str) -> Result<i64> {
-        let row = sqlx::query("SELECT COUNT(*) AS n FROM job_results WHERE job_id = $1")
-            .bind(job_id)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get("n")?)
+        Ok(on_pool!(self,
+            pool => postgres::test_hooks::count_results(pool, job_id).await?,
+            pool => sqlite::test_hooks::count_results(pool, job_id).await?,
+        ))
     }
 
     /// The result of the tenant's job when it is one document (`None` for
@@ -55,15 +78,9 @@ impl Store {
     /// How many chunks each attempt of the job has stored, by attempt: for
     /// tests of the fencing and the cleanup.
     pub async fn result_chunk_counts(&self, job_id: &str) -> Result<Vec<(i64, i64)>> {
-        sqlx::query(
-            "SELECT attempt, COUNT(*) AS n FROM job_result_chunks WHERE job_id = $1
-             GROUP BY attempt ORDER BY attempt",
-        )
-        .bind(job_id)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|row| Ok((row.try_get("attempt")?, row.try_get("n")?)))
-        .collect()
+        Ok(on_pool!(self,
+            pool => postgres::test_hooks::chunk_counts(pool, job_id).await?,
+            pool => sqlite::test_hooks::chunk_counts(pool, job_id).await?,
+        ))
     }
 }

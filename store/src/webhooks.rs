@@ -1,13 +1,15 @@
 //! Webhooks, their events (the delivery outbox) and the delivery log.
 
-use sqlx::{Row, any::AnyRow};
-
-use super::{Dialect, Store, WriteTx, built, placeholders};
-use crate::Result;
 use shared::{
     ids::{new_id, new_webhook_secret},
     model::{EventState, Job, event_type_of},
     time::{now_ms, to_rfc3339},
+};
+
+use crate::{
+    Result, Store, WriteTx, on_pool, on_tx, postgres,
+    sql::{EventTypes, Millis},
+    sqlite,
 };
 
 #[derive(Debug, Clone)]
@@ -31,7 +33,7 @@ pub struct NewWebhook {
 }
 
 /// An event due for delivery, leased to one dispatcher.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DueEvent {
     pub event_id: String,
     pub webhook_id: String,
@@ -70,48 +72,6 @@ pub struct Delivery {
     pub next_attempt_at: Option<i64>,
 }
 
-const WEBHOOK_COLUMNS: &str =
-    "webhook_id, tenant_id, url, events, job_id, enabled, secret, created_at";
-
-fn webhook_from_row(row: &AnyRow) -> Result<Webhook> {
-    let events: String = row.try_get("events")?;
-    Ok(Webhook {
-        webhook_id: row.try_get("webhook_id")?,
-        tenant_id: row.try_get("tenant_id")?,
-        url: row.try_get("url")?,
-        events: events
-            .split(',')
-            .filter(|e| !e.is_empty())
-            .map(str::to_owned)
-            .collect(),
-        job_id: row.try_get("job_id")?,
-        enabled: row.try_get::<i64, _>("enabled")? != 0,
-        secret: row.try_get("secret")?,
-        created_at: row.try_get("created_at")?,
-    })
-}
-
-/// Events stored with a comma on each side, so `LIKE '%,job.failed,%'` matches exactly.
-fn events_column(events: &[String]) -> String {
-    format!(",{},", events.join(","))
-}
-
-/// A `COUNT(*) AS n` of the tenant's webhooks (and of one job's), read in
-/// the registration's transaction.
-async fn count_in(
-    tx: &mut WriteTx,
-    sql: &'static str,
-    tenant_id: &str,
-    job_id: Option<&str>,
-) -> Result<i64> {
-    let mut query = sqlx::query(sql).bind(tenant_id);
-    if let Some(job_id) = job_id {
-        query = query.bind(job_id);
-    }
-    let row = query.fetch_one(&mut **tx).await?;
-    Ok(row.try_get("n")?)
-}
-
 /// The most webhooks a registration may make: for all the tenant's jobs,
 /// and for one job.
 #[derive(Debug, Clone, Copy)]
@@ -132,6 +92,99 @@ pub enum Registration {
     JobFull(i64),
 }
 
+/// A webhook's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct WebhookRow {
+    webhook_id: String,
+    tenant_id: String,
+    url: String,
+    events: EventTypes,
+    job_id: Option<String>,
+    enabled: bool,
+    secret: String,
+    created_at: Millis,
+}
+
+impl From<WebhookRow> for Webhook {
+    fn from(row: WebhookRow) -> Self {
+        Webhook {
+            webhook_id: row.webhook_id,
+            tenant_id: row.tenant_id,
+            url: row.url,
+            events: row.events.into(),
+            job_id: row.job_id,
+            enabled: row.enabled,
+            secret: row.secret,
+            created_at: row.created_at.into(),
+        }
+    }
+}
+
+/// A webhook that may hear of a job's final status.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct MatchRow {
+    job_id: String,
+    webhook_id: String,
+    events: EventTypes,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DeliveryRow {
+    delivery_id: String,
+    event_id: String,
+    event_type: String,
+    attempt: i64,
+    response_status: Option<i64>,
+    error: Option<String>,
+    duration_ms: i64,
+    attempted_at: Millis,
+    next_attempt_at: Option<Millis>,
+}
+
+impl From<DeliveryRow> for Delivery {
+    fn from(row: DeliveryRow) -> Self {
+        Delivery {
+            delivery_id: row.delivery_id,
+            event_id: row.event_id,
+            event_type: row.event_type,
+            attempt: row.attempt,
+            response_status: row.response_status,
+            error: row.error,
+            duration_ms: row.duration_ms,
+            attempted_at: row.attempted_at.into(),
+            next_attempt_at: row.next_attempt_at.map(i64::from),
+        }
+    }
+}
+
+/// A new webhook's row.
+pub(crate) struct NewWebhookRow<'a> {
+    pub webhook_id: String,
+    pub new: &'a NewWebhook,
+    pub secret: String,
+    pub created_at: Millis,
+}
+
+/// A new event's row: pending, due at once.
+pub(crate) struct NewEvent<'a> {
+    pub event_id: String,
+    pub webhook_id: &'a str,
+    pub job_id: &'a str,
+    pub event_type: &'a str,
+    /// The bytes every attempt signs and sends.
+    pub body: String,
+    pub created_at: Millis,
+}
+
+/// An attempt's line in the delivery log.
+pub(crate) struct NewDelivery<'a> {
+    pub delivery_id: String,
+    pub event: &'a DueEvent,
+    pub attempt: i64,
+    pub record: &'a DeliveryRecord,
+    pub attempted_at: Millis,
+}
+
 impl Store {
     /// Registers a webhook, within `caps`. A per-job webhook locks its
     /// job's row first, so it and the job's final-status transaction run
@@ -146,56 +199,47 @@ impl Store {
         new: &NewWebhook,
         caps: WebhookCaps,
     ) -> Result<Registration> {
+        let tenant_id = new.tenant_id.as_str();
         let mut final_job = None;
-        if let Some(job_id) = &new.job_id {
-            let Some(job) = self.lock_job(tx, &new.tenant_id, job_id).await? else {
-                return Ok(Registration::NoJob);
-            };
-            let count = count_in(
-                tx,
-                "SELECT COUNT(*) AS n FROM webhooks WHERE tenant_id = $1 AND job_id = $2",
-                &new.tenant_id,
-                Some(job_id),
-            )
-            .await?;
-            if count >= caps.per_job {
-                return Ok(Registration::JobFull(count));
+        match new.job_id.as_deref() {
+            Some(job_id) => {
+                let Some(job) = self.lock_job(tx, tenant_id, job_id).await? else {
+                    return Ok(Registration::NoJob);
+                };
+                let count = on_tx!(tx,
+                    conn => postgres::webhooks::count_for_job(conn, tenant_id, job_id).await?,
+                    conn => sqlite::webhooks::count_for_job(conn, tenant_id, job_id).await?,
+                );
+                if count >= caps.per_job {
+                    return Ok(Registration::JobFull(count));
+                }
+                if job.status.is_final() {
+                    final_job = Some(job);
+                }
             }
-            if job.status.is_final() {
-                final_job = Some(job);
-            }
-        } else {
-            if self.dialect == Dialect::Postgres {
-                sqlx::query("SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l")
-                    .bind(format!("webhooks:{}", new.tenant_id))
-                    .execute(&mut **tx)
-                    .await?;
-            }
-            let count = count_in(
-                tx,
-                "SELECT COUNT(*) AS n FROM webhooks WHERE tenant_id = $1 AND job_id IS NULL",
-                &new.tenant_id,
-                None,
-            )
-            .await?;
-            if count >= caps.per_tenant {
-                return Ok(Registration::TenantFull(count));
+            None => {
+                let count = on_tx!(tx,
+                    conn => {
+                        postgres::webhooks::lock_tenant_webhooks(conn, tenant_id).await?;
+                        postgres::webhooks::count_for_tenant(conn, tenant_id).await?
+                    },
+                    conn => sqlite::webhooks::count_for_tenant(conn, tenant_id).await?,
+                );
+                if count >= caps.per_tenant {
+                    return Ok(Registration::TenantFull(count));
+                }
             }
         }
-        let row = sqlx::query(built(&format!(
-            "INSERT INTO webhooks (webhook_id, tenant_id, url, events, job_id, enabled, secret, created_at)
-             VALUES ($1, $2, $3, $4, $5, 1, $6, $7) RETURNING {WEBHOOK_COLUMNS}"
-        )))
-        .bind(new_id("wh_"))
-        .bind(&new.tenant_id)
-        .bind(&new.url)
-        .bind(events_column(&new.events))
-        .bind(new.job_id.as_deref())
-        .bind(new_webhook_secret())
-        .bind(now_ms())
-        .fetch_one(&mut **tx)
-        .await?;
-        let webhook = webhook_from_row(&row)?;
+        let row = NewWebhookRow {
+            webhook_id: new_id("wh_"),
+            new,
+            secret: new_webhook_secret(),
+            created_at: Millis(now_ms()),
+        };
+        let webhook = Webhook::from(on_tx!(tx,
+            conn => postgres::webhooks::insert(conn, &row).await?,
+            conn => sqlite::webhooks::insert(conn, &row).await?,
+        ));
         if let Some(job) = final_job
             && let Some(event_type) = event_type_of(job.status)
             && webhook.events.iter().any(|e| e == event_type)
@@ -206,34 +250,27 @@ impl Store {
     }
 
     pub async fn get_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<Option<Webhook>> {
-        let row = sqlx::query(built(&format!(
-            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE webhook_id = $1 AND tenant_id = $2"
-        )))
-        .bind(webhook_id)
-        .bind(tenant_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(webhook_from_row).transpose()
+        let row = on_pool!(self,
+            pool => postgres::webhooks::get(pool, tenant_id, webhook_id).await?,
+            pool => sqlite::webhooks::get(pool, tenant_id, webhook_id).await?,
+        );
+        Ok(row.map(Webhook::from))
     }
 
-    /// Newest first, one more than `limit` to tell whether a next page exists.
+    /// Newest first, one more than `limit` to tell whether a next page
+    /// exists. The cursor defaults to an id above every id.
     pub async fn list_webhooks(
         &self,
         tenant_id: &str,
         before: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Webhook>> {
-        let rows = sqlx::query(built(&format!(
-            "SELECT {WEBHOOK_COLUMNS} FROM webhooks
-             WHERE tenant_id = $1 AND ($2 = '' OR webhook_id < $2)
-             ORDER BY webhook_id DESC LIMIT $3"
-        )))
-        .bind(tenant_id)
-        .bind(before.unwrap_or(""))
-        .bind(limit + 1)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(webhook_from_row).collect()
+        let before = before.unwrap_or("~");
+        let rows = on_pool!(self,
+            pool => postgres::webhooks::list(pool, tenant_id, before, limit + 1).await?,
+            pool => sqlite::webhooks::list(pool, tenant_id, before, limit + 1).await?,
+        );
+        Ok(rows.into_iter().map(Webhook::from).collect())
     }
 
     /// Enables a webhook again (a 410 answer disabled it). Only events of
@@ -245,7 +282,11 @@ impl Store {
         tenant_id: &str,
         webhook_id: &str,
     ) -> Result<Option<Webhook>> {
-        update_webhook(tx, tenant_id, webhook_id, "enabled = 1", None).await
+        let row = on_tx!(tx,
+            conn => postgres::webhooks::enable(conn, tenant_id, webhook_id).await?,
+            conn => sqlite::webhooks::enable(conn, tenant_id, webhook_id).await?,
+        );
+        Ok(row.map(Webhook::from))
     }
 
     /// Gives a webhook a new secret; the old one stops signing at once,
@@ -258,7 +299,11 @@ impl Store {
         webhook_id: &str,
     ) -> Result<Option<Webhook>> {
         let secret = new_webhook_secret();
-        update_webhook(tx, tenant_id, webhook_id, "secret = $3", Some(&secret)).await
+        let row = on_tx!(tx,
+            conn => postgres::webhooks::set_secret(conn, tenant_id, webhook_id, &secret).await?,
+            conn => sqlite::webhooks::set_secret(conn, tenant_id, webhook_id, &secret).await?,
+        );
+        Ok(row.map(Webhook::from))
     }
 
     /// Deletes a webhook and, with it, its pending events and its log.
@@ -268,100 +313,58 @@ impl Store {
         // its webhook: the same order here, so the two queue instead of
         // deadlocking (the cascade would take the webhook row first). In id
         // order, as the retention pruner takes a job's events.
-        if self.dialect == super::Dialect::Postgres {
-            sqlx::query(
-                "SELECT event_id FROM webhook_events WHERE webhook_id = $1
-                   AND webhook_id IN (SELECT webhook_id FROM webhooks WHERE tenant_id = $2)
-                 ORDER BY event_id FOR UPDATE",
-            )
-            .bind(webhook_id)
-            .bind(tenant_id)
-            .fetch_all(&mut *tx)
-            .await?;
-        }
-        sqlx::query(
-            "DELETE FROM webhook_events WHERE webhook_id = $1
-               AND webhook_id IN (SELECT webhook_id FROM webhooks WHERE tenant_id = $2)",
-        )
-        .bind(webhook_id)
-        .bind(tenant_id)
-        .execute(&mut *tx)
-        .await?;
-        let deleted = sqlx::query("DELETE FROM webhooks WHERE webhook_id = $1 AND tenant_id = $2")
-            .bind(webhook_id)
-            .bind(tenant_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-            == 1;
+        let deleted = on_tx!(tx,
+            conn => {
+                postgres::webhooks::lock_events_of(&mut *conn, tenant_id, webhook_id).await?;
+                postgres::webhooks::delete_events_of(&mut *conn, tenant_id, webhook_id).await?;
+                postgres::webhooks::delete(conn, tenant_id, webhook_id).await?
+            },
+            conn => {
+                sqlite::webhooks::delete_events_of(&mut *conn, tenant_id, webhook_id).await?;
+                sqlite::webhooks::delete(conn, tenant_id, webhook_id).await?
+            },
+        );
         tx.commit().await?;
-        Ok(deleted)
+        Ok(deleted == 1)
     }
 
-    /// A webhook's delivery log, newest first.
+    /// A webhook's delivery log, newest first, one more than `limit`. The
+    /// cursor defaults to an id above every id.
     pub async fn list_deliveries(
         &self,
         webhook_id: &str,
         before: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Delivery>> {
-        let rows = sqlx::query(
-            "SELECT delivery_id, event_id, event_type, attempt, response_status, error, duration_ms,
-                    attempted_at, next_attempt_at
-             FROM webhook_deliveries WHERE webhook_id = $1 AND ($2 = '' OR delivery_id < $2)
-             ORDER BY delivery_id DESC LIMIT $3",
-        )
-        .bind(webhook_id)
-        .bind(before.unwrap_or(""))
-        .bind(limit + 1)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Delivery {
-                    delivery_id: row.try_get("delivery_id")?,
-                    event_id: row.try_get("event_id")?,
-                    event_type: row.try_get("event_type")?,
-                    attempt: row.try_get("attempt")?,
-                    response_status: row.try_get("response_status")?,
-                    error: row.try_get("error")?,
-                    duration_ms: row.try_get("duration_ms")?,
-                    attempted_at: row.try_get("attempted_at")?,
-                    next_attempt_at: row.try_get("next_attempt_at")?,
-                })
-            })
-            .collect()
+        let before = before.unwrap_or("~");
+        let rows = on_pool!(self,
+            pool => postgres::webhooks::list_deliveries(pool, webhook_id, before, limit + 1).await?,
+            pool => sqlite::webhooks::list_deliveries(pool, webhook_id, before, limit + 1).await?,
+        );
+        Ok(rows.into_iter().map(Delivery::from).collect())
     }
 
     /// In a final-status transaction: one event per matching enabled
-    /// webhook of the job's tenant (tenant-wide, or for this job).
-    pub(super) async fn create_events(&self, tx: &mut WriteTx, job_ids: &[String]) -> Result<()> {
-        let sql = format!(
-            "SELECT j.job_id, w.webhook_id, w.events FROM webhooks w
-             JOIN jobs j ON j.tenant_id = w.tenant_id
-             WHERE j.job_id IN ({}) AND w.enabled = 1 AND (w.job_id IS NULL OR w.job_id = j.job_id)
-             ORDER BY j.job_id, w.webhook_id",
-            placeholders(1, job_ids.len())
-        );
-        let mut query = sqlx::query(built(&sql));
-        for job_id in job_ids {
-            query = query.bind(job_id);
+    /// webhook of each job's tenant (tenant-wide, or for this job).
+    pub(crate) async fn create_events(&self, tx: &mut WriteTx, job_ids: &[String]) -> Result<()> {
+        if job_ids.is_empty() {
+            return Ok(());
         }
-        let rows = query.fetch_all(&mut **tx).await?;
+        let matches = on_tx!(tx,
+            conn => postgres::webhooks::matching_webhooks(conn, job_ids).await?,
+            conn => sqlite::webhooks::matching_webhooks(conn, job_ids).await?,
+        );
         let mut job: Option<Job> = None;
-        for row in &rows {
-            let job_id: String = row.try_get("job_id")?;
-            if job.as_ref().is_none_or(|job| job.job_id != job_id) {
-                job = self.job_in(tx, &job_id).await?;
+        for matched in &matches {
+            if job.as_ref().is_none_or(|job| job.job_id != matched.job_id) {
+                job = self.job_in(tx, &matched.job_id).await?;
             }
             let Some(job) = &job else { continue };
             let Some(event_type) = event_type_of(job.status) else {
                 continue;
             };
-            let events: String = row.try_get("events")?;
-            if events.contains(&format!(",{event_type},")) {
-                let webhook_id: String = row.try_get("webhook_id")?;
-                insert_event(tx, &webhook_id, event_type, job).await?;
+            if matched.events.0.iter().any(|e| e == event_type) {
+                insert_event(tx, &matched.webhook_id, event_type, job).await?;
             }
         }
         Ok(())
@@ -370,53 +373,26 @@ impl Store {
     /// Leases up to `limit` due events until `lease_until` (past any
     /// delivery's timeout), so concurrent dispatchers never send one twice.
     pub async fn claim_due_events(&self, limit: i64, lease_until: i64) -> Result<Vec<DueEvent>> {
+        let now = Millis(now_ms());
+        let lease_until = Millis(lease_until);
         let _turn = self.write_turn().await;
-        // 'pending' stays a literal: only it matches the partial index webhook_events_due.
-        let claimed = sqlx::query(built(&format!(
-            "UPDATE webhook_events SET next_attempt_at = $2 WHERE event_id IN (
-                 SELECT event_id FROM webhook_events WHERE state = 'pending' AND next_attempt_at <= $1
-                 ORDER BY next_attempt_at LIMIT $3{}
-             ) RETURNING event_id",
-            self.dialect.skip_locked()
-        )))
-        .bind(now_ms())
-        .bind(lease_until)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let claimed = on_pool!(self,
+            pool => postgres::webhooks::lease_due(pool, now, lease_until, limit).await?,
+            pool => sqlite::webhooks::lease_due(pool, now, lease_until, limit).await?,
+        );
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = format!(
-            "SELECT e.event_id, e.webhook_id, e.event_type, e.body, e.attempts, w.url, w.secret, w.enabled
-             FROM webhook_events e JOIN webhooks w ON w.webhook_id = e.webhook_id
-             WHERE e.event_id IN ({})",
-            placeholders(1, claimed.len())
-        );
-        let mut query = sqlx::query(built(&sql));
-        for row in &claimed {
-            query = query.bind(row.try_get::<String, _>("event_id")?);
-        }
-        let mut due = Vec::with_capacity(claimed.len());
-        for row in query.fetch_all(&self.pool).await? {
-            due.push(DueEvent {
-                event_id: row.try_get("event_id")?,
-                webhook_id: row.try_get("webhook_id")?,
-                event_type: row.try_get("event_type")?,
-                body: row.try_get("body")?,
-                attempts: row.try_get("attempts")?,
-                url: row.try_get("url")?,
-                secret: row.try_get("secret")?,
-                enabled: row.try_get::<i64, _>("enabled")? != 0,
-            });
-        }
-        Ok(due)
+        Ok(on_pool!(self,
+            pool => postgres::webhooks::due_events(pool, &claimed).await?,
+            pool => sqlite::webhooks::due_events(pool, &claimed).await?,
+        ))
     }
 
     /// Logs an attempt and moves its event on, in one transaction; a 410
     /// also disables the webhook and drops its other pending events.
     pub async fn record_delivery(&self, event: &DueEvent, record: &DeliveryRecord) -> Result<()> {
-        let now = now_ms();
+        let now = Millis(now_ms());
         let mut tx = self.begin_write().await?;
         let attempt = event.attempts + 1;
         let state = if record.delivered {
@@ -426,52 +402,41 @@ impl Store {
         } else {
             EventState::Failed
         };
-        let updated = sqlx::query(
-            "UPDATE webhook_events SET attempts = $2, state = $3, next_attempt_at = $4
-             WHERE event_id = $1 AND state = $5",
-        )
-        .bind(&event.event_id)
-        .bind(attempt)
-        .bind(state.as_str())
-        .bind(record.next_attempt_at.unwrap_or(now))
-        .bind(EventState::Pending.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let next_attempt_at = record.next_attempt_at.map_or(now, Millis);
+        let updated = on_tx!(tx,
+            conn => postgres::webhooks::record_attempt(
+                conn, &event.event_id, attempt, state, next_attempt_at,
+            ).await?,
+            conn => sqlite::webhooks::record_attempt(
+                conn, &event.event_id, attempt, state, next_attempt_at,
+            ).await?,
+        );
         if updated == 0 {
             // The webhook was deleted meanwhile: nothing to log against.
             return Ok(());
         }
-        sqlx::query(
-            "INSERT INTO webhook_deliveries (delivery_id, webhook_id, event_id, event_type, attempt,
-                 response_status, error, duration_ms, attempted_at, next_attempt_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(new_id(""))
-        .bind(&event.webhook_id)
-        .bind(&event.event_id)
-        .bind(&event.event_type)
-        .bind(attempt)
-        .bind(record.response_status.map(i64::from))
-        .bind(record.error.as_deref())
-        .bind(record.duration_ms)
-        .bind(now)
-        .bind(record.next_attempt_at)
-        .execute(&mut *tx)
-        .await?;
+        let delivery = NewDelivery {
+            delivery_id: new_id(""),
+            event,
+            attempt,
+            record,
+            attempted_at: now,
+        };
+        on_tx!(tx,
+            conn => postgres::webhooks::insert_delivery(conn, &delivery).await?,
+            conn => sqlite::webhooks::insert_delivery(conn, &delivery).await?,
+        );
         if record.gone {
-            sqlx::query("UPDATE webhooks SET enabled = 0 WHERE webhook_id = $1")
-                .bind(&event.webhook_id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "UPDATE webhook_events SET state = $2 WHERE webhook_id = $1 AND state = $3",
-            )
-            .bind(&event.webhook_id)
-            .bind(EventState::Failed.as_str())
-            .bind(EventState::Pending.as_str())
-            .execute(&mut *tx)
-            .await?;
+            on_tx!(tx,
+                conn => {
+                    postgres::webhooks::disable(&mut *conn, &event.webhook_id).await?;
+                    postgres::webhooks::fail_pending_of(conn, &event.webhook_id).await?;
+                },
+                conn => {
+                    sqlite::webhooks::disable(&mut *conn, &event.webhook_id).await?;
+                    sqlite::webhooks::fail_pending_of(conn, &event.webhook_id).await?;
+                },
+            );
         }
         tx.commit().await?;
         Ok(())
@@ -480,37 +445,16 @@ impl Store {
     /// Ends an event whose webhook was disabled before its turn came.
     pub async fn drop_event(&self, event_id: &str) -> Result<()> {
         let _turn = self.write_turn().await;
-        sqlx::query("UPDATE webhook_events SET state = $2 WHERE event_id = $1 AND state = $3")
-            .bind(event_id)
-            .bind(EventState::Failed.as_str())
-            .bind(EventState::Pending.as_str())
-            .execute(&self.pool)
-            .await?;
+        on_pool!(self,
+            pool => postgres::webhooks::drop_event(pool, event_id).await?,
+            pool => sqlite::webhooks::drop_event(pool, event_id).await?,
+        );
         Ok(())
     }
 }
 
-/// Sets `assignment` (a constant, with `$3` for `value`) on one webhook of
-/// the tenant, and returns it as it is now.
-async fn update_webhook(
-    tx: &mut WriteTx,
-    tenant_id: &str,
-    webhook_id: &str,
-    assignment: &str,
-    value: Option<&str>,
-) -> Result<Option<Webhook>> {
-    let sql = format!(
-        "UPDATE webhooks SET {assignment} WHERE webhook_id = $1 AND tenant_id = $2
-         RETURNING {WEBHOOK_COLUMNS}"
-    );
-    let mut query = sqlx::query(built(&sql)).bind(webhook_id).bind(tenant_id);
-    if let Some(value) = value {
-        query = query.bind(value);
-    }
-    let row = query.fetch_optional(&mut **tx).await?;
-    row.as_ref().map(webhook_from_row).transpose()
-}
-
+/// An event of the job's final status for one webhook. Its body is made
+/// here, once: every attempt sends these bytes under the same id.
 async fn insert_event(
     tx: &mut WriteTx,
     webhook_id: &str,
@@ -524,18 +468,17 @@ async fn insert_event(
         "data": job.to_object(),
     })
     .to_string();
-    sqlx::query(
-        "INSERT INTO webhook_events (event_id, webhook_id, job_id, event_type, body, created_at, attempts, state, next_attempt_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $6)",
-    )
-    .bind(new_id("evt_"))
-    .bind(webhook_id)
-    .bind(&job.job_id)
-    .bind(event_type)
-    .bind(body)
-    .bind(now)
-    .bind(EventState::Pending.as_str())
-    .execute(&mut **tx)
-    .await?;
+    let event = NewEvent {
+        event_id: new_id("evt_"),
+        webhook_id,
+        job_id: &job.job_id,
+        event_type,
+        body,
+        created_at: Millis(now),
+    };
+    on_tx!(tx,
+        conn => postgres::webhooks::insert_event(conn, &event).await?,
+        conn => sqlite::webhooks::insert_event(conn, &event).await?,
+    );
     Ok(())
 }

@@ -1,32 +1,27 @@
-//! What the integration tests, the bench and the soak share to exercise
-//! Receipt from outside: Postgres, PgBouncer, Redis and Sentinel servers
-//! of a run's own on free ports, finding the workspace's binaries, and
-//! reading a process's memory.
+//! One harness for exercising Receipt from outside, shared by the
+//! integration tests, the bench and the soak: a private database and Redis
+//! prefix per test ([`TestEnv`]), the real `api` and `worker` binaries
+//! started on it ([`Process`]), an HTTP client of the api ([`Api`]),
+//! receivers of the test's own on loopback (one that records each
+//! job's announcements: [`Announcements`]), Postgres, PgBouncer, Redis and
+//! Sentinel servers of a run's own ([`servers`]), and waiting for events
+//! with a deadline ([`wait`]). It talks HTTP and SQL only: it depends on
+//! no crate of the workspace.
 
+pub mod announcements;
+pub mod client;
+pub mod env;
+pub mod process;
+pub mod receiver;
 pub mod servers;
+pub mod wait;
 
-use std::path::PathBuf;
-
-/// A binary of this workspace, built beside the running one; `script` is
-/// the script that builds them, named in the error when one is missing.
-pub fn sibling_binary(name: &str, script: &str) -> std::io::Result<PathBuf> {
-    let path = std::env::current_exe()?.with_file_name(name);
-    if !path.exists() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!(
-                "{} is missing: run {script} (it builds the release binaries)",
-                path.display()
-            ),
-        ));
-    }
-    Ok(path)
-}
-
-/// Peak resident memory of a process (`VmHWM`), in MiB.
-pub fn peak_rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
+pub use announcements::{Announcement, Announcements};
+pub use client::{Api, Reply, is_final};
+pub use env::{
+    Backend, KEY_A, KEY_B, PG_ADMIN_URL, REDIS_URL, TestEnv, admin_sql, count_at, execute_at,
+    redis_at, test_settings, through_pgbouncer,
+};
+pub use process::{Finished, Process, Stderr, binary, peak_rss_bytes, peak_rss_mib};
+pub use receiver::{headers_of, serve_on_loopback};
+pub use wait::Record;

@@ -72,6 +72,8 @@ fn postgres_bin_dir() -> PathBuf {
 pub struct PrivatePostgres {
     pub port: u16,
     max_connections: u32,
+    /// Further `-c name=value` server settings.
+    settings: Vec<String>,
     bin: PathBuf,
     dir: tempfile::TempDir,
 }
@@ -83,6 +85,12 @@ impl PrivatePostgres {
 
     /// With this `max_connections` (3 of them kept for superusers).
     pub fn start_with_max_connections(max_connections: u32) -> Self {
+        Self::start_with(max_connections, &[])
+    }
+
+    /// With this `max_connections` and further server settings
+    /// (`name=value`), such as `shared_preload_libraries=pg_stat_statements`.
+    pub fn start_with(max_connections: u32, settings: &[&str]) -> Self {
         let bin = postgres_bin_dir();
         let dir = tempfile::tempdir().expect("temp dir");
         if running_as_root() {
@@ -108,6 +116,7 @@ impl PrivatePostgres {
         let postgres = PrivatePostgres {
             port: free_port(),
             max_connections,
+            settings: settings.iter().map(|s| format!(" -c {s}")).collect(),
             bin,
             dir,
         };
@@ -138,10 +147,11 @@ impl PrivatePostgres {
     /// Starts the server (again), and waits until it accepts connections.
     pub fn start_again(&self) {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections={}",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections={}{}",
             self.port,
             self.dir.path().display(),
-            self.max_connections
+            self.max_connections,
+            self.settings.concat()
         );
         let log = self.dir.path().join("postgres.log").display().to_string();
         assert!(
@@ -156,6 +166,35 @@ impl PrivatePostgres {
     pub fn crash(&self) {
         assert!(self.pg_ctl(&["-m", "immediate", "stop"]), "pg_ctl stop");
     }
+}
+
+/// Connections to the server of `admin_url` opened until it refuses more
+/// (its `max_connections` less the superusers' reserve), held until
+/// dropped: another client that took every connection.
+pub async fn take_every_free_connection(admin_url: &str) -> Vec<sqlx::PgConnection> {
+    use sqlx::Connection;
+    let mut held = Vec::new();
+    while let Ok(conn) = sqlx::PgConnection::connect(admin_url).await {
+        held.push(conn);
+        assert!(
+            held.len() < 1_000,
+            "max_connections is small enough to take"
+        );
+    }
+    held
+}
+
+/// `pg_terminate_backend` of every connection to `database` but `killer`'s
+/// own; how many were cut.
+pub async fn terminate_connections(killer: &mut sqlx::PgConnection, database: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = $1 AND pid <> pg_backend_pid()) AS t",
+    )
+    .bind(database)
+    .fetch_one(killer)
+    .await
+    .expect("pg_terminate_backend")
 }
 
 fn data_dir(dir: &Path) -> String {

@@ -30,6 +30,7 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
             "outbound",
             "queue",
             "telemetry",
+            "testkit",
         ],
     ),
     (
@@ -78,16 +79,16 @@ fn workspace_dependencies() -> BTreeMap<String, BTreeSet<String>> {
     packages
         .iter()
         .map(|package| {
-            let name = package["name"].as_str().expect("name").to_owned();
+            let name = package["name"].as_str().expect("name");
             let deps = package["dependencies"]
                 .as_array()
                 .expect("dependencies")
                 .iter()
                 .filter_map(|d| d["name"].as_str())
-                .filter(|d| members.contains(*d))
+                .filter(|d| members.contains(*d) && *d != name)
                 .map(str::to_owned)
                 .collect();
-            (name, deps)
+            (name.to_owned(), deps)
         })
         .collect()
 }

@@ -6,6 +6,7 @@
 
 mod background;
 mod dispatcher;
+pub mod drive;
 mod error;
 mod poll;
 mod pool;
@@ -20,5 +21,5 @@ pub use error::{Error, Result};
 pub use pool::WorkerPool;
 pub use process::{cancel_on_signal, run_worker_process};
 pub use retention::{run_pruner, run_queue_vacuum};
-pub use runner::{Runner, backoff_delay};
+pub use runner::Runner;
 pub use sweeper::run_sweeper;

@@ -18,8 +18,8 @@ use queue::Queue;
 /// gone at most this long (plus one batch) after its retention ends.
 const PRUNE_IDLE: Duration = Duration::from_secs(5);
 /// Jobs per transaction: at least this many, at most
-/// `Store::max_prune_batch` (1,000 on SQLite, 250 on Postgres), sized so
-/// that one transaction takes about [`prune_target`].
+/// `Store::max_prune_batch`, sized so that one transaction takes about
+/// [`prune_target`].
 const PRUNE_MIN_BATCH: usize = 50;
 
 /// How long one pruning transaction should take. On SQLite it holds the one
@@ -37,10 +37,9 @@ fn prune_target(dialect: Dialect) -> Duration {
 
 /// After a full batch the pruner rests this many times as long as the
 /// batch took, so it holds the database (SQLite's one writer, Postgres's
-/// cores) at most a tenth of the time while it works through a backlog. (A
-/// fifth tripled the submit p99 on Postgres on two busy cores; a tenth
-/// still deletes thousands of jobs a second, far more than a service
-/// finishes.)
+/// cores) at most a tenth of the time while it works through a backlog:
+/// little enough that submits do not feel it, and still far faster than a
+/// service finishes jobs (`docs/performance.md` has the measurements).
 const PRUNE_REST_FACTOR: u32 = 9;
 
 /// Deletes jobs final for longer than `retention`, in short transactions

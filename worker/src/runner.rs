@@ -6,12 +6,12 @@ use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Mutex, time::Dura
 use futures::FutureExt;
 use reports::{JobContext, JobFailure, ProgressSink, Registry, ReportOutput, RunSettings};
 use serde_json::Value;
-pub use shared::time::backoff_delay;
 use shared::{
     model::{AttemptOutcome, JobErrorObject, ResultBody},
     notify::Signals,
+    retry::Retry,
     settings::Settings,
-    time::{duration_ms, now_ms},
+    time::{backoff_delay, duration_ms, now_ms},
 };
 use store::{Claim, LeaseCheck, Store, batch::Batcher};
 use tokio_util::sync::CancellationToken;
@@ -39,6 +39,9 @@ pub struct Runner {
     /// does not fail the others of its batch.
     successes: Batcher<(String, i64, ResultBody), store::Result<bool>>,
 }
+
+/// How a claim or an outcome the database did not take is tried again.
+const STORE_OUTAGE: Retry = Retry::doubling(Duration::from_millis(100), Duration::from_secs(2));
 
 /// Writes per group commit: enough to amortize a commit over a busy
 /// pool's concurrency, few enough to keep one transaction short.
@@ -125,52 +128,54 @@ impl Runner {
     /// is RUNNING under this process's worker id with no attempt running
     /// here: that attempt is ours, and is adopted rather than left to lapse.
     async fn claim(&self, job_id: &str) -> Option<Claim> {
-        let mut pause = Duration::from_millis(100);
-        let mut failed_before = false;
-        loop {
-            let claimed = store::lose_answer(
-                "worker::claim_answer_lost",
-                self.claims.call(job_id.to_owned()).await,
-            );
-            let claimed = match claimed {
-                Ok(None) if failed_before => {
-                    self.store.attempt_held_by(job_id, &self.worker_id).await
-                }
-                claimed => claimed,
-            };
-            match claimed {
-                Ok(Some(claim)) => {
-                    let mut running = self.lock_running();
-                    if running.get(&claim.job_id) == Some(&claim.attempt) {
-                        // Adopted, but another delivery of the job runs it here.
-                        return None;
+        let claimed = STORE_OUTAGE
+            .run_until(
+                self.stopping.cancelled(),
+                |try_number| async move {
+                    let claimed = store::lose_answer(
+                        "worker::claim_answer_lost",
+                        self.claims.call(job_id.to_owned()).await,
+                    );
+                    match claimed {
+                        // An earlier try may have committed, its answer lost.
+                        Ok(None) if try_number > 1 => {
+                            self.store.attempt_held_by(job_id, &self.worker_id).await
+                        }
+                        claimed => claimed,
                     }
-                    running.insert(claim.job_id.clone(), claim.attempt);
-                    return Some(claim);
-                }
-                // Not claimable: a duplicate or stale delivery, or a job that
-                // was cancelled or finished. The claim's WHERE status =
-                // 'QUEUED' is the guard that keeps a redelivered message from
-                // running twice.
-                Ok(None) => {
-                    debug!(job_id, "message for a job that is not claimable; dropped");
+                },
+                |error, _| {
+                    let again = error.is_unavailable() && !self.stopping.is_cancelled();
+                    if again {
+                        warn!(job_id, %error, "could not claim; trying again");
+                    }
+                    again
+                },
+            )
+            .await;
+        match claimed {
+            Ok(Some(claim)) => {
+                let mut running = self.lock_running();
+                if running.get(&claim.job_id) == Some(&claim.attempt) {
+                    // Adopted, but another delivery of the job runs it here.
                     return None;
                 }
-                Err(error) if error.is_unavailable() && !self.stopping.is_cancelled() => {
-                    warn!(job_id, %error, "could not claim; trying again");
-                    failed_before = true;
-                    tokio::select! {
-                        () = self.stopping.cancelled() => {}
-                        () = tokio::time::sleep(pause) => {}
-                    }
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                Err(error) => {
-                    // Not an outage (or shutting down): the outbox row
-                    // survives, and the relay publishes the job again.
-                    warn!(job_id, %error, "could not claim; the relay will publish it again");
-                    return None;
-                }
+                running.insert(claim.job_id.clone(), claim.attempt);
+                Some(claim)
+            }
+            // Not claimable: a duplicate or stale delivery, or a job that
+            // was cancelled or finished. The claim's WHERE status =
+            // 'QUEUED' is the guard that keeps a redelivered message from
+            // running twice.
+            Ok(None) => {
+                debug!(job_id, "message for a job that is not claimable; dropped");
+                None
+            }
+            Err(error) => {
+                // Not an outage (or shutting down): the outbox row
+                // survives, and the relay publishes the job again.
+                warn!(job_id, %error, "could not claim; the relay will publish it again");
+                None
             }
         }
     }
@@ -300,9 +305,7 @@ impl Runner {
     /// tried a few times; if it never gets through, the lease lapses and
     /// the job runs again.
     async fn finish(&self, claim: &Claim, outcome: &AttemptOutcome) {
-        let mut pause = Duration::from_millis(100);
-        let mut other_errors = 0;
-        loop {
+        let write = |_| async move {
             let written = match outcome {
                 AttemptOutcome::Succeeded { result } => self
                     .successes
@@ -328,37 +331,39 @@ impl Runner {
                         .await
                 }
             };
-            let written = store::lose_answer("worker::outcome_answer_lost", written);
-            match written {
-                Ok(true) => {
-                    if let AttemptOutcome::RetryAt { .. } = outcome {
-                        self.signals.outbox_changed();
+            store::lose_answer("worker::outcome_answer_lost", written)
+        };
+        let mut other_errors = 0;
+        let written = STORE_OUTAGE
+            .run(write, |error, _| {
+                if !error.is_unavailable() {
+                    other_errors += 1;
+                    if other_errors > 3 {
+                        return false;
                     }
-                    // A retry may have become a cancel; a spare signal only
-                    // makes a long poll read the job once more.
-                    self.signals.job_finished(&claim.job_id);
-                    return;
                 }
-                Ok(false) => {
-                    info!(
-                        job_id = claim.job_id,
-                        attempt = claim.attempt,
-                        "stale attempt; its outcome was dropped"
-                    );
-                    return;
+                warn!(job_id = claim.job_id, %error, "could not record the outcome; retrying");
+                true
+            })
+            .await;
+        match written {
+            Ok(true) => {
+                if let AttemptOutcome::RetryAt { .. } = outcome {
+                    self.signals.outbox_changed();
                 }
-                Err(error) => {
-                    if !error.is_unavailable() {
-                        other_errors += 1;
-                        if other_errors > 3 {
-                            warn!(job_id = claim.job_id, %error, "could not record the outcome; the job will run again when its lease lapses");
-                            return;
-                        }
-                    }
-                    warn!(job_id = claim.job_id, %error, "could not record the outcome; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
+                // A retry may have become a cancel; a spare signal only
+                // makes a long poll read the job once more.
+                self.signals.job_finished(&claim.job_id);
+            }
+            Ok(false) => {
+                info!(
+                    job_id = claim.job_id,
+                    attempt = claim.attempt,
+                    "stale attempt; its outcome was dropped"
+                );
+            }
+            Err(error) => {
+                warn!(job_id = claim.job_id, %error, "could not record the outcome; the job will run again when its lease lapses");
             }
         }
     }

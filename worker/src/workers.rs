@@ -11,6 +11,7 @@ use std::{sync::Arc, time::Duration};
 
 use apalis::prelude::*;
 use queue::{Consumer, Message, Queue};
+use shared::retry::Retry;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -25,10 +26,10 @@ use crate::{
 /// a new one after a pause, so an outage of Redis or the database never makes a hot loop and
 /// never ends the process.
 const QUICK_RESTARTS: usize = 3;
-/// The pause before a new monitor: it doubles from the first to the last
-/// while the pool keeps failing, and starts over once a monitor has run
-/// for a minute.
-const RESTART_PAUSE: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
+/// The pause before a new monitor: it doubles while the pool keeps
+/// failing, and starts over once a monitor has run for a minute.
+const RESTARTS: Retry = Retry::doubling(Duration::from_millis(200), Duration::from_secs(5))
+    .fresh_after(Duration::from_secs(60));
 
 async fn handle_message(
     message: Message,
@@ -76,32 +77,33 @@ impl ApalisWorkers {
     /// pause. Jobs are never lost meanwhile: the outbox holds them, and the
     /// relay publishes them again.
     pub async fn run_until_shutdown(&self, shutdown: &CancellationToken) -> Result<()> {
-        let mut pause = RESTART_PAUSE.0;
-        for generation in 0.. {
-            let started = std::time::Instant::now();
-            let result = self.run_generation(shutdown.clone(), generation).await;
-            if shutdown.is_cancelled() {
-                return result;
-            }
-            match result {
-                Ok(()) => warn!(
-                    generation,
-                    "the apalis workers stopped; starting them again"
-                ),
-                Err(error) => {
-                    warn!(generation, %error, "the apalis workers failed; starting them again")
-                }
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                pause = RESTART_PAUSE.0;
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return Ok(()),
-                () = tokio::time::sleep(pause) => {}
-            }
-            pause = (pause * 2).min(RESTART_PAUSE.1);
-        }
-        Ok(())
+        let ended = RESTARTS
+            .run_until(
+                shutdown.cancelled(),
+                |try_number| async move {
+                    let generation = u64::from(try_number - 1);
+                    let result = self.run_generation(shutdown.clone(), generation).await;
+                    if shutdown.is_cancelled() {
+                        Ok(result)
+                    } else {
+                        Err(result)
+                    }
+                },
+                |result, try_number| {
+                    let generation = try_number - 1;
+                    match result {
+                        Ok(()) => warn!(generation, "the apalis workers stopped; starting them again"),
+                        Err(error) => {
+                            warn!(generation, %error, "the apalis workers failed; starting them again")
+                        }
+                    }
+                    true
+                },
+            )
+            .await;
+        // A shutdown during a pause ends the run as well as one during a
+        // monitor.
+        ended.unwrap_or(Ok(()))
     }
 
     async fn run_generation(&self, shutdown: CancellationToken, generation: u64) -> Result<()> {

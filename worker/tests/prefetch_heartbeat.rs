@@ -14,6 +14,7 @@ use std::{
 
 use apalis::prelude::*;
 use apalis_sqlite::{Config, SqlitePool, SqliteStorage};
+use testkit::wait;
 
 type Runs = Arc<Mutex<HashMap<u32, u32>>>;
 
@@ -58,29 +59,33 @@ async fn tasks_waiting_in_a_busy_workers_buffer_are_not_reclaimed_and_run_once()
     let runs: Runs = Arc::default();
     // Fetches all four at once, with one slot: three wait in its buffer.
     let busy = run_worker("busy", storage(&pool, 4), runs.clone());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while runs.lock().unwrap().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the first task never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until_true(
+        "the first task started",
+        Duration::from_secs(20),
+        async || !runs.lock().unwrap().is_empty(),
+    )
+    .await;
     // An idle worker on the same queue, whose heartbeats reclaim the tasks
     // of any worker silent for two seconds.
     let idle = run_worker("idle", storage(&pool, 1), runs.clone());
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while runs.lock().unwrap().len() < 4 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not every task ran: {:?}",
-            runs.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Time for a reclaim to show, had there been one.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    wait::until_ok("every task ran", Duration::from_secs(20), async || {
+        let runs = runs.lock().unwrap().clone();
+        if runs.len() == 4 { Ok(()) } else { Err(runs) }
+    })
+    .await;
+    // Every task acknowledged as done: none is left that a reclaim could
+    // hand out again, so a second run, had there been one, has shown.
+    wait::until_ok("every task done", Duration::from_secs(20), async || {
+        let not_done: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM Jobs WHERE job_type = 'prefetch-heartbeat' AND status <> 'Done'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("the queue's table");
+        if not_done == 0 { Ok(()) } else { Err(not_done) }
+    })
+    .await;
     busy.abort();
     idle.abort();
     let runs = runs.lock().unwrap().clone();

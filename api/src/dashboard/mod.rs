@@ -582,7 +582,7 @@ async fn job_view(
 
 /// A new Idempotency-Key for a webhook's form.
 fn fresh_key() -> String {
-    format!("dashboard-{}", uuid::Uuid::now_v7().simple())
+    shared::ids::new_id("dashboard-")
 }
 
 async fn job(

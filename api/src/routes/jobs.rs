@@ -191,14 +191,8 @@ pub async fn job_result(
         .ok_or_else(|| ApiError::Internal(format!("job {job_id} succeeded without a result")))?;
     let kind = state.registry.get(&job.kind);
     let (attempt, count) = match stored {
+        // A result stored whole is a kind's JSON document, whatever the Accept.
         StoredResult::Document(body) => {
-            if csv && let Some(kind) = kind {
-                let value: serde_json::Value = serde_json::from_str(&body)
-                    .map_err(|e| ApiError::Internal(format!("stored result of {job_id}: {e}")))?;
-                if let Some(csv) = kind.to_csv(&value) {
-                    return Ok(HttpResponse::Ok().content_type(CSV).body(csv));
-                }
-            }
             return Ok(HttpResponse::Ok()
                 .content_type("application/json")
                 .body(body));

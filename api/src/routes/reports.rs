@@ -10,10 +10,6 @@ use shared::{
     model::{Job, JobObject},
 };
 use store::{NewJob, Submission};
-use utoipa::{
-    PartialSchema, ToSchema,
-    openapi::{OneOfBuilder, Ref, RefOr, Schema},
-};
 
 use super::POLL_AFTER_SECS;
 use crate::{
@@ -21,40 +17,24 @@ use crate::{
     body::json_media_type,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, execute},
+    openapi::ReportParams,
     state::AppState,
     submits,
 };
 
-/// The body of a submit in the OpenAPI document: the parameters of one of
-/// the kinds, each a closed schema (so exactly one fits a valid body).
-pub struct ReportParams;
-
-impl PartialSchema for ReportParams {
-    fn schema() -> RefOr<Schema> {
-        OneOfBuilder::new()
-            .item(Ref::from_schema_name("GstSummaryParams"))
-            .item(Ref::from_schema_name("LedgerExportParams"))
-            .item(Ref::from_schema_name("SleepParams"))
-            .description(Some(
-                "the parameters of the kind named in the path: gst-summary and period-close (GstSummaryParams), ledger-export, or sleep (diagnostic)",
-            ))
-            .into()
-    }
-}
-
-impl ToSchema for ReportParams {}
-
+// What depends on the kinds (the body's schemas, the kinds in the path,
+// what each does, their refusals in the 409) comes from the registry:
+// `crate::openapi::{ReportParams, ReportKinds}`.
 /// Submit a report job. The body is the kind's parameters.
 #[utoipa::path(
     post, path = "/v1/reports/{kind}", tag = "jobs", operation_id = "submitReport",
-    params(("kind" = String, Path, description = "report kind: gst-summary, ledger-export, period-close (or sleep when diagnostic kinds are enabled)")),
+    params(("kind" = String, Path)),
     request_body(content = ReportParams, description = "the kind's parameters, e.g. {\"month\": \"2026-10\"} for gst-summary"),
     responses(
         (status = 202, description = "accepted; poll the Location", body = JobObject,
          headers(("Location" = String, description = "the job: /v1/jobs/{job_id}"), ("Retry-After" = u64, description = "seconds until polling is worthwhile"))),
         (status = 400, description = "malformed JSON, parameters of the wrong shape (a wrong JSON type, an unknown or missing field), or a malformed Idempotency-Key"),
         (status = 404, description = "unknown report kind"),
-        (status = 409, description = "the Idempotency-Key is still in progress; or, for period-close, the month is closed or being closed, or no filing endpoint is registered; nothing stored"),
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "parameter values that make no sense (`errors` names each field), or the Idempotency-Key was used with a different request; nothing stored"),

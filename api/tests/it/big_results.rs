@@ -18,7 +18,7 @@ use shared::{
 use store::{NewJob, StoredResult};
 
 use crate::{
-    common::{Api, Backend, TestEnv, peak_rss},
+    common::{Api, Backend, StoreOf, TestEnv, date_sql, moment_sql},
     worker_behaviour::force_lease_lapse,
 };
 
@@ -162,14 +162,16 @@ async fn insert_generated(env: &TestEnv, n: i64) {
     };
     let columns = "tenant_id, entry_id, entry_date, direction, amount_paise, rate_centi, \
                    interstate, party, description, created_at";
+    let date = date_sql(env.backend, &format!("'2026-10-' || {day}"));
+    let created = moment_sql(env.backend, "0");
     let values = format!(
-        "'tenant-a', 'e' || {id}, '2026-10-' || {day},
+        "'tenant-a', 'e' || {id}, {date},
          CASE WHEN i % 2 = 0 THEN 'sale' ELSE 'purchase' END,
          (i * 7919) % 100000000,
          CASE i % 7 WHEN 0 THEN 0 WHEN 1 THEN 25 WHEN 2 THEN 300 WHEN 3 THEN 500
                     WHEN 4 THEN 1200 WHEN 5 THEN 1800 ELSE 2800 END,
-         CASE WHEN i % 3 = 0 THEN 1 ELSE 0 END,
-         'Party ' || (i % 1000), 'Item ' || i || ', \"boxed\"', 0"
+         i % 3 = 0,
+         'Party ' || (i % 1000), 'Item ' || i || ', \"boxed\"', {created}"
     );
     // In pieces, so no statement holds SQLite's write lock for long.
     const PIECE: i64 = 100_000;
@@ -351,23 +353,20 @@ async fn wait_final_within(api: &Api, job_id: &str, limit: Duration) -> Value {
 
 /// Polls until the running job has reported some progress, but not all.
 async fn wait_mid_run(api: &Api, job_id: &str) -> Value {
-    for _ in 0..1_200 {
-        let job = api.job(job_id).await;
-        let progress = job["progress"].as_f64().unwrap_or(0.0);
-        if job["status"] == "RUNNING" && progress > 0.0 {
+    let job = api
+        .wait_job(job_id, "some progress reported", |job| {
             assert!(
-                progress < 1.0,
-                "the export ran to its end too fast to test: {job}"
+                ["QUEUED", "RUNNING"].contains(&job["status"].as_str().unwrap_or("")),
+                "the export ended before the test could act: {job}"
             );
-            return job;
-        }
-        assert!(
-            ["QUEUED", "RUNNING"].contains(&job["status"].as_str().unwrap_or("")),
-            "the export ended before the test could act: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("job {job_id} never reported progress");
+            job["status"] == "RUNNING" && job["progress"].as_f64().unwrap_or(0.0) > 0.0
+        })
+        .await;
+    assert!(
+        job["progress"].as_f64().unwrap_or(0.0) < 1.0,
+        "the export ran to its end too fast to test: {job}"
+    );
+    job
 }
 
 // ------------------------------------------------------------- rendering
@@ -803,8 +802,8 @@ async fn a_big_export_keeps_the_worker_and_the_api_under_100_mb(backend: Backend
     stream_result(&api, &job_id, Some("text/csv"), |piece| csv.feed(piece)).await;
     let csv_bytes = csv.finish();
 
-    let api_pid = api.process.as_ref().expect("the api process").pid();
-    let (api_peak, worker_peak) = (peak_rss(api_pid), peak_rss(worker.pid()));
+    let api_process = api.process.as_ref().expect("the api process");
+    let (api_peak, worker_peak) = (api_process.peak_rss_bytes(), worker.peak_rss_bytes());
     println!(
         "{backend:?}: {n} entries exported in {exported:?}, served in {:?}; \
          JSON {json_bytes} bytes, CSV {csv_bytes} bytes; \

@@ -5,7 +5,9 @@
 use reqwest::{StatusCode, header, redirect::Policy};
 use serde_json::json;
 
-use crate::common::{Api, Backend, KEY_A, KEY_B, Reply, TestEnv};
+use crate::common::{Api, Backend, KEY_A, KEY_B, Reply, TestEnv, moment_sql, wait};
+
+const FIVE_SECONDS: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A client that keeps the session cookie and does not follow redirects,
 /// so a test sees each 303.
@@ -224,31 +226,20 @@ async fn a_session_ends_when_its_key_is_revoked_or_when_it_expires(backend: Back
         .expect("its id")
         .to_owned();
     let mut visitor = Visitor::new(&api);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while visitor.sign_in(&key).await.status != StatusCode::SEE_OTHER {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new key never worked"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait::until_true("the new key works", FIVE_SECONDS, async || {
+        visitor.sign_in(&key).await.status == StatusCode::SEE_OTHER
+    })
+    .await;
     assert_page(&visitor.get("/dashboard").await, 200, "tenant-a");
 
     let revoked = env.run_api(&["keys", "revoke", &key_id], &[]);
     assert!(revoked.status.success(), "{}", revoked.stderr);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
+    let reply = wait::until("the session ended with its key", FIVE_SECONDS, async || {
         let reply = visitor.get("/dashboard").await;
-        if reply.status == StatusCode::SEE_OTHER {
-            assert_redirect(&reply, "/dashboard/sign-in?reason=revoked");
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the session outlived its key"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        (reply.status == StatusCode::SEE_OTHER).then_some(reply)
+    })
+    .await;
+    assert_redirect(&reply, "/dashboard/sign-in?reason=revoked");
     let reason = visitor.get("/dashboard/sign-in?reason=revoked").await;
     assert_page(&reason, 200, "no longer valid");
 
@@ -259,8 +250,11 @@ async fn a_session_ends_when_its_key_is_revoked_or_when_it_expires(backend: Back
     let job_id = job["job_id"].as_str().unwrap();
     let page = visitor.get(&format!("/dashboard/jobs/{job_id}")).await;
     assert_page(&page, 200, job_id);
-    env.execute_sql("UPDATE dashboard_sessions SET expires_at = 0")
-        .await;
+    env.execute_sql(&format!(
+        "UPDATE dashboard_sessions SET expires_at = {}",
+        moment_sql(env.backend, "0")
+    ))
+    .await;
     assert_redirect(
         &visitor.get("/dashboard/jobs").await,
         "/dashboard/sign-in?reason=expired",
@@ -488,7 +482,7 @@ async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
     let webhook = reply.json();
     let id = webhook["id"].as_str().unwrap();
     env.execute_sql(&format!(
-        "UPDATE webhooks SET enabled = 0 WHERE webhook_id = '{id}'"
+        "UPDATE webhooks SET enabled = false WHERE webhook_id = '{id}'"
     ))
     .await;
     let mut visitor = Visitor::new(&api);
@@ -539,20 +533,20 @@ async fn the_webhooks_page_enables_and_rotates(backend: Backend) {
     // A failed delivery shows as the last error, and in the success rate.
     let job = api.submit("sleep", json!({"ms": 0})).await;
     api.wait_final(job["job_id"].as_str().unwrap()).await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
-        let list = visitor.get("/dashboard/webhooks").await;
-        // Both, read by two queries a delivery may fall between.
-        if list.text.contains("class=\"error-text\"") && list.text.contains(">0.0%<") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no failed delivery shown: {}",
-            list.text
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait::until_ok(
+        "a failed delivery shown",
+        std::time::Duration::from_secs(15),
+        async || {
+            let list = visitor.get("/dashboard/webhooks").await;
+            // Both, read by two queries a delivery may fall between.
+            if list.text.contains("class=\"error-text\"") && list.text.contains(">0.0%<") {
+                Ok(())
+            } else {
+                Err(list.text)
+            }
+        },
+    )
+    .await;
     let page = visitor.get(&format!("/dashboard/webhooks/{id}")).await;
     assert!(page.text.contains("job.succeeded"), "{}", page.text);
     assert!(page.text.contains("id=\"deliveries\""), "{}", page.text);
@@ -581,7 +575,7 @@ async fn a_webhook_page_enables_then_rotates_with_its_forms_keys(backend: Backen
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     let id = reply.json()["id"].as_str().unwrap().to_owned();
     env.execute_sql(&format!(
-        "UPDATE webhooks SET enabled = 0 WHERE webhook_id = '{id}'"
+        "UPDATE webhooks SET enabled = false WHERE webhook_id = '{id}'"
     ))
     .await;
     let mut visitor = Visitor::new(&api);

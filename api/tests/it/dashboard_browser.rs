@@ -17,12 +17,15 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 use std::panic::AssertUnwindSafe;
 
-use crate::common::{Api, Backend, KEY_A, TestEnv, bin_path};
+use crate::common::{Api, Backend, KEY_A, TestEnv, bin_path, wait};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// How long the page may take to show what the test waits for.
 const PATIENCE: Duration = Duration::from_secs(30);
+/// How often a page is read again while waiting: each read is a round trip
+/// to the browser, which has the page's own refreshes to run meanwhile.
+const LOOK_AGAIN: Duration = Duration::from_millis(100);
 
 /// A chromedriver on a free port of 127.0.0.1, killed when dropped.
 struct Driver {
@@ -51,10 +54,12 @@ impl Driver {
             .stderr(Stdio::null())
             .spawn()
             .expect("start chromedriver");
+        // Chromedriver prints nothing when it listens: its port answering
+        // is the event.
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "chromedriver did not listen");
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(wait::POLL);
         }
         Driver {
             process,
@@ -158,21 +163,22 @@ impl Person {
     /// Waits until the element's text is `text`, as the page refreshes
     /// itself (no reload by the test).
     async fn wait_text(&self, css: &str, text: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
+        let read = wait::poll(PATIENCE, LOOK_AGAIN, async || {
             let found = match self.browser.find(Locator::Css(css)).await {
                 Ok(element) => element.text().await.unwrap_or_default(),
                 Err(_) => String::new(),
             };
             if found.trim() == text {
-                return;
+                Ok(())
+            } else {
+                Err(found)
             }
-            if Instant::now() > deadline {
-                let url = self.browser.current_url().await.ok();
-                let page = self.browser.source().await.unwrap_or_default();
-                panic!("{css} reads {found:?}, not {text:?}, at {url:?}: {page}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        })
+        .await;
+        if let Err(found) = read {
+            let url = self.browser.current_url().await.ok();
+            let page = self.browser.source().await.unwrap_or_default();
+            panic!("{css} reads {found:?}, not {text:?}, at {url:?}: {page}");
         }
     }
 
@@ -301,7 +307,13 @@ async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
         .enumerate()
         .map(|(i, job)| format!("WHEN '{job}' THEN {}", ((i * 37 + i * i) % 57 + 1) * 60_000))
         .collect();
-    let shift = format!("(CASE job_id {} ELSE 0 END)", moves.join(" "));
+    let shift = match env.backend {
+        Backend::PgRedis => format!(
+            "(CASE job_id {} ELSE 0 END) * interval '1 millisecond'",
+            moves.join(" ")
+        ),
+        Backend::Sqlite => format!("(CASE job_id {} ELSE 0 END)", moves.join(" ")),
+    };
     env.execute_sql(&format!(
         "UPDATE jobs SET created_at = created_at - {shift}, started_at = started_at - {shift},
              finished_at = finished_at - {shift}"
@@ -325,8 +337,7 @@ async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
     person.find("#jobs").await;
     person.screenshot("jobs").await;
     // Its failed deliveries show, with their error.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    let shown = wait::poll(PATIENCE, Duration::from_millis(300), async || {
         person.open("/dashboard/webhooks").await;
         let row = person
             .find("#webhooks tbody tr")
@@ -335,10 +346,14 @@ async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
             .await
             .unwrap_or_default();
         if row.contains("0.0%") {
-            break;
+            Ok(())
+        } else {
+            Err(row)
         }
-        assert!(Instant::now() < deadline, "no failed delivery shown: {row}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+    })
+    .await;
+    if let Err(row) = shown {
+        panic!("no failed delivery shown: {row}");
     }
     person.find("#webhooks .error-text").await;
     person.screenshot("webhooks").await;

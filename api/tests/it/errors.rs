@@ -16,7 +16,7 @@ use reqwest::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, KEY_A, KEY_B, PG_ADMIN_URL, Reply, TestEnv};
+use crate::common::{Api, Backend, KEY_A, KEY_B, PG_ADMIN_URL, Reply, StoreOf, TestEnv, wait};
 
 /// A well-formed job id that no job has.
 const MISSING_JOB: &str = "job_00000000000000000000000000000000";
@@ -791,15 +791,15 @@ async fn pg_redis_a_database_outage_answers_503_with_retry_after_until_it_ends()
 
     // The database comes back: so does the service, without a restart.
     outage.end().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait::until_ok("ready again", Duration::from_secs(20), async || {
         let ready = api.get("/readyz").await;
         if ready.status == StatusCode::OK {
-            break;
+            Ok(())
+        } else {
+            Err(ready.text)
         }
-        assert!(Instant::now() < deadline, "not ready again: {}", ready.text);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     let reply = api.get(&job_path).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(

@@ -1,5 +1,5 @@
 //! Queues deliver at least once; each of these leaves exactly one effect:
-//! one attempt, one result write, one final status.
+//! one attempt, one final status, announced once.
 
 use std::time::Duration;
 
@@ -9,7 +9,10 @@ use serde_json::json;
 use shared::settings::Settings;
 use store::QueuedJob;
 
-use crate::common::{Backend, TestEnv};
+use crate::common::{
+    Announcements, Api, Backend, RUNNER_DEBUG, StoreOf, TestEnv, assert_announced_once,
+    attempts_counted, dropped_deliveries, metrics_url, wait,
+};
 
 #[derive(Parser)]
 struct SettingsOnly {
@@ -45,17 +48,27 @@ fn queued(job_id: &str) -> QueuedJob {
     }
 }
 
-async fn assert_ran_once(env: &TestEnv, job_id: &str) {
+/// The test's processes may deliver to its receiver, on loopback.
+async fn env_announcing(backend: Backend) -> TestEnv {
+    let mut env = TestEnv::new(backend).await;
+    env.set("WEBHOOK_ALLOW_PRIVATE", "true");
+    env
+}
+
+/// One attempt, and one final status, announced once.
+async fn assert_ran_once(env: &TestEnv, api: &Api, announced: &Announcements, job_id: &str) {
     let store = env.store().await;
     let job = store.get_job_unscoped(job_id).await.unwrap().expect("job");
     assert_eq!(job.status.as_str(), "SUCCEEDED");
     assert_eq!(job.attempts, 1, "one attempt, however many deliveries");
-    assert_eq!(store.count_results(job_id).await.unwrap(), 1);
+    assert_announced_once(announced, api, &[job_id], "job.succeeded").await;
 }
 
 async fn duplicate_messages_concurrent_or_later_run_the_job_once(backend: Backend) {
-    let env = TestEnv::new(backend).await;
+    let env = env_announcing(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let job = api.submit("sleep", json!({"ms": 300})).await;
     let job_id = job["job_id"].as_str().unwrap().to_owned();
     let queue = queue_of(&env).await;
@@ -64,8 +77,8 @@ async fn duplicate_messages_concurrent_or_later_run_the_job_once(backend: Backen
     for _ in 0..5 {
         queue.publish(&[queued(&job_id)]).await.unwrap();
     }
-    let _first = env.start_worker(&[]);
-    let _second = env.start_worker(&[]);
+    let first = env.start_worker(&[RUNNER_DEBUG]);
+    let second = env.start_worker(&[RUNNER_DEBUG]);
     let done = api.wait_final(&job_id).await;
     assert_eq!(done["status"], "SUCCEEDED");
     let finished_at = done["finished_at"].clone();
@@ -76,28 +89,48 @@ async fn duplicate_messages_concurrent_or_later_run_the_job_once(backend: Backen
         .publish(&[queued(&job_id), queued(&job_id)])
         .await
         .unwrap();
-    let marker = api.submit("sleep", json!({"ms": 1})).await;
-    api.wait_final(marker["job_id"].as_str().unwrap()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_ran_once(&env, &job_id).await;
+    // Every copy but the one that ran is dropped: five before, two after.
+    wait::until_true(
+        "seven copies dropped",
+        Duration::from_secs(30),
+        async || dropped_deliveries(&[&first, &second]) >= 7,
+    )
+    .await;
+    assert_ran_once(&env, &api, &announced, &job_id).await;
     assert_eq!(api.job(&job_id).await["finished_at"], finished_at);
 }
 
 async fn a_relay_that_publishes_again_before_the_claim_changes_nothing(backend: Backend) {
-    let env = TestEnv::new(backend).await;
+    let env = env_announcing(backend).await;
     // The relay republishes every 100 ms while no worker claims the job:
     // the same as a relay that crashed after publishing, before its rows
     // were marked, several times over.
     let api = env
         .start_api(&[("EMBEDDED_WORKER", "false"), ("REPUBLISH_AFTER", "100ms")])
         .await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let job = api.submit("sleep", json!({"ms": 50})).await;
     let job_id = job["job_id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let _worker = env.start_worker(&[]);
+    // Published four times at least (the row's republish delay doubles
+    // from 100 ms on each: 800 ms after the fourth).
+    wait::until_true(
+        "the job published four times",
+        Duration::from_secs(10),
+        async || {
+            env.count(&format!(
+                "SELECT COUNT(*) FROM outbox WHERE job_id = '{job_id}' AND republish_ms >= 800"
+            ))
+            .await
+                == 1
+        },
+    )
+    .await;
+    // One slot: the worker handles each copy to its end, in order, before
+    // it takes a message queued after them.
+    let _worker = env.start_worker(&[("WORKER_CONCURRENCY", "1")]);
     assert_eq!(api.wait_final(&job_id).await["status"], "SUCCEEDED");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_ran_once(&env, &job_id).await;
+    assert_ran_once(&env, &api, &announced, &job_id).await;
 }
 
 /// QUEUE_PREFETCH above 1: two workers fetch messages eight at a time,
@@ -112,10 +145,15 @@ async fn prefetching_workers_run_each_job_once(backend: Backend) {
     }
     let messages: Vec<QueuedJob> = job_ids.iter().map(|id| queued(id)).collect();
     queue_of(&env).await.publish(&messages).await.unwrap();
-    let _workers = [
-        env.start_worker(&[("QUEUE_PREFETCH", "8")]),
-        env.start_worker(&[("QUEUE_PREFETCH", "8")]),
+    // A lease no stall on a busy machine outlasts: a second attempt here
+    // could only come from a second delivery.
+    let settings = [
+        ("QUEUE_PREFETCH", "8"),
+        ("METRICS_ADDR", "127.0.0.1:0"),
+        ("JOB_LEASE", "30s"),
+        RUNNER_DEBUG,
     ];
+    let workers = [env.start_worker(&settings), env.start_worker(&settings)];
     for job_id in &job_ids {
         assert_eq!(api.wait_final(job_id).await["status"], "SUCCEEDED");
     }
@@ -123,8 +161,22 @@ async fn prefetching_workers_run_each_job_once(backend: Backend) {
     for job_id in &job_ids {
         let job = store.get_job_unscoped(job_id).await.unwrap().expect("job");
         assert_eq!(job.attempts, 1, "one attempt, however many deliveries");
-        assert_eq!(store.count_results(job_id).await.unwrap(), 1);
     }
+    // Every second delivery has been dropped; the kind ran once per job.
+    let [first, second] = &workers;
+    wait::until_true(
+        "sixty copies dropped",
+        Duration::from_secs(30),
+        async || dropped_deliveries(&[first, second]) >= 60,
+    )
+    .await;
+    let mut ran = 0;
+    for worker in &workers {
+        let metrics = reqwest::get(metrics_url(worker)).await.unwrap();
+        let counted = attempts_counted(&metrics.text().await.unwrap(), "sleep");
+        ran += counted.values().sum::<u64>();
+    }
+    assert_eq!(ran, 60, "the kind ran once per job");
 }
 
 crate::on_both_backends!(

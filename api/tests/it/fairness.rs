@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, TestEnv};
+use crate::common::{Api, Backend, TestEnv, wait, wait_for_a_blocked_statement};
 
 const BACKLOG: usize = 2_000;
 
@@ -83,10 +83,8 @@ async fn lock_job_row(env: &TestEnv, job_id: &str) -> sqlx::PgConnection {
     conn
 }
 
-/// Terminates the sessions waiting for a lock that `conn` holds, once
-/// whatever a killed process had already sent has reached the server.
+/// Terminates the sessions waiting for a lock that `conn` holds.
 async fn end_statements_blocked_by(conn: &mut sqlx::PgConnection) {
-    tokio::time::sleep(Duration::from_millis(300)).await;
     sqlx::raw_sql(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))",
@@ -127,24 +125,22 @@ async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
         .await;
     let job = api.submit("sleep", json!({"ms": 1})).await;
     let job_id = job["job_id"].as_str().unwrap().to_owned();
-    let lock = lock_job_row(&env, &job_id).await;
+    let mut lock = lock_job_row(&env, &job_id).await;
 
     let mut victim = env.start_worker(&[]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while in_flight(&env).await == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker never fetched the message"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_true(
+        "the worker fetched the message",
+        Duration::from_secs(20),
+        async || in_flight(&env).await > 0,
+    )
+    .await;
     // It fetched, and waits on the row lock to claim.
+    wait_for_a_blocked_statement(&env).await;
     victim.kill_hard();
     // A claim is one statement committed on its own: Postgres, which
     // notices a vanished client only when it next talks to it, would
     // still commit the dead worker's claim once the lock is gone. End the
     // dead worker's waiting statement as a crash before the claim would.
-    let mut lock = lock;
     end_statements_blocked_by(&mut lock).await;
     drop(lock);
     let killed_at = std::time::Instant::now();
@@ -160,14 +156,12 @@ async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
     );
     // Acknowledged with the survivor's next fetch: at once when busy,
     // within its one-second look when idle.
-    let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    while in_flight(&env).await > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a finished message is still in flight"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_true(
+        "the finished message acknowledged",
+        Duration::from_secs(3),
+        async || in_flight(&env).await == 0,
+    )
+    .await;
 }
 
 /// Messages waiting in this test's Redis queue (all tenants).
@@ -191,14 +185,18 @@ async fn a_redis_worker_holds_no_more_messages_than_it_has_free_slots() {
     // would publish the jobs a second time, as after a loss.
     let mut conn = env.redis().await;
     let intact = format!("{}:jobs:intact", env.queue_name);
-    while !redis::cmd("EXISTS")
-        .arg(&intact)
-        .query_async::<bool>(&mut conn)
-        .await
-        .expect("EXISTS")
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_true(
+        "the queue marked intact",
+        Duration::from_secs(30),
+        async || {
+            redis::cmd("EXISTS")
+                .arg(&intact)
+                .query_async::<bool>(&mut conn)
+                .await
+                .expect("EXISTS")
+        },
+    )
+    .await;
     let mut job_ids = Vec::new();
     for _ in 0..6 {
         job_ids.push(
@@ -209,11 +207,26 @@ async fn a_redis_worker_holds_no_more_messages_than_it_has_free_slots() {
         );
     }
     let _first = env.start_worker(&[("WORKER_CONCURRENCY", "2")]);
+    // Its one fetch with two free slots took two messages; with none free
+    // it fetches nothing more. Looked at from its start until both run.
+    let mut most = 0;
+    wait::until_ok(
+        "two messages taken, four waiting",
+        Duration::from_secs(30),
+        async || {
+            let (held, left) = (in_flight(&env).await, waiting(&env).await);
+            most = most.max(held);
+            let running = api.job(&job_ids[1]).await["status"] == "RUNNING";
+            if running && held == 2 && left == 4 {
+                Ok(())
+            } else {
+                Err((held, left))
+            }
+        },
+    )
+    .await;
+    assert_eq!(most, 2, "one message per slot");
     api.wait_status(&job_ids[0], "RUNNING").await;
-    api.wait_status(&job_ids[1], "RUNNING").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(in_flight(&env).await, 2, "one message per slot");
-    assert_eq!(waiting(&env).await, 4, "the rest wait in the queue");
 
     let _second = env.start_worker(&[("WORKER_CONCURRENCY", "2")]);
     api.wait_status(&job_ids[2], "RUNNING").await;

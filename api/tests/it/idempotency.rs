@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use shared::{ids::new_job_id, time::now_ms};
 use store::{KeyLookup, NewJob, Store, StoredResponse, Submission, SubmissionKey, Submitted};
 
-use crate::common::{Api, Backend, Reply, TestEnv};
+use crate::common::{Api, Backend, Reply, StoreOf, TestEnv, wait, wait_for_a_blocked_statement};
 
 async fn post_with_key(api: &Api, path: &str, key: &str, body: &str) -> Reply {
     Api::read(
@@ -272,8 +272,21 @@ async fn an_expired_key_is_new_again(backend: Backend) {
     let first = post_with_key(&api, "/v1/reports/sleep", "short-lived", r#"{"ms": 5}"#).await;
     let replay = post_with_key(&api, "/v1/reports/sleep", "short-lived", r#"{"ms": 5}"#).await;
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
-    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
-    let after = post_with_key(&api, "/v1/reports/sleep", "short-lived", r#"{"ms": 5}"#).await;
+    // Sent again, as a client would, until the key has expired: a replay
+    // until then, and then a new job.
+    let after = wait::until_ok(
+        "the key expired",
+        std::time::Duration::from_secs(10),
+        async || {
+            let reply =
+                post_with_key(&api, "/v1/reports/sleep", "short-lived", r#"{"ms": 5}"#).await;
+            match reply.header("idempotent-replayed") {
+                None => Ok(reply),
+                Some(_) => Err(reply.status),
+            }
+        },
+    )
+    .await;
     assert_eq!(after.status, StatusCode::ACCEPTED);
     assert_eq!(after.header("idempotent-replayed"), None);
     assert_ne!(after.json()["job_id"], first.json()["job_id"]);
@@ -465,10 +478,9 @@ async fn a_key_a_concurrent_writer_commits_first_replays_its_answer() {
     sqlx::query(
         "INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at, expires_at,
              response_status, response_headers, response_body)
-         VALUES ('tenant-a', 'k-raced', 'fp', $1, $2, 202, '[]', 'x')",
+         VALUES ('tenant-a', 'k-raced', 'fp', now(), now() + interval '1 minute', 202,
+                 '[]', 'x')",
     )
-    .bind(now_ms())
-    .bind(now_ms() + 60_000)
     .execute(&mut *other)
     .await
     .unwrap();
@@ -482,7 +494,7 @@ async fn a_key_a_concurrent_writer_commits_first_replays_its_answer() {
         tokio::spawn(async move { store.submit_batch(&batch, None).await })
     };
     // The batch now waits on the uncommitted key.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    wait_for_a_blocked_statement(&env).await;
     other.commit().await.unwrap();
     assert_eq!(
         written.await.unwrap().unwrap(),

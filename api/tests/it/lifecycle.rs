@@ -192,6 +192,8 @@ async fn an_idle_keep_alive_connection_stays_open(backend: Backend) {
     let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
     for round in 0..2 {
         if round == 1 {
+            // Idle past actix's default of 5 s: the idleness is what is
+            // tested, not a wait for something to happen.
             tokio::time::sleep(std::time::Duration::from_secs(6)).await;
         }
         connection.write_all(request.as_bytes()).await.unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::common::{Api, Backend, Reply, TestEnv};
+use crate::common::{Api, Backend, Reply, StoreOf, TestEnv, wait};
 
 fn assert_too_many(reply: &Reply) {
     reply.assert_problem(429);
@@ -90,9 +90,22 @@ async fn a_submit_over_max_active_jobs_is_refused_and_stores_nothing(backend: Ba
         .send(Method::POST, &format!("/v1/jobs/{job_id}/cancel"), None)
         .await;
     assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.text);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let accepted = Api::read(submit_with_key()).await;
-    assert_eq!(accepted.status, StatusCode::ACCEPTED, "{}", accepted.text);
+    // Sent again, as the refusal's Retry-After asks, until the count the
+    // api keeps for a second has seen the cancel.
+    let accepted = wait::until_ok(
+        "the same key accepted",
+        Duration::from_secs(10),
+        async || {
+            let reply = Api::read(submit_with_key()).await;
+            if reply.status == StatusCode::ACCEPTED {
+                Ok(reply)
+            } else {
+                assert_too_many(&reply);
+                Err(reply.status)
+            }
+        },
+    )
+    .await;
     assert!(
         accepted.header("idempotent-replayed").is_none(),
         "it ran now"
@@ -204,13 +217,21 @@ async fn long_polls_beyond_max_long_polls_are_refused(backend: Backend) {
     let api = api_without_workers(&env, &[("MAX_LONG_POLLS", "2")]).await;
     let job = api.submit("sleep", json!({"ms": 1})).await;
     let path = format!("/v1/jobs/{}?wait=4", job["job_id"].as_str().unwrap());
-    let held: Vec<_> = (0..2)
+    // Three at once: whichever comes third is refused at once, while the
+    // other two hold their places for 4 s.
+    let mut polls: futures::stream::FuturesUnordered<_> = (0..3)
         .map(|_| {
             let request = api.client.get(api.url(&path)).bearer_auth(&api.key);
             tokio::spawn(Api::read(request))
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first_answer = {
+        use futures::StreamExt;
+        polls.next().await.expect("a long poll").unwrap()
+    };
+    assert_too_many(&first_answer);
+    let held: Vec<_> = polls.into_iter().collect();
+    // And while they wait, a further one is refused too.
     assert_too_many(&api.get(&path).await);
     // Tenant B has places of its own; a plain GET is never a long poll.
     assert_eq!(

@@ -25,6 +25,7 @@ mod retention;
 mod retries;
 mod sagas;
 mod scale;
+mod upgrade;
 mod webhooks;
 mod windows;
 mod worker_behaviour;

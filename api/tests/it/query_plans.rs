@@ -5,9 +5,9 @@
 //! are planned for the rows it holds when they run (the claim's delete runs
 //! as dynamic SQL inside `claim_jobs`, the relay's are not prepared).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{Backend, TestEnv};
+use crate::common::{Backend, StoreOf, TestEnv, wait};
 
 const BACKLOG: i64 = 5_000;
 
@@ -17,10 +17,11 @@ fn queued_jobs(prefix: &str, count: i64) -> String {
         "INSERT INTO jobs (job_id, tenant_id, kind, params, status, max_attempts, created_at,
                            run_after)
          SELECT '{prefix}' || lpad(i::text, 6, '0'), 'tenant-a', 'sleep', '{{\"ms\":0}}',
-                'QUEUED', 3, 0, 0
+                'QUEUED', 3, 'epoch', 'epoch'
          FROM generate_series(1, {count}) AS s(i);
          INSERT INTO outbox (job_id, publish_at)
-         SELECT '{prefix}' || lpad(i::text, 6, '0'), 0 FROM generate_series(1, {count}) AS s(i);"
+         SELECT '{prefix}' || lpad(i::text, 6, '0'), 'epoch'
+         FROM generate_series(1, {count}) AS s(i);"
     )
 }
 
@@ -28,22 +29,19 @@ fn queued_jobs(prefix: &str, count: i64) -> String {
 /// count at least `deleted` deletions from it (a backend reports its
 /// counts some time after its transaction).
 async fn outbox_reads(env: &TestEnv, deleted: i64) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let seen = env
-            .count("SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'")
-            .await;
-        if seen >= deleted {
-            return env
-                .count("SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox'")
+    wait::until_ok(
+        &format!("the statistics count {deleted} deletions"),
+        Duration::from_secs(20),
+        async || {
+            let seen = env
+                .count("SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'")
                 .await;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the statistics never counted {deleted} deletions (saw {seen})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            if seen >= deleted { Ok(()) } else { Err(seen) }
+        },
+    )
+    .await;
+    env.count("SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox'")
+        .await
 }
 
 #[tokio::test]

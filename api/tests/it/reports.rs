@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use reqwest::{StatusCode, header::ACCEPT};
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, Reply, TestEnv};
+use crate::common::{Api, Backend, Reply, StoreOf, TestEnv};
 
 /// One import entry, as a client writes it.
 #[allow(clippy::too_many_arguments)]

@@ -6,14 +6,14 @@
 
 use std::{
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, TestEnv, count_at};
+use crate::common::{Api, Backend, TestEnv, count_at, moment_sql, wait};
 
 /// A webhook receiver that acknowledges everything and remembers the
 /// `webhook-id` (the event id) of each request.
@@ -89,22 +89,23 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Polls until `GET /v1/jobs/{id}` answers 404, failing the test if that
+/// Waits until `GET /v1/jobs/{id}` answers 404, failing the test if that
 /// takes past `deadline_ms` (unix ms). Returns when it was first seen gone.
 async fn wait_gone(api: &Api, job_id: &str, deadline_ms: i64) -> i64 {
-    loop {
-        let reply = api.get(&format!("/v1/jobs/{job_id}")).await;
-        if reply.status == StatusCode::NOT_FOUND {
-            return now_ms();
-        }
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-        assert!(
-            now_ms() < deadline_ms,
-            "job {job_id} is still there {} ms after its deadline",
-            now_ms() - deadline_ms
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let left = u64::try_from(deadline_ms - now_ms()).unwrap_or(0);
+    wait::until_ok(
+        &format!("job {job_id} gone by its deadline"),
+        Duration::from_millis(left),
+        async || {
+            let reply = api.get(&format!("/v1/jobs/{job_id}")).await;
+            if reply.status == StatusCode::NOT_FOUND {
+                return Ok(now_ms());
+            }
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+            Err(reply.status)
+        },
+    )
+    .await
 }
 
 /// Rows that hang off these jobs: (jobs, results, webhook events, their
@@ -224,15 +225,18 @@ async fn finished_jobs_are_deleted_with_their_results_events_and_webhooks_after_
     // Before the retention ends, everything is there: three events for the
     // tenant-wide webhook and one for the per-job one, each delivered and
     // logged.
-    let started = Instant::now();
-    while traces(&env, &final_ids).await[3] < 4 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "deliveries not logged; the receiver saw {}",
-            receiver.received()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_ok(
+        "four deliveries logged",
+        Duration::from_secs(5),
+        async || match traces(&env, &final_ids).await {
+            [_, _, _, logged, _] if logged >= 4 => Ok(()),
+            seen => Err(format!(
+                "{seen:?}; the receiver saw {}",
+                receiver.received()
+            )),
+        },
+    )
+    .await;
     assert_eq!(traces(&env, &final_ids).await, [3, 1, 4, 4, 1]);
     let oldest_finish = finals
         .iter()
@@ -334,39 +338,42 @@ async fn the_pruner_works_through_a_backlog_larger_than_a_batch(backend: Backend
         Backend::PgRedis => format!("FROM generate_series(1, {BACKLOG}) AS s(i)"),
     };
     let id = "'job_0000000000000000' || (1000000000000000 + i)";
-    let now = now_ms();
+    let now = moment_sql(backend, &now_ms().to_string());
+    let old = moment_sql(backend, "i");
     // One transaction: the pruner must not delete a job before its result
     // is written.
     env.execute_sql(&format!(
         "BEGIN;
          {series} INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
              created_at, started_at, finished_at, run_after, cancel_requested)
-         SELECT {id}, 'tenant-a', 'sleep', '{{}}', 'SUCCEEDED', 1, 5, i, i, i, i, 0 {from};
+         SELECT {id}, 'tenant-a', 'sleep', '{{}}', 'SUCCEEDED', 1, 5, {old}, {old}, {old},
+                {old}, false {from};
          INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
              created_at, started_at, finished_at, run_after, cancel_requested)
          VALUES ('job_ffffffffffffffffffffffffffffffff', 'tenant-a', 'sleep', '{{}}', 'SUCCEEDED',
-             1, 5, {now}, {now}, {now}, {now}, 0);
+             1, 5, {now}, {now}, {now}, {now}, false);
          {series} INSERT INTO job_results (job_id, body) SELECT {id}, '{{}}' {from};
          COMMIT;"
     ))
     .await;
 
-    let started = Instant::now();
-    loop {
-        let left = env
-            .count("SELECT COUNT(*) FROM jobs WHERE finished_at < 1000000")
-            .await;
-        if left == 0 {
-            break;
-        }
-        // Generous: the pruner paces itself, and the whole suite shares
-        // the machine meanwhile.
-        assert!(
-            started.elapsed() < Duration::from_secs(180),
-            "{left} of {BACKLOG} old jobs are left after three minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Generous: the pruner paces itself, and the whole suite shares the
+    // machine meanwhile.
+    wait::until_ok(
+        &format!("the {BACKLOG} old jobs pruned"),
+        Duration::from_secs(180),
+        async || match env
+            .count(&format!(
+                "SELECT COUNT(*) FROM jobs WHERE finished_at < {}",
+                moment_sql(backend, "1000000")
+            ))
+            .await
+        {
+            0 => Ok(()),
+            left => Err(format!("{left} left")),
+        },
+    )
+    .await;
     assert_eq!(env.count("SELECT COUNT(*) FROM job_results").await, 0);
     let recent = api.job("job_ffffffffffffffffffffffffffffffff").await;
     assert_eq!(recent["status"], "SUCCEEDED");
@@ -382,6 +389,8 @@ crate::on_both_backends!(
 
 /// Submits `count` quick jobs with 16 clients and waits until all are final.
 async fn run_jobs(env: &TestEnv, api: &Api, count: usize) {
+    let succeeded = "SELECT COUNT(*) FROM jobs WHERE status = 'SUCCEEDED'";
+    let before = env.count(succeeded).await;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients = (0..16).map(|_| {
         let next = next.clone();
@@ -392,23 +401,13 @@ async fn run_jobs(env: &TestEnv, api: &Api, count: usize) {
         }
     });
     futures::future::join_all(clients).await;
-    let started = Instant::now();
-    while env
-        .count("SELECT COUNT(*) FROM jobs WHERE status IN ('QUEUED', 'RUNNING')")
-        .await
-        > 0
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "jobs unfinished after two minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        env.count("SELECT COUNT(*) FROM jobs WHERE status = 'SUCCEEDED'")
-            .await,
-        count as i64
-    );
+    wait::until_true("every job final", Duration::from_secs(120), async || {
+        env.count("SELECT COUNT(*) FROM jobs WHERE status IN ('QUEUED', 'RUNNING')")
+            .await
+            == 0
+    })
+    .await;
+    assert_eq!(env.count(succeeded).await, before + count as i64);
 }
 
 /// The keys under the test's queue prefix: how many, and their bytes.
@@ -456,32 +455,38 @@ async fn redis_keeps_nothing_per_job_once_the_jobs_are_done() {
     let env = TestEnv::new(Backend::PgRedis).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let _worker = env.start_worker(&[]);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The baseline once the worker's consumer is registered.
+    env.wait_for_redis_consumers(1).await;
     let (keys_before, bytes_before) = redis_footprint(&env.queue_name).await;
 
-    run_jobs(&env, &api, QUEUE_JOBS).await;
-
-    // apalis acknowledges in batches after the handler returns, and the
-    // vacuum runs every few seconds: give both time, but no more.
-    let started = Instant::now();
-    let (keys, bytes) = loop {
-        let (keys, bytes) = redis_footprint(&env.queue_name).await;
-        if keys <= keys_before + 5 && bytes <= bytes_before + 16 * 1024 {
-            break (keys, bytes);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "after {QUEUE_JOBS} jobs Redis holds {keys} keys ({bytes} bytes) under the queue's \
-             prefix, against {keys_before} ({bytes_before} bytes) before"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // Back to the baseline after each round of jobs: the acknowledgements
+    // come with later fetches, and the vacuum runs every few seconds.
+    let back_to_baseline = async |round: usize| {
+        wait::until_ok(
+            &format!("the queue's keys back to the baseline after round {round}"),
+            Duration::from_secs(30),
+            async || {
+                let (keys, bytes) = redis_footprint(&env.queue_name).await;
+                if keys <= keys_before + 5 && bytes <= bytes_before + 16 * 1024 {
+                    Ok((keys, bytes))
+                } else {
+                    Err(format!(
+                        "{keys} keys ({bytes} bytes), against {keys_before} ({bytes_before} bytes)"
+                    ))
+                }
+            },
+        )
+        .await
     };
-    // And it stays so.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    run_jobs(&env, &api, QUEUE_JOBS).await;
+    let (keys, bytes) = back_to_baseline(1).await;
+    // And it stays so: a second round leaves no more behind than the first.
+    run_jobs(&env, &api, QUEUE_JOBS / 10).await;
+    back_to_baseline(2).await;
     let (keys_later, bytes_later) = redis_footprint(&env.queue_name).await;
     assert!(
         keys_later <= keys + 2 && bytes_later <= bytes + 4 * 1024,
-        "{keys_later} keys ({bytes_later} bytes), against {keys} ({bytes} bytes) just after"
+        "{keys_later} keys ({bytes_later} bytes), against {keys} ({bytes} bytes) after the first round"
     );
 }
 
@@ -520,18 +525,15 @@ async fn apalis_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
 
     run_jobs(&env, &api, SQL_QUEUE_JOBS).await;
 
-    let started = Instant::now();
-    loop {
-        let rows = apalis_rows(&env).await;
-        if rows == 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "apalis's table still holds {rows} rows for {SQL_QUEUE_JOBS} finished jobs"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait::until_ok(
+        &format!("apalis's table empty after {SQL_QUEUE_JOBS} finished jobs"),
+        Duration::from_secs(30),
+        async || match apalis_rows(&env).await {
+            0 => Ok(()),
+            rows => Err(format!("{rows} rows")),
+        },
+    )
+    .await;
 }
 
 mod sql_queue {

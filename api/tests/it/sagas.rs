@@ -6,7 +6,7 @@
 use std::{
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use actix_web::{HttpRequest, HttpResponse, dev::ServerHandle, web};
@@ -14,7 +14,9 @@ use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
 use store::{Fence, SagaPhase, TurnBack};
 
-use crate::common::{Api, Backend, Process, TestEnv, headers_of, peak_rss, serve_on_loopback};
+use crate::common::{
+    Api, Backend, Process, Record, StoreOf, TestEnv, headers_of, serve_on_loopback,
+};
 
 // -------------------------------------------------------------- receiver
 
@@ -57,22 +59,28 @@ struct Log {
     filings_then: Answer,
     withdrawals: VecDeque<Answer>,
     withdrawals_then: Answer,
-    requests: Vec<Received>,
     /// Filings taken, by Idempotency-Key: the receiver's reference.
     taken: HashMap<String, String>,
 }
 
+/// The script and what came, shared with the server.
+struct Shared {
+    log: Mutex<Log>,
+    requests: Record<Received>,
+}
+
 struct Receiver {
     url: String,
-    log: Arc<Mutex<Log>>,
+    shared: Arc<Shared>,
     handle: Option<ServerHandle>,
 }
 
 async fn receive(
-    log: web::Data<Mutex<Log>>,
+    shared: web::Data<Shared>,
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
+    let log = &shared.log;
     let headers = headers_of(&request);
     let raw = String::from_utf8_lossy(&body).into_owned();
     let received = Received {
@@ -83,7 +91,7 @@ async fn receive(
     let key = received.key().to_owned();
     let answer = {
         let mut log = log.lock().unwrap();
-        log.requests.push(received.clone());
+        shared.requests.push(received.clone());
         if received.kind() == "gst.return" {
             // A filing it took already: the same answer, nothing new filed.
             if let Some(reference) = log.taken.get(&key) {
@@ -119,6 +127,7 @@ async fn receive(
                 .body(format!("scripted {code}"))
         }
         Answer::Hang => {
+            // A receiver that never answers in time: it holds the request.
             tokio::time::sleep(Duration::from_secs(120)).await;
             HttpResponse::Ok().finish()
         }
@@ -148,24 +157,26 @@ pub fn huge_body(
 
 impl Receiver {
     fn start(filings: &[Answer], filings_then: Answer, withdrawals: &[Answer]) -> Self {
-        let log = Arc::new(Mutex::new(Log {
-            filings: filings.iter().cloned().collect(),
-            filings_then,
-            withdrawals: withdrawals.iter().cloned().collect(),
-            withdrawals_then: Answer::Accept,
-            requests: Vec::new(),
-            taken: HashMap::new(),
-        }));
-        let (addr, handle) = serve_on_loopback(web::Data::from(log.clone()), receive);
+        let shared = Arc::new(Shared {
+            log: Mutex::new(Log {
+                filings: filings.iter().cloned().collect(),
+                filings_then,
+                withdrawals: withdrawals.iter().cloned().collect(),
+                withdrawals_then: Answer::Accept,
+                taken: HashMap::new(),
+            }),
+            requests: Record::default(),
+        });
+        let (addr, handle) = serve_on_loopback(web::Data::from(shared.clone()), receive);
         Receiver {
             url: format!("http://{addr}/returns"),
-            log,
+            shared,
             handle: Some(handle),
         }
     }
 
     fn requests(&self) -> Vec<Received> {
-        self.log.lock().unwrap().requests.clone()
+        self.shared.requests.all()
     }
 
     fn of_kind(&self, kind: &str) -> Vec<Received> {
@@ -177,23 +188,14 @@ impl Receiver {
 
     /// Filings taken (each key once).
     fn filed(&self) -> usize {
-        self.log.lock().unwrap().taken.len()
+        self.shared.log.lock().unwrap().taken.len()
     }
 
     async fn wait_for(&self, n: usize) -> Vec<Received> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let requests = self.requests();
-            if requests.len() >= n {
-                return requests;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the receiver got {} requests, not {n}",
-                requests.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.shared
+            .requests
+            .wait_for(n, Duration::from_secs(30))
+            .await
     }
 }
 
@@ -466,13 +468,12 @@ async fn an_over_size_filing_answer_is_an_invalid_answer_read_to_a_bound(backend
     let pool = Pool::start(&env).await;
     let receiver = Receiver::start(&[], Answer::Huge(50_000_000), &[]);
     prepare(&pool.api, &receiver).await;
-    let pid = pool.filer_pid();
-    let before = peak_rss(pid);
+    let before = pool.filer().peak_rss_bytes();
 
     let job_id = close_month(&pool.api).await;
     let job = finished(&pool.api, &job_id).await;
 
-    let growth = peak_rss(pid).saturating_sub(before);
+    let growth = pool.filer().peak_rss_bytes().saturating_sub(before);
     assert!(
         growth < 20_000_000,
         "peak memory grew by {growth} bytes for a 50 MB answer"
@@ -531,10 +532,10 @@ impl Pool {
     }
 
     /// The process that runs the saga, and so files.
-    fn filer_pid(&self) -> u32 {
+    fn filer(&self) -> &Process {
         match &self.worker {
-            Some(worker) => worker.pid(),
-            None => self.api.process.as_ref().expect("the api").pid(),
+            Some(worker) => worker,
+            None => self.api.process.as_ref().expect("the api"),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Backend, TestEnv};
+use crate::common::{Backend, TestEnv, date_sql, moment_sql};
 
 const ENTRIES: i64 = 1_000_000;
 const RATES: [i64; 7] = [0, 25, 300, 500, 1200, 1800, 2800];
@@ -68,11 +68,16 @@ async fn a_month_of_a_million_entries_sums_exactly(backend: Backend) {
     // Written straight into the table: importing a million entries over
     // HTTP would test the import, not the report.
     let columns = "tenant_id, entry_id, entry_date, direction, amount_paise, rate_centi, interstate, party, description, created_at";
-    let values = "'tenant-a', 'm-' || i, '2026-10-' || CASE WHEN 1 + i % 31 < 10 THEN '0' ELSE '' END || (1 + i % 31),
+    let date = date_sql(
+        backend,
+        "'2026-10-' || CASE WHEN 1 + i % 31 < 10 THEN '0' ELSE '' END || (1 + i % 31)",
+    );
+    let created = moment_sql(backend, "0");
+    let values = format!("'tenant-a', 'm-' || i, {date},
          CASE WHEN i % 2 = 0 THEN 'sale' ELSE 'purchase' END,
          (i * 7919 * 104729) % 100000000001,
          CASE i % 7 WHEN 0 THEN 0 WHEN 1 THEN 25 WHEN 2 THEN 300 WHEN 3 THEN 500 WHEN 4 THEN 1200 WHEN 5 THEN 1800 ELSE 2800 END,
-         CASE WHEN i % 3 = 0 THEN 1 ELSE 0 END, '', '', 0";
+         i % 3 = 0, '', '', {created}");
     // In chunks, so no statement holds SQLite's write lock for long.
     const CHUNK: i64 = 100_000;
     for start in (0..ENTRIES).step_by(CHUNK as usize) {

@@ -13,7 +13,7 @@ use actix_web::{HttpRequest, HttpResponse, dev::ServerHandle, web};
 use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, Reply, TestEnv, headers_of, serve_on_loopback};
+use crate::common::{Api, Backend, Record, Reply, TestEnv, headers_of, serve_on_loopback, wait};
 
 // -------------------------------------------------------------- receiver
 
@@ -84,35 +84,29 @@ impl Received {
 }
 
 struct Log {
-    script: VecDeque<Answer>,
+    script: Mutex<VecDeque<Answer>>,
     then: Answer,
-    requests: Vec<Received>,
+    requests: Record<Received>,
 }
 
 /// A webhook receiver on 127.0.0.1, stopped by `stop` (or when dropped).
 struct Receiver {
     url: String,
-    log: Arc<Mutex<Log>>,
+    log: Arc<Log>,
     handle: Option<ServerHandle>,
 }
 
-async fn receive(
-    log: web::Data<Mutex<Log>>,
-    request: HttpRequest,
-    body: web::Bytes,
-) -> HttpResponse {
+async fn receive(log: web::Data<Log>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
     let headers = headers_of(&request);
     let answer = {
-        let mut log = log.lock().unwrap();
+        let mut script = log.script.lock().unwrap();
+        // Recorded under the script's lock: requests and answers in one order.
         log.requests.push(Received {
             headers,
             body: String::from_utf8_lossy(&body).into_owned(),
             at: Instant::now(),
         });
-        match log.script.pop_front() {
-            Some(answer) => answer,
-            None => log.then.clone(),
-        }
+        script.pop_front().unwrap_or_else(|| log.then.clone())
     };
     match answer {
         Answer::Status(code) => {
@@ -120,6 +114,7 @@ async fn receive(
                 .finish()
         }
         Answer::Hang => {
+            // A receiver that never answers in time: it holds the request.
             tokio::time::sleep(Duration::from_secs(120)).await;
             HttpResponse::Ok().finish()
         }
@@ -132,11 +127,11 @@ async fn receive(
 impl Receiver {
     /// Answers `script` in order, then `then` to every further request.
     fn start(script: &[Answer], then: Answer) -> Self {
-        let log = Arc::new(Mutex::new(Log {
-            script: script.iter().cloned().collect(),
+        let log = Arc::new(Log {
+            script: Mutex::new(script.iter().cloned().collect()),
             then,
-            requests: Vec::new(),
-        }));
+            requests: Record::default(),
+        });
         let (addr, handle) = serve_on_loopback(web::Data::from(log.clone()), receive);
         Receiver {
             url: format!("http://{addr}/hooks/receipt"),
@@ -151,29 +146,21 @@ impl Receiver {
     }
 
     fn requests(&self) -> Vec<Received> {
-        self.log.lock().unwrap().requests.clone()
+        self.log.requests.all()
     }
 
     fn count(&self) -> usize {
-        self.log.lock().unwrap().requests.len()
+        self.log.requests.len()
     }
 
     /// Waits until at least `n` requests arrived; panics after `within`.
     async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
-        let deadline = Instant::now() + within;
-        loop {
-            let requests = self.requests();
-            if requests.len() >= n {
-                return requests;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} got {} requests, not {n}, within {within:?}",
-                self.url,
-                requests.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.log
+            .requests
+            .wait_until(&format!("{} got {n} requests", self.url), within, |r| {
+                r.len() >= n
+            })
+            .await
     }
 
     async fn stop(mut self) {
@@ -204,9 +191,6 @@ const WEBHOOKS: [(&str, &str); 3] = [
 
 /// How long a delivery that should come may take.
 const WAIT: Duration = Duration::from_secs(15);
-/// How long to watch for a delivery that should not come: longer than the
-/// dispatcher's poll and than a retry's 1 s delay.
-const SETTLE: Duration = Duration::from_millis(1500);
 
 const ALL_EVENTS: [&str; 3] = ["job.succeeded", "job.failed", "job.cancelled"];
 
@@ -262,21 +246,42 @@ async fn deliveries(api: &Api, webhook_id: &str) -> Vec<Value> {
     reply.json()["data"].as_array().expect("data").clone()
 }
 
-/// Polls the delivery log until it has at least `n` attempts.
+/// Waits until the delivery log has at least `n` attempts.
 async fn wait_deliveries(api: &Api, webhook_id: &str, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let log = deliveries(api, webhook_id).await;
-        if log.len() >= n {
-            return log;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{webhook_id} logged {} attempts, not {n}: {log:?}",
-            log.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_ok(
+        &format!("{webhook_id} logged {n} attempts"),
+        WAIT,
+        async || {
+            let log = deliveries(api, webhook_id).await;
+            if log.len() >= n { Ok(log) } else { Err(log) }
+        },
+    )
+    .await
+}
+
+/// Waits until none of these webhooks has an event left to deliver (each
+/// delivered, given up, or dropped): an event in flight or due for a retry
+/// stays pending until its attempt is recorded, so from then on nothing
+/// more reaches their receivers.
+async fn settled(env: &TestEnv, webhook_ids: &[&str]) {
+    let ids: Vec<String> = webhook_ids.iter().map(|id| format!("'{id}'")).collect();
+    let sql = format!(
+        "SELECT COUNT(*) FROM webhook_events WHERE state = 'pending' AND webhook_id IN ({})",
+        ids.join(",")
+    );
+    wait::until_true("every event settled", WAIT, async || {
+        env.count(&sql).await == 0
+    })
+    .await;
+}
+
+/// Waits until the webhook is disabled.
+async fn wait_disabled(api: &Api, webhook_id: &str) {
+    let path = format!("/v1/webhooks/{webhook_id}");
+    wait::until_true("the webhook disabled", WAIT, async || {
+        api.get(&path).await.json()["enabled"] == false
+    })
+    .await;
 }
 
 async fn list_ids(api: &Api) -> Vec<String> {
@@ -339,7 +344,7 @@ async fn a_finished_job_is_delivered_once_signed_and_carrying_the_job_object(bac
     assert_eq!(job["status"], "SUCCEEDED");
 
     receiver.wait_for(1, WAIT).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[str_of(&webhook, "id")]).await;
     let received = receiver.requests();
     assert_eq!(received.len(), 1, "exactly one delivery");
     let delivery = &received[0];
@@ -414,7 +419,7 @@ async fn failed_and_cancelled_jobs_announce_job_failed_and_job_cancelled(backend
     assert_eq!(api.wait_final(&running).await["status"], "CANCELLED");
 
     receiver.wait_for(3, WAIT).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[str_of(&webhook, "id")]).await;
     let received = receiver.requests();
     assert_eq!(received.len(), 3, "one event per job");
     let mut by_job = HashMap::new();
@@ -459,7 +464,7 @@ async fn a_receiver_failing_twice_gets_a_third_attempt_of_the_same_event(backend
     api.wait_final(&job_id).await;
     receiver.wait_for(3, WAIT).await;
     wait_deliveries(&api, webhook_id, 3).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[webhook_id]).await;
     let received = receiver.requests();
     assert_eq!(received.len(), 3, "no attempt after the success");
 
@@ -539,8 +544,8 @@ async fn a_receiver_that_always_fails_gets_one_attempt_more_than_the_schedule_ha
     let job_id = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&job_id).await;
     receiver.wait_for(3, WAIT).await;
-    // Past two more of the schedule's 1 s delays: nothing more comes.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Given up after the third attempt: nothing more comes.
+    settled(&env, &[str_of(&webhook, "id")]).await;
     let received = receiver.requests();
     assert_eq!(
         received.len(),
@@ -565,17 +570,12 @@ async fn a_receiver_answering_410_disables_its_webhook(backend: Backend) {
     let control = Receiver::ok();
     let webhook = register(&api, json!({"url": gone.url})).await;
     register(&api, json!({"url": control.url})).await;
-    let path = format!("/v1/webhooks/{}", str_of(&webhook, "id"));
     assert_eq!(webhook["enabled"], true);
 
     let first = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&first).await;
     gone.wait_for(1, WAIT).await;
-    let deadline = Instant::now() + WAIT;
-    while api.get(&path).await.json()["enabled"] != false {
-        assert!(Instant::now() < deadline, "the webhook is still enabled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_disabled(&api, str_of(&webhook, "id")).await;
     let log = deliveries(&api, str_of(&webhook, "id")).await;
     assert_eq!(log.len(), 1, "{log:?}");
     assert_eq!(log[0]["response_status"], 410);
@@ -583,10 +583,10 @@ async fn a_receiver_answering_410_disables_its_webhook(backend: Backend) {
 
     let second = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&second).await;
-    // The control webhook has the later job's event: the dispatcher had
-    // its chance to send the disabled one too.
+    // The control webhook has the later job's event, and the disabled one
+    // has nothing left to send.
     control.wait_for(2, WAIT).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[str_of(&webhook, "id")]).await;
     assert_eq!(gone.count(), 1, "a disabled webhook gets nothing more");
     let listed = api.get("/v1/webhooks").await.json();
     let entry = listed["data"]
@@ -643,9 +643,10 @@ async fn a_hanging_receiver_times_out_without_holding_up_another(backend: Backen
         "to be retried: {entry}"
     );
     assert_eq!(entry["attempt"], 1);
-    // One request per event: a hanging delivery keeps its lease.
+    // One request per event: a hanging delivery keeps its lease until it
+    // times out and is logged, for both events.
     let slow_got = slow.wait_for(2, WAIT).await;
-    tokio::time::sleep(SETTLE).await;
+    wait_deliveries(&api, str_of(&slow_hook, "id"), 2).await;
     assert_eq!(slow.count(), 2, "a hanging delivery was sent again");
     assert_ne!(slow_got[0].id(), slow_got[1].id());
     slow.stop().await;
@@ -688,7 +689,7 @@ async fn a_webhook_gets_only_the_event_types_it_asked_for(backend: Backend) {
 
     everything.wait_for(2, WAIT).await;
     failures.wait_for(1, WAIT).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[str_of(&webhook, "id")]).await;
     let received = failures.requests();
     assert_eq!(
         received.len(),
@@ -738,7 +739,7 @@ async fn a_per_job_webhook_gets_its_own_jobs_event_even_when_registered_after_it
     let other = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&other).await;
     everything.wait_for(2, WAIT).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[str_of(&webhook, "id"), str_of(&filtered, "id")]).await;
     assert_eq!(mine.count(), 1, "a per-job webhook got another job's event");
     assert_eq!(
         failures_only.count(),
@@ -770,6 +771,9 @@ async fn a_deleted_webhook_gets_nothing_further(backend: Backend) {
     let second = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&second).await;
     doomed.wait_for(2, WAIT).await;
+    // Its failure is logged, with a retry due: nothing is in flight.
+    let log = wait_deliveries(&api, str_of(&webhook, "id"), 2).await;
+    assert!(log[0]["next_attempt_at"].is_string(), "{}", log[0]);
 
     let reply = api.send(Method::DELETE, &path, None).await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
@@ -790,8 +794,15 @@ async fn a_deleted_webhook_gets_nothing_further(backend: Backend) {
     let third = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&third).await;
     control.wait_for(3, WAIT).await;
-    // Past the second event's retry (3 s) too.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // Its retry went with it, and the later job made it no event: nothing
+    // is left that could reach it.
+    let left = env
+        .count(&format!(
+            "SELECT COUNT(*) FROM webhook_events WHERE webhook_id = '{}'",
+            str_of(&webhook, "id")
+        ))
+        .await;
+    assert_eq!(left, 0, "a deleted webhook kept a retry or got a new event");
     assert_eq!(
         doomed.count(),
         2,
@@ -820,7 +831,7 @@ async fn a_delivery_cut_short_by_a_killed_worker_is_made_by_the_next_worker(back
     // The lease (timeout 2 s + 5 s) lapses, then the new worker sends it.
     let received = receiver.wait_for(2, Duration::from_secs(30)).await;
     let log = wait_deliveries(&api, str_of(&webhook, "id"), 1).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[str_of(&webhook, "id")]).await;
     assert_eq!(receiver.count(), 2, "delivered again once, then done");
     let again = &received[1];
     assert_eq!(again.id(), hung.id(), "the same event");
@@ -854,7 +865,7 @@ async fn two_workers_deliver_each_of_thirty_events_exactly_once(backend: Backend
         assert_eq!(api.wait_final(job_id).await["status"], "SUCCEEDED");
     }
     receiver.wait_for(30, Duration::from_secs(30)).await;
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[str_of(&webhook, "id")]).await;
     let received = receiver.requests();
     assert_eq!(received.len(), 30, "a request was sent twice");
     let ids: HashSet<&str> = received.iter().map(Received::id).collect();
@@ -881,6 +892,7 @@ async fn a_per_job_webhook_registered_as_its_job_finishes_gets_the_event_exactly
     let api = embedded(&env, &[]).await;
     let receiver = Receiver::ok();
     let mut secrets = HashMap::new();
+    let mut webhook_ids = Vec::new();
     let mut registered_first = 0;
     for i in 0..20 {
         let job_id = submit(&api, json!({"ms": 0})).await;
@@ -894,10 +906,12 @@ async fn a_per_job_webhook_registered_as_its_job_finishes_gets_the_event_exactly
             registered_first += 1;
         }
         secrets.insert(job_id, str_of(&webhook, "secret").to_owned());
+        webhook_ids.push(str_of(&webhook, "id").to_owned());
     }
     eprintln!("{registered_first} of 20 webhooks were registered before their job's end");
     receiver.wait_for(20, Duration::from_secs(30)).await;
-    tokio::time::sleep(SETTLE).await;
+    let webhook_ids: Vec<&str> = webhook_ids.iter().map(String::as_str).collect();
+    settled(&env, &webhook_ids).await;
     let received = receiver.requests();
     assert_eq!(received.len(), 20, "one delivery per job");
     let mut seen = HashSet::new();
@@ -1233,11 +1247,7 @@ async fn a_disabled_webhook_enabled_again_gets_the_events_of_later_jobs(backend:
     let first = submit(&api, json!({"ms": 10})).await;
     api.wait_final(&first).await;
     receiver.wait_for(1, WAIT).await;
-    let deadline = Instant::now() + WAIT;
-    while api.get(&path).await.json()["enabled"] != false {
-        assert!(Instant::now() < deadline, "the 410 did not disable it");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_disabled(&api, id).await;
 
     let reply = post_action(&api, id, "enable", Some("enable-1")).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
@@ -1253,7 +1263,7 @@ async fn a_disabled_webhook_enabled_again_gets_the_events_of_later_jobs(backend:
     api.wait_final(&second).await;
     let received = receiver.wait_for(2, WAIT).await;
     assert_eq!(received[1].job_id(), second, "the later job's event");
-    tokio::time::sleep(SETTLE).await;
+    settled(&env, &[id]).await;
     assert_eq!(
         receiver.count(),
         2,

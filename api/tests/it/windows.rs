@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Backend, KEY_A, TestEnv};
+use crate::common::{Announcements, Backend, KEY_A, StoreOf, TestEnv, assert_announced_once, wait};
 
 /// Well under `REPUBLISH_AFTER`, and what a job may wait after a fault.
 const SOON: Duration = Duration::from_secs(20);
@@ -43,15 +43,19 @@ async fn accepted_on_retry(base: &str, key: &str) -> String {
 
 async fn assert_succeeds_by(env: &TestEnv, job_id: &str, deadline: Instant) {
     let store = env.store().await;
-    loop {
-        let job = store.get_job_unscoped(job_id).await.expect("read job");
-        if job.as_ref().map(|j| j.status.as_str()) == Some("SUCCEEDED") {
-            assert_eq!(job.as_ref().map(|j| j.attempts), Some(1), "{job:?}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "{job_id} still not run: {job:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let job = wait::until_ok(
+        &format!("{job_id} run"),
+        deadline.saturating_duration_since(Instant::now()),
+        async || {
+            let job = store.get_job_unscoped(job_id).await.expect("read job");
+            match job.as_ref().map(|j| j.status.as_str()) {
+                Some("SUCCEEDED") => Ok(job),
+                _ => Err(job),
+            }
+        },
+    )
+    .await;
+    assert_eq!(job.as_ref().map(|j| j.attempts), Some(1), "{job:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,8 +189,11 @@ async fn a_claim_whose_commit_answer_was_lost_runs_its_job_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_whose_commit_answer_was_lost_is_recorded_once() {
-    let env = TestEnv::new(Backend::PgRedis).await;
+    let mut env = TestEnv::new(Backend::PgRedis).await;
+    env.set("WEBHOOK_ALLOW_PRIVATE", "true");
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let _worker = env.start_worker(&[("FAILPOINTS", "worker::outcome_answer_lost=1*return")]);
     let submitted = post_sleep(&api.base, "success-lost")
         .await
@@ -201,4 +208,6 @@ async fn a_success_whose_commit_answer_was_lost_is_recorded_once() {
         .await
         .expect("the result");
     assert_eq!(result.status(), StatusCode::OK);
+    // Written again after the lost answer, and fenced: announced once.
+    assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }

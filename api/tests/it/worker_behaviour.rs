@@ -8,13 +8,16 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use shared::ids::new_job_id;
 use shared::{
-    model::{AttemptOutcome, JobErrorObject, JobStatus},
+    model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody},
     time::now_ms,
 };
 use sqlx::Row;
-use store::{LeaseCheck, NewJob, Store};
+use store::{LeaseCheck, NewJob, NewWebhook, Registration, Store, WebhookCaps};
 
-use crate::common::{Api, Backend, TestEnv};
+use crate::common::{
+    Announcements, Api, Backend, RUNNER_INFO, StoreOf, TestEnv, assert_announced_once, metrics_url,
+    run_a_later_job, wait, wait_for_stale_attempts,
+};
 
 fn id_of(job: &Value) -> String {
     job["job_id"].as_str().expect("job_id").to_owned()
@@ -41,16 +44,17 @@ async fn worker_id_of(env: &TestEnv, job_id: &str) -> Option<String> {
     worker_id
 }
 
-/// Polls the job (at most 30 s) until `done` holds for it.
-async fn wait_until(api: &Api, job_id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..600 {
-        let job = api.job(job_id).await;
-        if done(&job) {
-            return job;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("job {job_id}: {what} did not happen within 30 s");
+/// The job has settled on its final status: a job submitted after it ran
+/// to its end (so the pool has taken every message queued before), and no
+/// outbox row is left that could publish it again later.
+async fn assert_settled(env: &TestEnv, api: &Api, job_id: &str) {
+    run_a_later_job(api).await;
+    let left = env
+        .count(&format!(
+            "SELECT COUNT(*) FROM outbox WHERE job_id = '{job_id}'"
+        ))
+        .await;
+    assert_eq!(left, 0, "{job_id} still has an outbox row");
 }
 
 fn time_ms(rfc3339: &Value) -> i64 {
@@ -153,7 +157,9 @@ async fn cancelling_a_finished_job_is_a_conflict(backend: Backend) {
 
 async fn a_job_failing_twice_succeeds_on_its_third_attempt(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
+    let api = env.start_embedded_with_local_receivers().await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let job_id = id_of(
         &api.submit("sleep", json!({"ms": 10, "fail_times": 2}))
             .await,
@@ -167,7 +173,9 @@ async fn a_job_failing_twice_succeeds_on_its_third_attempt(backend: Backend) {
     let result = api.get(&format!("/v1/jobs/{job_id}/result")).await;
     assert_eq!(result.status, StatusCode::OK);
     assert_eq!(result.json()["attempt"], 3);
-    assert_eq!(env.store().await.count_results(&job_id).await.unwrap(), 1);
+    // One final status, announced once: the failed attempts announced
+    // nothing.
+    assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
 
 async fn a_job_that_keeps_failing_fails_after_five_attempts_with_its_last_error(backend: Backend) {
@@ -192,7 +200,7 @@ async fn a_job_that_keeps_failing_fails_after_five_attempts_with_its_last_error(
         .assert_problem(409);
 
     // Settled: no sixth attempt comes later.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_settled(&env, &api, &job_id).await;
     let later = api.job(&job_id).await;
     assert_eq!(later["status"], "FAILED");
     assert_eq!(later["attempts"], 5);
@@ -215,7 +223,7 @@ async fn a_permanent_failure_is_not_retried(backend: Backend) {
     assert_eq!(done["error"]["type"], "diagnostic_failure");
     assert!(done["error"]["message"].is_string());
 
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_settled(&env, &api, &job_id).await;
     assert_eq!(api.job(&job_id).await["attempts"], 1, "never retried");
 }
 
@@ -231,10 +239,11 @@ async fn a_job_waiting_for_its_retry_is_queued_with_next_attempt_at(backend: Bac
         .await;
     let job_id = id_of(&api.submit("sleep", json!({"ms": 0, "fail_times": 1})).await);
 
-    let waiting = wait_until(&api, &job_id, "the first attempt's failure", |job| {
-        job["attempts"] == 1 && job["status"] != "RUNNING"
-    })
-    .await;
+    let waiting = api
+        .wait_job(&job_id, "the first attempt's failure", |job| {
+            job["attempts"] == 1 && job["status"] != "RUNNING"
+        })
+        .await;
     assert_eq!(waiting["status"], "QUEUED", "{waiting}");
     assert!(waiting["error"].is_null(), "error is set only once FAILED");
     assert!(waiting["finished_at"].is_null());
@@ -255,8 +264,11 @@ async fn a_job_waiting_for_its_retry_is_queued_with_next_attempt_at(backend: Bac
 // ----------------------------------------------------------------- crash
 
 async fn a_job_whose_worker_is_killed_is_finished_by_another_worker(backend: Backend) {
-    let env = TestEnv::new(backend).await;
+    let mut env = TestEnv::new(backend).await;
+    env.set("WEBHOOK_ALLOW_PRIVATE", "true");
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let mut workers = [
         env.start_worker(&[("JOB_LEASE", "2s")]),
         env.start_worker(&[("JOB_LEASE", "2s")]),
@@ -276,8 +288,6 @@ async fn a_job_whose_worker_is_killed_is_finished_by_another_worker(backend: Bac
     let done = api.wait_final(&job_id).await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
     assert!(done["attempts"].as_i64().unwrap() >= 2, "{done}");
-    let store = env.store().await;
-    assert_eq!(store.count_results(&job_id).await.unwrap(), 1);
     let result = api.get(&format!("/v1/jobs/{job_id}/result")).await.json();
     assert_eq!(
         result["attempt"], done["attempts"],
@@ -287,6 +297,7 @@ async fn a_job_whose_worker_is_killed_is_finished_by_another_worker(backend: Bac
         workers[1 - victim].try_wait().is_none(),
         "the survivor is still running"
     );
+    assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
 
 // -------------------------------------------------------------- fencing
@@ -301,10 +312,17 @@ fn new_sleep_job() -> NewJob {
     }
 }
 
-fn succeeded(body: Value) -> AttemptOutcome {
-    AttemptOutcome::Succeeded {
-        result: body.to_string(),
-    }
+/// Ends an attempt with a result, through the group commit of successes
+/// as the runner does; whether it applied.
+async fn succeed(store: &Store, job_id: &str, attempt: i64, body: Value) -> store::Result<bool> {
+    let applied = store
+        .finish_succeeded(&[(
+            job_id.to_owned(),
+            attempt,
+            ResultBody::Document(body.to_string()),
+        )])
+        .await?;
+    Ok(applied == [true])
 }
 
 async fn migrated_store(env: &TestEnv) -> Store {
@@ -313,11 +331,44 @@ async fn migrated_store(env: &TestEnv) -> Store {
     store
 }
 
+/// Registers a webhook for every final status of one job; returns its id.
+async fn webhook_for(store: &Store, job_id: &str) -> String {
+    let new = NewWebhook {
+        tenant_id: "tenant-a".into(),
+        url: "https://receiver.example/hooks".into(),
+        events: ["job.succeeded", "job.failed", "job.cancelled"]
+            .map(String::from)
+            .to_vec(),
+        job_id: Some(job_id.to_owned()),
+    };
+    let caps = WebhookCaps {
+        per_tenant: 10,
+        per_job: 10,
+    };
+    let mut tx = store.begin_write().await.unwrap();
+    let registered = store.register_webhook(&mut tx, &new, caps).await.unwrap();
+    tx.commit().await.unwrap();
+    match registered {
+        Registration::Registered(webhook) => webhook.webhook_id,
+        other => panic!("not registered: {other:?}"),
+    }
+}
+
+/// The events written for a webhook: one per final status it announces.
+/// Nothing keys them by job, so a second final write would show here.
+async fn events_for(env: &TestEnv, webhook_id: &str) -> i64 {
+    env.count(&format!(
+        "SELECT COUNT(*) FROM webhook_events WHERE webhook_id = '{webhook_id}'"
+    ))
+    .await
+}
+
 async fn a_stale_attempt_cannot_overwrite_the_current_one(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let store = migrated_store(&env).await;
     let job = store.submit_job(&new_sleep_job()).await.unwrap();
     let job_id = job.job_id.as_str();
+    let webhook = webhook_for(&store, job_id).await;
     let lease = || now_ms() + 60_000;
 
     let first = store
@@ -351,8 +402,7 @@ async fn a_stale_attempt_cannot_overwrite_the_current_one(backend: Backend) {
             cancel_requested: false
         }
     );
-    let stale = store
-        .finish_attempt(job_id, 1, &succeeded(json!({"from": 1})))
+    let stale = succeed(&store, job_id, 1, json!({"from": 1}))
         .await
         .unwrap();
     assert!(!stale, "attempt 1's outcome is dropped");
@@ -362,16 +412,14 @@ async fn a_stale_attempt_cannot_overwrite_the_current_one(backend: Backend) {
     assert_eq!(store.count_results(job_id).await.unwrap(), 0);
 
     assert!(
-        store
-            .finish_attempt(job_id, 2, &succeeded(json!({"from": 2})))
+        succeed(&store, job_id, 2, json!({"from": 2}))
             .await
             .unwrap(),
         "the current attempt's outcome applies"
     );
     // A second finish of the same attempt (a duplicate) changes nothing.
     assert!(
-        !store
-            .finish_attempt(job_id, 2, &succeeded(json!({"from": "again"})))
+        !succeed(&store, job_id, 2, json!({"from": "again"}))
             .await
             .unwrap()
     );
@@ -388,7 +436,7 @@ async fn a_stale_attempt_cannot_overwrite_the_current_one(backend: Backend) {
     assert_eq!(job.status, JobStatus::Succeeded);
     assert_eq!(job.attempts, 2);
     assert!(job.error_type.is_none());
-    assert_eq!(store.count_results(job_id).await.unwrap(), 1);
+    assert_eq!(events_for(&env, &webhook).await, 1, "one final write");
     let body = store.job_result("tenant-a", job_id).await.unwrap().unwrap();
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["from"], 2);
     // Once finished, no attempt holds the job.
@@ -436,6 +484,7 @@ async fn a_group_commit_fences_each_of_its_writes(backend: Backend) {
     let lease = now_ms() + 60_000;
     let a = store.submit_job(&new_sleep_job()).await.unwrap().job_id;
     let b = store.submit_job(&new_sleep_job()).await.unwrap().job_id;
+    let webhook_of_a = webhook_for(&store, &a).await;
 
     let claims = store
         .claim_attempts(&[a.clone(), b.clone(), a.clone()], "worker-1", lease)
@@ -465,11 +514,11 @@ async fn a_group_commit_fences_each_of_its_writes(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(applied, [false, true, true]);
+    let result = store.job_result("tenant-a", &a).await.unwrap().unwrap();
     assert_eq!(
-        store.job_result("tenant-a", &a).await.unwrap().as_deref(),
-        Some(r#"{"from":"current"}"#)
+        serde_json::from_str::<Value>(&result).unwrap(),
+        json!({"from": "current"})
     );
-    assert_eq!(store.count_results(&a).await.unwrap(), 1);
     for job_id in [&a, &b] {
         let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
         assert_eq!(job.status, JobStatus::Succeeded);
@@ -480,6 +529,11 @@ async fn a_group_commit_fences_each_of_its_writes(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(again, [false, false]);
+    assert_eq!(
+        events_for(&env, &webhook_of_a).await,
+        1,
+        "a's one final write"
+    );
 }
 
 async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Backend) {
@@ -515,8 +569,7 @@ async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Bac
         .unwrap()
         .unwrap();
     assert_eq!(second.attempt, 2);
-    let applied = store
-        .finish_attempt(job_id, second.attempt, &succeeded(json!({"ok": true})))
+    let applied = succeed(&store, job_id, second.attempt, json!({"ok": true}))
         .await
         .expect("the success is written");
     assert!(applied);
@@ -524,28 +577,42 @@ async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Bac
     let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
     assert_eq!(job.status, JobStatus::Succeeded);
     assert_eq!(job.progress, Some(1.0));
-    assert_eq!(store.count_results(job_id).await.unwrap(), 1);
+    let result = store.job_result("tenant-a", job_id).await.unwrap().unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&result).unwrap(),
+        json!({"ok": true}),
+        "the success's result is stored"
+    );
 }
 
 /// Takes the running job's lease away from the test, as the sweeper would
 /// after a stall; retries because a heartbeat landing between the two
 /// steps extends the lease again.
 pub(crate) async fn force_lease_lapse(store: &Store, job_id: &str) {
-    for _ in 0..100 {
-        store.expire_lease_now(job_id).await.unwrap();
-        store.requeue_lapsed_leases(100).await.unwrap();
-        let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
-        if job.attempts > 1 || job.status != JobStatus::Running {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("could not take the lease of {job_id} away");
+    wait::until_true(
+        &format!("the lease of {job_id} taken away"),
+        Duration::from_secs(10),
+        async || {
+            store.expire_lease_now(job_id).await.unwrap();
+            store.requeue_lapsed_leases(100).await.unwrap();
+            let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
+            job.attempts > 1 || job.status != JobStatus::Running
+        },
+    )
+    .await;
 }
 
 async fn a_job_whose_lease_lapses_mid_attempt_succeeds_once(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+            RUNNER_INFO,
+        ])
+        .await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let store = env.store().await;
     let job_id = id_of(&api.submit("sleep", json!({"ms": 4000})).await);
     let running = api.wait_status(&job_id, "RUNNING").await;
@@ -558,19 +625,24 @@ async fn a_job_whose_lease_lapses_mid_attempt_succeeds_once(backend: Backend) {
     let done = api.wait_final(&job_id).await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
     assert_eq!(done["attempts"], 2);
-    assert_eq!(store.count_results(&job_id).await.unwrap(), 1);
     let result = api.get(&format!("/v1/jobs/{job_id}/result")).await.json();
     assert_eq!(
         result["attempt"], 2,
         "the stale attempt's result was dropped"
     );
+    // Attempt 1 has ended, and wrote no second final status.
+    wait_for_stale_attempts(api.process.as_ref().expect("the api"), 1).await;
+    assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
 
 // ------------------------------------------------------------- shutdown
 
 async fn a_terminated_worker_finishes_its_running_job_and_exits_cleanly(backend: Backend) {
-    let env = TestEnv::new(backend).await;
+    let mut env = TestEnv::new(backend).await;
+    env.set("WEBHOOK_ALLOW_PRIVATE", "true");
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "10s")]);
     let job_id = id_of(&api.submit("sleep", json!({"ms": 1000})).await);
     api.wait_status(&job_id, "RUNNING").await;
@@ -580,12 +652,19 @@ async fn a_terminated_worker_finishes_its_running_job_and_exits_cleanly(backend:
     let job = api.job(&job_id).await;
     assert_eq!(job["status"], "SUCCEEDED", "finished before exiting: {job}");
     assert_eq!(job["attempts"], 1);
-    assert_eq!(env.store().await.count_results(&job_id).await.unwrap(), 1);
+    let result = api.get(&format!("/v1/jobs/{job_id}/result")).await.json();
+    assert_eq!(result["attempt"], 1);
+    // Another worker delivers what the first did not; still one success.
+    let _next = env.start_worker(&[]);
+    assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
 
 async fn a_job_outlasting_the_shutdown_grace_is_handed_back_and_run_again(backend: Backend) {
-    let env = TestEnv::new(backend).await;
+    let mut env = TestEnv::new(backend).await;
+    env.set("WEBHOOK_ALLOW_PRIVATE", "true");
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let announced = Announcements::start();
+    announced.subscribe(&api).await;
     let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "1s")]);
     let job_id = id_of(&api.submit("sleep", json!({"ms": 5000})).await);
     api.wait_status(&job_id, "RUNNING").await;
@@ -602,25 +681,25 @@ async fn a_job_outlasting_the_shutdown_grace_is_handed_back_and_run_again(backen
     let done = api.wait_final(&job_id).await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
     assert_eq!(done["attempts"], 1);
-    assert_eq!(env.store().await.count_results(&job_id).await.unwrap(), 1);
+    assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
 
 async fn a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let store = env.store().await;
-    let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "1s")]);
+    let mut worker = env.start_worker(&[("SHUTDOWN_GRACE", "1s"), RUNNER_INFO]);
     let job_id = id_of(&api.submit("sleep", json!({"ms": 20000})).await);
     api.wait_status(&job_id, "RUNNING").await;
 
     // The same worker runs attempt 2 while attempt 1 notices it was
     // superseded and stops (at its next progress write, every 250 ms).
     force_lease_lapse(&store, &job_id).await;
-    wait_until(&api, &job_id, "attempt 2 running", |job| {
+    api.wait_job(&job_id, "attempt 2 running", |job| {
         job["attempts"] == 2 && job["status"] == "RUNNING"
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    wait_for_stale_attempts(&worker, 1).await;
 
     let status = worker
         .terminate()
@@ -784,23 +863,14 @@ async fn jobs_published_into_a_killed_embedded_api_run_after_it_restarts() {
     for _ in 0..3 {
         waiting.push(id_of(&api.submit("sleep", json!({"ms": 0})).await));
     }
-    // Wait until the relay has published them into the channel, behind
-    // the one busy slot.
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&env.database_url)
-        .await
-        .expect("the test database");
-    for _ in 0..200 {
-        let row = sqlx::query("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms > 0")
-            .fetch_one(&pool)
-            .await
-            .expect("count");
-        if row.try_get::<i64, _>("n").expect("n") == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    pool.close().await;
+    // Wait until they are published into the channel, behind the one
+    // busy slot.
+    wait::until_true(
+        "the three jobs published",
+        Duration::from_secs(10),
+        async || env.count(PUBLISHED).await == 3,
+    )
+    .await;
     api.process.as_mut().expect("the api process").kill_hard();
 
     let api = env.start_api(&settings).await;
@@ -813,54 +883,83 @@ async fn jobs_published_into_a_killed_embedded_api_run_after_it_restarts() {
     assert_eq!(api.wait_final(&busy).await["status"], "SUCCEEDED");
 }
 
+/// Outbox rows published and not yet claimed: the messages the queue holds.
+const PUBLISHED: &str = "SELECT COUNT(*) FROM outbox WHERE republish_ms > 0";
+
 /// The in-process queue holds at most 1,024 messages: a larger backlog
-/// waits in the outbox, unleased, instead of in the api's memory.
+/// waits in the outbox, unleased, instead of in the api's memory, and is
+/// published as the queue makes room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_beyond_the_in_process_queue_waits_in_the_outbox() {
     let env = TestEnv::new(Backend::Sqlite).await;
     let api = env
         .start_api(&[("EMBEDDED_WORKER", "true"), ("WORKER_CONCURRENCY", "1")])
         .await;
+    // The queue's 1,024, plus the message the one worker took but cannot
+    // run yet (apalis takes one ahead while its slot is busy).
+    let bound = 1024..=1026;
     let busy = id_of(&api.submit("sleep", json!({"ms": 30000})).await);
     api.wait_status(&busy, "RUNNING").await;
     // 64 at a time: the backlog is what is tested, not 1,500 connections
     // opened at once (a loaded machine answers some of those 408).
     use futures::StreamExt;
-    futures::stream::iter(0..1500)
-        .for_each_concurrent(64, |_| async {
-            api.submit("sleep", json!({"ms": 0})).await;
-        })
+    let job_ids: Vec<String> = futures::stream::iter(0..1500)
+        .map(|_| async { id_of(&api.submit("sleep", json!({"ms": 0})).await) })
+        .buffer_unordered(64)
+        .collect()
         .await;
 
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&env.database_url)
-        .await
-        .expect("the test database");
-    let count = async |sql: &str| -> i64 {
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-            .fetch_one(&pool)
-            .await
-            .expect("count");
-        row.try_get("n").expect("n")
-    };
-    // Give the relay time to lease all it may.
-    for _ in 0..100 {
-        if count("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms > 0").await >= 1024 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let published = count("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms > 0").await;
-    let waiting = count("SELECT COUNT(*) AS n FROM outbox WHERE republish_ms = 0").await;
-    // The queue's 1,024, plus the message the one worker took but cannot
-    // run yet (apalis takes one ahead while its slot is busy).
+    let published = wait::until_ok("the queue filled", Duration::from_secs(10), async || {
+        let n = env.count(PUBLISHED).await;
+        if n >= *bound.start() { Ok(n) } else { Err(n) }
+    })
+    .await;
+    let waiting = env
+        .count("SELECT COUNT(*) FROM outbox WHERE republish_ms = 0")
+        .await;
     assert!(
-        (1024..=1026).contains(&published),
+        bound.contains(&published),
         "published {published} into a queue of 1,024"
     );
     assert_eq!(published + waiting, 1500, "every job has its outbox row");
-    pool.close().await;
+
+    // The relay publishes the rest only as the queue makes room: once the
+    // busy slot frees, every claim makes room for one, and the relay takes
+    // its turn each time. Look while the whole backlog drains through.
+    let drained = tokio_util::sync::CancellationToken::new();
+    let most = {
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::AnyPool::connect(&env.database_url)
+            .await
+            .expect("the test database");
+        let drained = drained.clone();
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !drained.is_cancelled() {
+                let row = sqlx::query(PUBLISHED)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("count");
+                most = most.max(row.try_get::<i64, _>(0).expect("a count"));
+                tokio::time::sleep(wait::POLL).await;
+            }
+            pool.close().await;
+            most
+        })
+    };
+    let cancel = api
+        .post(&format!("/v1/jobs/{busy}/cancel"), &json!({}))
+        .await;
+    assert_eq!(cancel.status, StatusCode::OK, "{}", cancel.text);
+    for job_id in &job_ids {
+        assert_eq!(api.wait_final(job_id).await["status"], "SUCCEEDED");
+    }
+    drained.cancel();
+    let most = most.await.expect("the watcher");
+    assert!(
+        most <= *bound.end(),
+        "{most} published into a queue of 1,024 while the backlog drained"
+    );
 }
 
 /// The pool counts and times its attempts by kind and outcome: on the
@@ -886,8 +985,7 @@ async fn attempts_are_counted_on_metrics_in_both_shapes(backend: Backend) {
     }
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let worker = env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]);
-    let line = worker.wait_for_line("metrics on http://");
-    let url = format!("{}/metrics", line.trim().trim_start_matches("metrics on "));
+    let url = metrics_url(&worker);
     let job = api.submit("sleep", json!({"ms": 1})).await;
     let done = api.wait_final(job["job_id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "SUCCEEDED");

@@ -1,0 +1,256 @@
+//! Attempts on Postgres.
+
+use sqlx::{PgConnection, PgExecutor};
+
+use crate::{
+    attempts::{AttemptEnd, ClaimRow, LapsedRow, Success},
+    sql::{JsonText, Millis},
+};
+
+/// One call of `claim_jobs` (see its migration).
+pub(crate) async fn claim(
+    db: impl PgExecutor<'_>,
+    job_ids: &[String],
+    now: Millis,
+    lease_until: Millis,
+    worker_id: &str,
+) -> sqlx::Result<Vec<ClaimRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts
+         FROM claim_jobs($1, $2, $3, $4)"
+    ))
+    .bind(job_ids)
+    .bind(now)
+    .bind(lease_until)
+    .bind(worker_id)
+    .fetch_all(db)
+    .await
+}
+
+pub(crate) async fn held_by(
+    db: impl PgExecutor<'_>,
+    job_id: &str,
+    worker_id: &str,
+) -> sqlx::Result<Option<ClaimRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts FROM jobs
+         WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2"
+    ))
+    .bind(job_id)
+    .bind(worker_id)
+    .fetch_optional(db)
+    .await
+}
+
+pub(crate) async fn heartbeat(
+    db: impl PgExecutor<'_>,
+    job_id: &str,
+    attempt: i64,
+    lease_until: Millis,
+) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(sql!(
+        "UPDATE jobs SET lease_expires_at = $3
+         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
+         RETURNING cancel_requested"
+    ))
+    .bind(job_id)
+    .bind(attempt)
+    .bind(lease_until)
+    .fetch_optional(db)
+    .await
+}
+
+pub(crate) async fn set_progress(
+    db: impl PgExecutor<'_>,
+    job_id: &str,
+    attempt: i64,
+    progress: f64,
+) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(sql!(
+        "UPDATE jobs SET progress = $3
+         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
+         RETURNING cancel_requested"
+    ))
+    .bind(job_id)
+    .bind(attempt)
+    .bind(progress)
+    .fetch_optional(db)
+    .await
+}
+
+/// Cancels the running attempt if a cancel was asked; whether it did.
+pub(crate) async fn cancel_if_asked(
+    conn: &mut PgConnection,
+    job_id: &str,
+    attempt: i64,
+    now: Millis,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(sql!(
+        "UPDATE jobs SET status = 'CANCELLED', finished_at = $3, lease_expires_at = NULL,
+             worker_id = NULL, cancel_requested = false
+         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING' AND cancel_requested"
+    ))
+    .bind(job_id)
+    .bind(attempt)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Ends the running attempt without a result; whether it applied. A
+/// cancel asked stays asked on a job queued again (its next attempt
+/// stops at once).
+pub(crate) async fn end(
+    conn: &mut PgConnection,
+    job_id: &str,
+    attempt: i64,
+    end: &AttemptEnd<'_>,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(sql!(
+        "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
+             error_type = $6, error_message = $7, lease_expires_at = NULL, worker_id = NULL,
+             cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE false END
+         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'"
+    ))
+    .bind(job_id)
+    .bind(attempt)
+    .bind(end.status.as_str())
+    .bind(end.finished_at)
+    .bind(end.run_after)
+    .bind(end.error.map(|e| e.error_type.as_str()))
+    .bind(end.error.map(|e| e.message.as_str()))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Sets the batch's running attempts `SUCCEEDED`, stores their results and
+/// sends the batch's NOTIFY (delivered at commit), in one statement: the
+/// result insert joins the update's rows, so only an attempt that applied
+/// stores its result (the fence). Returns the attempts that applied.
+pub(crate) async fn succeed(
+    conn: &mut PgConnection,
+    successes: &[Success<'_>],
+    now: Millis,
+) -> sqlx::Result<Vec<(String, i64)>> {
+    sqlx::query_as(sql!(
+        "WITH attempt AS (
+             SELECT * FROM UNNEST($3::text[], $4::bigint[], $5::jsonb[], $6::bigint[])
+                 AS a (job_id, attempt, body, chunk_count)
+         ), done AS (
+             UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
+                 error_type = NULL, error_message = NULL, lease_expires_at = NULL,
+                 worker_id = NULL, cancel_requested = false
+             FROM attempt a
+             WHERE jobs.job_id = a.job_id AND jobs.attempts = a.attempt
+               AND jobs.status = 'RUNNING'
+             RETURNING jobs.job_id, jobs.attempts
+         ), stored AS (
+             INSERT INTO job_results (job_id, body, chunk_attempt, chunk_count)
+             SELECT DISTINCT ON (a.job_id) a.job_id, a.body,
+                    CASE WHEN a.chunk_count IS NOT NULL THEN a.attempt END, a.chunk_count
+             FROM attempt a JOIN done ON done.job_id = a.job_id AND done.attempts = a.attempt
+             ON CONFLICT (job_id) DO UPDATE SET body = excluded.body,
+                 chunk_attempt = excluded.chunk_attempt, chunk_count = excluded.chunk_count
+         ), notified AS (
+             SELECT pg_notify($2, string_agg(job_id, ',')) FROM done HAVING COUNT(*) > 0
+         )
+         SELECT done.job_id, done.attempts FROM done LEFT JOIN notified ON true"
+    ))
+    .bind(now)
+    .bind(crate::FINISHED_CHANNEL)
+    .bind(successes.iter().map(|s| s.job_id).collect::<Vec<_>>())
+    .bind(successes.iter().map(|s| s.attempt).collect::<Vec<_>>())
+    .bind(
+        successes
+            .iter()
+            .map(|s| s.document.map(|d| JsonText(d.to_owned())))
+            .collect::<Vec<_>>(),
+    )
+    .bind(successes.iter().map(|s| s.chunks).collect::<Vec<_>>())
+    .fetch_all(conn)
+    .await
+}
+
+/// Running jobs whose lease lapsed, locked; `'RUNNING'` a literal, so the
+/// partial index `jobs_running_leases` serves it.
+pub(crate) async fn lapsed(
+    conn: &mut PgConnection,
+    now: Millis,
+    limit: i64,
+) -> sqlx::Result<Vec<LapsedRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, attempts - handbacks AS counted, max_attempts,
+                EXISTS (SELECT 1 FROM saga_runs r
+                        WHERE r.job_id = jobs.job_id
+                          AND r.phase IN ('forward', 'compensating')) AS saga_unfinished
+         FROM jobs
+         WHERE status = 'RUNNING' AND lease_expires_at < $1
+         ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+    ))
+    .bind(now)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+pub(crate) async fn requeue_lapsed(
+    conn: &mut PgConnection,
+    job_id: &str,
+    now: Millis,
+    message: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
+             worker_id = NULL, error_type = 'lease_expired', error_message = $3
+         WHERE job_id = $1"
+    ))
+    .bind(job_id)
+    .bind(now)
+    .bind(message)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn fail_lapsed(
+    conn: &mut PgConnection,
+    job_id: &str,
+    now: Millis,
+    message: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "UPDATE jobs SET status = 'FAILED', finished_at = $2, lease_expires_at = NULL,
+             worker_id = NULL, error_type = 'lease_expired', error_message = $3,
+             cancel_requested = false
+         WHERE job_id = $1"
+    ))
+    .bind(job_id)
+    .bind(now)
+    .bind(message)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Hands a running attempt back to the queue; whether it applied.
+pub(crate) async fn hand_back(
+    conn: &mut PgConnection,
+    job_id: &str,
+    attempt: i64,
+    now: Millis,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(sql!(
+        "UPDATE jobs SET status = 'QUEUED', run_after = $3, lease_expires_at = NULL,
+             worker_id = NULL, handbacks = handbacks + 1, error_type = 'shutdown',
+             error_message = 'the worker shut down before the attempt finished'
+         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'"
+    ))
+    .bind(job_id)
+    .bind(attempt)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -1,0 +1,36 @@
+//! Every statement on Postgres, by area. Times are `timestamptz`, flags
+//! `boolean`, JSON `jsonb`; lists are bound as arrays (`= ANY ($1)`), so
+//! each statement has one text whatever the size of its list, and keeps
+//! one prepared plan per connection.
+
+pub(crate) mod attempts;
+pub(crate) mod dashboard;
+pub(crate) mod idempotency;
+pub(crate) mod jobs;
+pub(crate) mod keys;
+pub(crate) mod ledger;
+pub(crate) mod outbox;
+pub(crate) mod periods;
+pub(crate) mod results;
+pub(crate) mod retention;
+pub(crate) mod sagas;
+pub(crate) mod submit;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod test_hooks;
+pub(crate) mod webhooks;
+
+use sqlx::PgConnection;
+
+/// A NOTIFY of final statuses for other processes' long polls, delivered
+/// when the transaction commits.
+pub(crate) async fn notify_finished(
+    conn: &mut PgConnection,
+    job_ids: &[String],
+) -> sqlx::Result<()> {
+    sqlx::query(sql!("SELECT pg_notify($1, $2)"))
+        .bind(crate::FINISHED_CHANNEL)
+        .bind(job_ids.join(","))
+        .execute(conn)
+        .await?;
+    Ok(())
+}

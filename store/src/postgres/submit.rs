@@ -1,0 +1,200 @@
+//! Submits on Postgres.
+
+use sqlx::{PgConnection, PgExecutor};
+
+use crate::{
+    Submission,
+    sql::{JsonText, Millis},
+};
+
+/// A batch's keys, jobs and outbox rows as one statement. Each candidate
+/// (a submit without a key, or the first submit of its key) makes its job
+/// only if its key is written, as in the transactional path; keys are
+/// written in key order, so two batches that share keys lock them in the
+/// same order. The keys' conflict rule is the one of
+/// `idempotency::upsert_keys`. Returns the keys written.
+pub(crate) async fn submit_in_one_statement(
+    db: impl PgExecutor<'_>,
+    candidates: &[&Submission],
+    now: Millis,
+    republish_ms: i64,
+) -> crate::Result<Vec<(String, String)>> {
+    let key = |f: fn(&crate::SubmissionKey) -> &str| {
+        candidates
+            .iter()
+            .map(|s| s.key.as_ref().map(f))
+            .collect::<Vec<_>>()
+    };
+    let headers = candidates
+        .iter()
+        .map(|s| {
+            s.key
+                .as_ref()
+                .map(|k| crate::idempotency::headers_json(&k.response).map(JsonText))
+                .transpose()
+        })
+        .collect::<crate::Result<Vec<_>>>()?;
+    let written = sqlx::query_as(sql!(
+        "WITH submitted AS (
+             SELECT * FROM UNNEST($3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[],
+                                  $8::timestamptz[], $9::text[], $10::text[], $11::text[],
+                                  $12::timestamptz[], $13::bigint[], $14::jsonb[], $15::bytea[])
+                 AS s (job_id, tenant_id, kind, params, max_attempts, created_at, key_tenant,
+                       idem_key, fingerprint, expires_at, response_status, response_headers,
+                       response_body)
+         ), written AS (
+             INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at,
+                 expires_at, response_status, response_headers, response_body)
+             SELECT key_tenant, idem_key, fingerprint, $1, expires_at, response_status,
+                    response_headers, response_body
+             FROM submitted WHERE idem_key IS NOT NULL ORDER BY key_tenant, idem_key
+             ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
+                 fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+                 expires_at = excluded.expires_at, response_status = excluded.response_status,
+                 response_headers = excluded.response_headers,
+                 response_body = excluded.response_body
+             WHERE idempotency_keys.expires_at <= excluded.created_at
+             RETURNING tenant_id, idem_key
+         ), inserted AS (
+             INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
+                               run_after, status)
+             SELECT s.job_id, s.tenant_id, s.kind, s.params, s.max_attempts, s.created_at,
+                    s.created_at, 'QUEUED'
+             FROM submitted s
+             WHERE s.idem_key IS NULL OR EXISTS (
+                 SELECT 1 FROM written w
+                 WHERE w.tenant_id = s.key_tenant AND w.idem_key = s.idem_key)
+             RETURNING job_id, created_at
+         ), queued AS (
+             INSERT INTO outbox (job_id, publish_at, republish_ms)
+             SELECT job_id, created_at + interval '1 millisecond' * $2, $2 FROM inserted
+         )
+         SELECT tenant_id, idem_key FROM written"
+    ))
+    .bind(now)
+    .bind(republish_ms)
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.job.job_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.job.tenant_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.job.kind.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| JsonText(s.job.params.clone()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.job.max_attempts)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| Millis(s.created_at))
+            .collect::<Vec<_>>(),
+    )
+    .bind(key(|k| &k.tenant_id))
+    .bind(key(|k| &k.key))
+    .bind(key(|k| &k.fingerprint))
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.key.as_ref().map(|k| Millis(k.expires_at)))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.key.as_ref().map(|k| i64::from(k.response.status)))
+            .collect::<Vec<_>>(),
+    )
+    .bind(headers)
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.key.as_ref().map(|k| k.response.body.as_slice()))
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(written)
+}
+
+/// Inserts the jobs and their outbox rows, due `republish_ms` after each
+/// job was made.
+pub(crate) async fn insert_jobs(
+    conn: &mut PgConnection,
+    submissions: &[&Submission],
+    republish_ms: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "WITH inserted AS (
+             INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
+                               run_after, status)
+             SELECT job_id, tenant_id, kind, params, max_attempts, created_at, created_at,
+                    'QUEUED'
+             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
+                         $7::timestamptz[])
+                 AS s (job_id, tenant_id, kind, params, max_attempts, created_at)
+             RETURNING job_id, created_at
+         )
+         INSERT INTO outbox (job_id, publish_at, republish_ms)
+         SELECT job_id, created_at + interval '1 millisecond' * $1, $1 FROM inserted"
+    ))
+    .bind(republish_ms)
+    .bind(
+        submissions
+            .iter()
+            .map(|s| s.job.job_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| s.job.tenant_id.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| s.job.kind.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| JsonText(s.job.params.clone()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| s.job.max_attempts)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| Millis(s.created_at))
+            .collect::<Vec<_>>(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,32 @@
+//! Every statement on SQLite, by area. Times are unix milliseconds, flags
+//! 0/1, JSON text; lists are bound as one JSON array and read with
+//! `json_each`, so each statement has one text whatever the size of its
+//! list. One process writes at a time (see `Store::write_turn`), so no
+//! statement takes row locks.
+
+pub(crate) mod attempts;
+pub(crate) mod idempotency;
+pub(crate) mod jobs;
+pub(crate) mod ledger;
+pub(crate) mod outbox;
+pub(crate) mod periods;
+pub(crate) mod results;
+pub(crate) mod sagas;
+pub(crate) mod submit;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod test_hooks;
+
+/// A list bound as one parameter: a JSON array, read back with `json_each`.
+pub(crate) fn json_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    serde_json::Value::Array(
+        items
+            .into_iter()
+            .map(|item| serde_json::Value::String(item.to_owned()))
+            .collect(),
+    )
+    .to_string()
+}
+pub(crate) mod dashboard;
+pub(crate) mod keys;
+pub(crate) mod retention;
+pub(crate) mod webhooks;

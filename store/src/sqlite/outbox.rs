@@ -1,0 +1,143 @@
+//! The outbox on SQLite.
+
+use sqlx::{SqliteConnection, SqliteExecutor};
+
+use super::json_list;
+use crate::{outbox::OutboxRow, sql::Millis};
+
+/// Whether any row is due: a read, before the relay takes the one write
+/// lock.
+pub(crate) async fn any_due(db: impl SqliteExecutor<'_>, now: Millis) -> sqlx::Result<bool> {
+    let due: Option<i64> =
+        sqlx::query_scalar(sql!("SELECT 1 FROM outbox WHERE publish_at <= $1 LIMIT 1"))
+            .bind(now)
+            .fetch_optional(db)
+            .await?;
+    Ok(due.is_some())
+}
+
+/// Takes up to `limit` due rows and moves their next publish ahead (the
+/// lease), doubling the wait on each republish up to 32 times the first.
+pub(crate) async fn lease_due(
+    conn: &mut SqliteConnection,
+    now: Millis,
+    limit: i64,
+    republish_after_ms: i64,
+) -> sqlx::Result<Vec<OutboxRow>> {
+    let due: Vec<OutboxRow> = sqlx::query_as(sql!(
+        "SELECT job_id, (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
+         FROM outbox WHERE publish_at <= $1 ORDER BY publish_at LIMIT $2"
+    ))
+    .bind(now)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    if due.is_empty() {
+        return Ok(due);
+    }
+    let ids = json_list(due.iter().map(|row| row.job_id.as_str()));
+    sqlx::query(sql!(
+        "UPDATE outbox SET
+             publish_at = $1 + CASE WHEN republish_ms = 0 THEN $2 ELSE republish_ms END,
+             republish_ms = CASE WHEN republish_ms = 0 THEN $2
+                                 WHEN republish_ms * 2 > $2 * 32 THEN $2 * 32
+                                 ELSE republish_ms * 2 END
+         WHERE job_id IN (SELECT value FROM json_each($3))"
+    ))
+    .bind(now)
+    .bind(republish_after_ms)
+    .bind(ids)
+    .execute(conn)
+    .await?;
+    Ok(due)
+}
+
+pub(crate) async fn published_unclaimed(
+    db: impl SqliteExecutor<'_>,
+    after: &str,
+    before: Millis,
+    limit: i64,
+) -> sqlx::Result<Vec<OutboxRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
+         FROM outbox
+         WHERE job_id > $1 AND republish_ms > 0 AND publish_at - republish_ms <= $2
+         ORDER BY job_id LIMIT $3"
+    ))
+    .bind(after)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+pub(crate) async fn republish(
+    conn: &mut SqliteConnection,
+    ids: &[String],
+    now: Millis,
+    before: Millis,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(sql!(
+        "UPDATE outbox SET publish_at = $1 + republish_ms
+         WHERE republish_ms > 0 AND publish_at - republish_ms <= $2
+           AND job_id IN (SELECT value FROM json_each($3))
+         RETURNING job_id"
+    ))
+    .bind(now)
+    .bind(before)
+    .bind(json_list(ids.iter().map(String::as_str)))
+    .fetch_all(conn)
+    .await
+}
+
+pub(crate) async fn make_published_due(
+    db: impl SqliteExecutor<'_>,
+    now: Millis,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(sql!(
+        "UPDATE outbox SET publish_at = $1, republish_ms = 0 WHERE republish_ms > 0"
+    ))
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+pub(crate) async fn set_due(
+    db: impl SqliteExecutor<'_>,
+    ids: &[String],
+    at: Millis,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "UPDATE outbox SET publish_at = $1 WHERE job_id IN (SELECT value FROM json_each($2))"
+    ))
+    .bind(at)
+    .bind(json_list(ids.iter().map(String::as_str)))
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn upsert(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    at: Millis,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0"
+    ))
+    .bind(job_id)
+    .bind(at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn delete(conn: &mut SqliteConnection, job_id: &str) -> sqlx::Result<()> {
+    sqlx::query(sql!("DELETE FROM outbox WHERE job_id = $1"))
+        .bind(job_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! Statements only the tests' store methods run.
+
+use sqlx::SqliteExecutor;
+
+use crate::sql::Millis;
+
+pub(crate) async fn set_lease(
+    db: impl SqliteExecutor<'_>,
+    job_id: &str,
+    at: Millis,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "UPDATE jobs SET lease_expires_at = $2 WHERE job_id = $1"
+    ))
+    .bind(job_id)
+    .bind(at)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn count_results(db: impl SqliteExecutor<'_>, job_id: &str) -> sqlx::Result<i64> {
+    sqlx::query_scalar(sql!("SELECT COUNT(*) FROM job_results WHERE job_id = $1"))
+        .bind(job_id)
+        .fetch_one(db)
+        .await
+}
+
+pub(crate) async fn chunk_counts(
+    db: impl SqliteExecutor<'_>,
+    job_id: &str,
+) -> sqlx::Result<Vec<(i64, i64)>> {
+    sqlx::query_as(sql!(
+        "SELECT attempt, COUNT(*) FROM job_result_chunks WHERE job_id = $1
+         GROUP BY attempt ORDER BY attempt"
+    ))
+    .bind(job_id)
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,16 @@
+//! The store's behaviour, tested at the store: every test runs on a fresh
+//! Postgres database and on a fresh SQLite file (River's driver suite is
+//! the model), so both databases' statements keep one behaviour.
+
+mod harness;
+mod rows;
+
+mod dashboard;
+mod jobs;
+mod keys;
+mod ledger;
+mod lifecycle;
+mod periods;
+mod retention;
+mod sagas;
+mod webhooks;
