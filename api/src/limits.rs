@@ -7,7 +7,10 @@
 //! The request rate and long polls are counted by each api process; active
 //! jobs are counted in the database, read at most once a second per tenant
 //! by each process, and counted up between reads, so a burst can pass the
-//! limit by at most what the tenant submits in that second.
+//! limit by at most what the tenant submits in that second. Once a tenant's
+//! count is known, it is read again in the background: no submit waits for
+//! a `COUNT(*)`, whose cost grows with the dead index entries that a held
+//! xmin horizon keeps.
 
 use std::{
     collections::HashMap,
@@ -39,7 +42,7 @@ pub struct Limits {
     sign_ins: DefaultKeyedRateLimiter<IpAddr>,
     clock: DefaultClock,
     max_active_jobs: i64,
-    active_jobs: Mutex<HashMap<String, ActiveCount>>,
+    active_jobs: Arc<Mutex<HashMap<String, ActiveCount>>>,
     webhook_caps: WebhookCaps,
     max_long_polls: usize,
     long_polls: Arc<Mutex<HashMap<String, usize>>>,
@@ -50,31 +53,53 @@ struct ActiveCount {
     read_at: Instant,
     /// As read, plus the submits this process admitted since.
     count: i64,
-    /// A request is reading the count again: the others go on with this
-    /// one meanwhile, rather than each sending the same `COUNT(*)`, which
-    /// behind a backlog would hold every pooled connection while it runs.
+    /// The count is being read again: one read at a time per tenant,
+    /// rather than one per request, which behind a backlog would hold
+    /// every pooled connection while it runs.
     refreshing: bool,
 }
 
-/// What a submit goes by: a count to use, or the duty to read it.
+/// What a submit goes by.
 enum ActiveCountTurn {
+    /// A fresh count, or one being read again.
     Known(i64),
+    /// A stale count: go by it, and read it again in the background.
+    Stale(i64),
+    /// None yet: read it now.
     Read,
 }
 
-/// Hands the refresh back if its request ends (an error, a dropped
-/// future) before writing a new count, so the next request reads it.
-struct RefreshDuty<'a> {
-    limits: &'a Limits,
-    tenant: &'a str,
+type ActiveCounts = Arc<Mutex<HashMap<String, ActiveCount>>>;
+
+fn lock_counts(counts: &ActiveCounts) -> std::sync::MutexGuard<'_, HashMap<String, ActiveCount>> {
+    counts.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Drop for RefreshDuty<'_> {
-    fn drop(&mut self) {
-        if let Some(known) = self.limits.lock_active().get_mut(self.tenant) {
-            known.refreshing = false;
+/// Reads the tenant's count again and keeps it; a failed read hands the
+/// refresh to the next submit.
+fn refresh_in_background(store: Store, counts: ActiveCounts, tenant: String) {
+    tokio::spawn(async move {
+        let read = store.count_active_jobs(&tenant).await;
+        let mut counts = lock_counts(&counts);
+        match read {
+            Ok(count) => {
+                counts.insert(
+                    tenant,
+                    ActiveCount {
+                        read_at: Instant::now(),
+                        count,
+                        refreshing: false,
+                    },
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, tenant, "reading the tenant's active jobs failed");
+                if let Some(known) = counts.get_mut(&tenant) {
+                    known.refreshing = false;
+                }
+            }
         }
-    }
+    });
 }
 
 impl Limits {
@@ -86,7 +111,7 @@ impl Limits {
             sign_ins: RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
             clock: DefaultClock::default(),
             max_active_jobs: i64::try_from(settings.max_active_jobs).unwrap_or(i64::MAX),
-            active_jobs: Mutex::default(),
+            active_jobs: Arc::default(),
             webhook_caps: WebhookCaps {
                 per_tenant: i64::try_from(settings.max_webhooks).unwrap_or(i64::MAX),
                 per_job: i64::try_from(settings.max_webhooks_per_job).unwrap_or(i64::MAX),
@@ -135,11 +160,11 @@ impl Limits {
     pub async fn admit_job(&self, store: &Store, tenant: &str) -> ApiResult<()> {
         let count = match self.active_count_turn(tenant) {
             ActiveCountTurn::Known(count) => count,
+            ActiveCountTurn::Stale(count) => {
+                refresh_in_background(store.clone(), self.active_jobs.clone(), tenant.to_owned());
+                count
+            }
             ActiveCountTurn::Read => {
-                let duty = RefreshDuty {
-                    limits: self,
-                    tenant,
-                };
                 let count = store.count_active_jobs(tenant).await?;
                 self.lock_active().insert(
                     tenant.to_owned(),
@@ -149,7 +174,6 @@ impl Limits {
                         refreshing: false,
                     },
                 );
-                drop(duty);
                 count
             }
         };
@@ -167,9 +191,9 @@ impl Limits {
         Ok(())
     }
 
-    /// The tenant's count while it is fresh or another request is reading
-    /// it; else this request reads it (and only this one, if a count was
-    /// ever read: a tenant's first submits each read).
+    /// The tenant's count while it is fresh or being read again; a stale
+    /// one to go by while this request starts its read; or, when none was
+    /// ever read, the duty to read it (a tenant's first submits each read).
     fn active_count_turn(&self, tenant: &str) -> ActiveCountTurn {
         let mut counts = self.lock_active();
         match counts.get_mut(tenant) {
@@ -178,14 +202,14 @@ impl Limits {
             }
             Some(known) => {
                 known.refreshing = true;
-                ActiveCountTurn::Read
+                ActiveCountTurn::Stale(known.count)
             }
             None => ActiveCountTurn::Read,
         }
     }
 
     fn lock_active(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActiveCount>> {
-        self.active_jobs.lock().unwrap_or_else(|e| e.into_inner())
+        lock_counts(&self.active_jobs)
     }
 
     /// The webhook caps a registration goes by, checked in its transaction
@@ -282,17 +306,20 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_count_is_read_again_by_one_request_while_the_others_use_it() {
+    fn a_stale_count_is_used_while_one_request_has_it_read_again() {
         let limits = limits();
         known(&limits, "acme", 7, ACTIVE_COUNT_FOR * 2);
-        assert!(reads(limits.active_count_turn("acme")));
+        assert!(matches!(
+            limits.active_count_turn("acme"),
+            ActiveCountTurn::Stale(7)
+        ));
         for _ in 0..50 {
             assert!(matches!(
                 limits.active_count_turn("acme"),
                 ActiveCountTurn::Known(7)
             ));
         }
-        // Another tenant's count is its own.
+        // Another tenant's count is its own, and none was read yet.
         assert!(reads(limits.active_count_turn("globex")));
     }
 
@@ -306,16 +333,48 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_read_that_ends_without_a_count_passes_to_the_next_request() {
+    /// A store whose database is gone: every read fails.
+    async fn closed_store() -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}/jobs.db", dir.path().display());
+        let store = Store::connect(&url).await.expect("a SQLite store");
+        store.close().await;
+        (store, dir)
+    }
+
+    #[tokio::test]
+    async fn a_background_read_keeps_its_count_or_hands_the_read_to_the_next_submit() {
         let limits = limits();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}/jobs.db", dir.path().display());
+        let store = Store::connect(&url).await.expect("a SQLite store");
+        store.migrate().await.expect("migrations");
         known(&limits, "acme", 7, ACTIVE_COUNT_FOR * 2);
-        assert!(reads(limits.active_count_turn("acme")));
-        // The reading request failed, or its client went away.
-        drop(RefreshDuty {
-            limits: &limits,
-            tenant: "acme",
-        });
-        assert!(reads(limits.active_count_turn("acme")));
+        limits.admit_job(&store, "acme").await.expect("admitted");
+        // The read counts the store's jobs: none.
+        testkit::wait::until_true(
+            "the count read again",
+            Duration::from_secs(10),
+            async || matches!(limits.active_count_turn("acme"), ActiveCountTurn::Known(0)),
+        )
+        .await;
+
+        let (closed, _dir) = closed_store().await;
+        known(&limits, "acme", 7, ACTIVE_COUNT_FOR * 2);
+        limits
+            .admit_job(&closed, "acme")
+            .await
+            .expect("admitted by the stale count");
+        testkit::wait::until_true("the read handed on", Duration::from_secs(10), async || {
+            !limits
+                .lock_active()
+                .get("acme")
+                .is_some_and(|c| c.refreshing)
+        })
+        .await;
+        assert!(matches!(
+            limits.active_count_turn("acme"),
+            ActiveCountTurn::Stale(8)
+        ));
     }
 }

@@ -93,6 +93,7 @@ impl Service {
             .await
             .settings(&[
                 ("API_KEYS", keys.as_str()),
+                ("ENABLE_DIAGNOSTIC_KINDS", "true"),
                 ("WORKER_CONCURRENCY", concurrency.as_str()),
                 // What a deployment runs with, not the tests' quick ones.
                 ("JOB_LEASE", "30s"),
@@ -121,7 +122,14 @@ impl Service {
         // first minute's traffic and autovacuum give it.
         let load = Load::start(&service.api, args.rate, args.job_ms);
         tokio::time::sleep(Duration::from_secs(10)).await;
-        load.stop().await;
+        let (_, warm_up) = load.stop().await;
+        let accepted = warm_up.iter().filter(|s| s.status == 202).count();
+        ensure!(
+            accepted * 2 > warm_up.len(),
+            "{accepted} of {} warm-up submits accepted: {:?}",
+            warm_up.len(),
+            warm_up.iter().find(|s| s.status != 202).map(|s| s.status)
+        );
         service.execute("ANALYZE").await?;
         service
             .execute("CREATE EXTENSION pg_stat_statements")

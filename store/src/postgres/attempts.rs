@@ -173,8 +173,8 @@ pub(crate) async fn succeed(
     .await
 }
 
-/// Running jobs whose lease lapsed, locked; `'RUNNING'` a literal, so the
-/// partial index `jobs_running_leases` serves it.
+/// Running jobs whose lease lapsed, locked, found by the partial index
+/// `jobs_leases` (only a running job holds a lease).
 pub(crate) async fn lapsed(
     conn: &mut PgConnection,
     now: Millis,
