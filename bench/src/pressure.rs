@@ -269,6 +269,8 @@ struct Finished {
 type Moment = chrono::DateTime<chrono::Utc>;
 /// A job's id, created, started and finished times, status and attempts.
 type JobTimes = (String, Moment, Option<Moment>, Option<Moment>, String, i32);
+/// A job's status, attempts, hand-backs, error type and message.
+type JobState = (String, i64, i64, Option<String>, Option<String>);
 
 async fn jobs_of(
     service: &Service,
@@ -394,6 +396,23 @@ async fn check_every_job(
             .count();
         if unfinished == 0 || Instant::now() > deadline {
             let second_attempts = jobs.values().filter(|j| j.attempts > 1).count();
+            if unfinished > 0 {
+                let mut conn = service.connect().await?;
+                for id in accepted
+                    .iter()
+                    .filter(|id| !jobs.get(**id).is_some_and(|j| j.succeeded))
+                    .take(5)
+                {
+                    let row: Option<JobState> = sqlx::query_as(
+                        "SELECT status, attempts, handbacks, error_type, error_message \
+                             FROM jobs WHERE job_id = $1",
+                    )
+                    .bind(id)
+                    .fetch_optional(&mut conn)
+                    .await?;
+                    println!("# not SUCCEEDED: {id} {row:?}");
+                }
+            }
             ensure!(
                 unfinished == 0,
                 "{unfinished} of {} accepted jobs had not SUCCEEDED 60 s after the load",

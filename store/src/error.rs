@@ -25,19 +25,10 @@ pub enum Error {
 
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
-        match &error {
-            sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-            | sqlx::Error::Tls(_)
-            // A connection cut mid-answer (the server died) reads as a
-            // protocol error.
-            | sqlx::Error::Protocol(_) => Error::Unavailable(error),
-            sqlx::Error::Database(db) if is_unavailable_code(db.code().as_deref()) => {
-                Error::Unavailable(error)
-            }
-            _ => Error::Database(error),
+        if is_unavailable_sqlx(&error) {
+            Error::Unavailable(error)
+        } else {
+            Error::Database(error)
         }
     }
 }
@@ -63,11 +54,32 @@ impl From<shared::settings::SettingsError> for Error {
     }
 }
 
+/// Whether this database error is one to try again after: the server is
+/// down or refusing (a connection cut mid-answer reads as a protocol
+/// error), or answered with a code that says so.
+fn is_unavailable_sqlx(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => is_unavailable_code(db.code().as_deref()),
+        _ => false,
+    }
+}
+
 impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Error::Unavailable(_) => true,
             Error::Batch(error) => error.is_unavailable(),
+            // Migrations meet the same outages as any other statement.
+            Error::Migrate(
+                sqlx::migrate::MigrateError::Execute(error)
+                | sqlx::migrate::MigrateError::ExecuteMigration(error, _),
+            ) => is_unavailable_sqlx(error),
             _ => false,
         }
     }

@@ -31,6 +31,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// Postgres or Redis is down or refusing: worth trying again.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Store(error) | Error::Queue(queue::Error::Database(error)) => {
+                error.is_unavailable()
+            }
+            Error::Queue(queue::Error::Redis(error)) => {
+                error.is_io_error() || error.is_connection_refusal() || error.is_timeout()
+            }
+            _ => false,
+        }
+    }
+
     /// An apalis error, whatever its type.
     pub fn apalis(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::Apalis(Box::new(error))

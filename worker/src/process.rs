@@ -1,26 +1,47 @@
 //! The `worker` process around its pool: connecting, the metrics
 //! endpoint on `METRICS_ADDR`, and SIGTERM/SIGINT.
 
+use std::time::Duration;
+
 use queue::Queue;
-use shared::{notify::Signals, settings::Settings};
+use shared::{notify::Signals, retry::Retry, settings::Settings};
 use store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{Error, Result, WorkerPool};
 
+/// How a worker started while Postgres or Redis is down or refusing it
+/// waits for them: as it would for an outage once running, rather than exit.
+const STARTING: Retry = Retry::doubling(Duration::from_millis(200), Duration::from_secs(5));
+
 /// The `worker` binary: connect, migrate, run the pool until SIGTERM/SIGINT.
 pub async fn run_worker_process(settings: Settings) -> Result<()> {
-    let store = Store::open(&settings).await?;
-    store.migrate().await?;
-    let queue = Queue::connect(&settings, &store).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let (store, queue) = STARTING
+        .run_until(
+            shutdown.cancelled(),
+            |_| async {
+                let store = Store::open(&settings).await?;
+                store.migrate().await?;
+                let queue = Queue::connect(&settings, &store).await?;
+                Ok::<_, Error>((store, queue))
+            },
+            |error, _| {
+                let again = error.is_unavailable();
+                if again {
+                    warn!(%error, "cannot start yet: trying again");
+                }
+                again
+            },
+        )
+        .await?;
     let metrics = match &settings.metrics_addr {
         Some(addr) => Some(serve_metrics(addr)?),
         None => None,
     };
     let pool = WorkerPool::new(store, queue, Signals::default(), &settings);
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
     let result = pool.run(shutdown).await;
     if let Some(metrics) = metrics {
         metrics.stop(true).await;

@@ -846,3 +846,23 @@ async fn every_job_succeeds_once_while_its_connections_are_terminated_five_times
     assert_up("worker", &mut shape.worker);
     assert_up("api", shape.api.process.as_mut().expect("api"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_postgres_is_down_waits_for_it_and_then_works() {
+    let postgres = PrivatePostgres::start();
+    let redis = PrivateRedis::start();
+    let mut shape = production_shape(&postgres, &redis).await;
+    shape.worker.kill_hard();
+    postgres.crash();
+    let mut worker = shape.env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]);
+    worker.wait_for_line_containing("cannot start yet: trying again");
+    assert_up("worker", &mut worker);
+    postgres.start_again();
+    worker.wait_for_line("metrics on http://");
+    let job = shape.api.submit("sleep", json!({"ms": 1})).await;
+    let done = shape
+        .api
+        .wait_final(job["job_id"].as_str().expect("job_id"))
+        .await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+}
