@@ -90,15 +90,26 @@ impl JobFailure {
     }
 }
 
+/// The `error_type` of a handler's store error.
+pub const STORE_ERROR: &str = "store_error";
+
+impl JobFailure {
+    /// An outage of Receipt's own database under the attempt (not the
+    /// job's fault: the worker hands the attempt back uncounted).
+    pub fn is_store_outage(&self) -> bool {
+        matches!(self, JobFailure::Retryable { error_type, .. } if error_type == STORE_ERROR)
+    }
+}
+
 /// A store error inside a handler: an outage is worth another attempt
 /// (the database may be back); anything else (stored data that does not
 /// decode, a refused write) is a bug that would fail the same way again.
 impl From<store::Error> for JobFailure {
     fn from(error: store::Error) -> Self {
         if error.is_unavailable() {
-            JobFailure::retryable("store_error", error.to_string())
+            JobFailure::retryable(STORE_ERROR, error.to_string())
         } else {
-            JobFailure::permanent("store_error", error.to_string())
+            JobFailure::permanent(STORE_ERROR, error.to_string())
         }
     }
 }

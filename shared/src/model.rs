@@ -267,6 +267,13 @@ pub enum AttemptOutcome {
         at: i64,
         error: JobErrorObject,
     },
+    /// The attempt met an outage of Receipt's own database: it runs again
+    /// at `at`, and the attempt is not counted against the job's limit
+    /// (the job did not fail; its database was away).
+    HandBack {
+        at: i64,
+        error: JobErrorObject,
+    },
     Cancelled,
 }
 

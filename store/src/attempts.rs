@@ -36,6 +36,13 @@ pub struct Claim {
     pub max_attempts: i64,
 }
 
+impl Claim {
+    /// The job's attempts handed back so far, not counted against its limit.
+    pub fn handbacks(&self) -> i64 {
+        self.attempt - self.counted_attempt
+    }
+}
+
 /// A claimed job's row, as both databases' claims return it.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct ClaimRow {
@@ -87,6 +94,8 @@ pub(crate) struct AttemptEnd<'a> {
     pub(crate) finished_at: Option<Millis>,
     pub(crate) run_after: Option<Millis>,
     pub(crate) error: Option<&'a JobErrorObject>,
+    /// Not counted against the attempt limit (`handbacks` + 1).
+    pub(crate) handed_back: bool,
 }
 
 /// A successful attempt's result, as the statements bind it: a document,
@@ -185,14 +194,18 @@ impl Store {
     ) -> Result<LeaseCheck> {
         let _turn = self.write_turn().await;
         let progress = progress.clamp(0.0, 1.0);
-        Ok(lease_check(on_pool!(self,
-            pool => postgres::attempts::set_progress(pool, job_id, attempt, progress).await?,
-            pool => sqlite::attempts::set_progress(pool, job_id, attempt, progress).await?,
-        )))
+        let written = on_pool!(self,
+            pool => postgres::attempts::set_progress(pool, job_id, attempt, progress).await,
+            pool => sqlite::attempts::set_progress(pool, job_id, attempt, progress).await,
+        );
+        let written =
+            crate::lose_answer("store::progress_answer_lost", written.map_err(Error::from));
+        Ok(lease_check(written?))
     }
 
     /// Ends an attempt without a result: a final failure, a retry's
-    /// backoff (with its outbox row), or a cancellation, in one
+    /// backoff (with its outbox row; a hand-back's is not counted), or a
+    /// cancellation, in one
     /// transaction that applies only while `attempt` is the current
     /// attempt and still running. Returns whether it applied: `false` is
     /// a stale or duplicate attempt, whose outcome is dropped (the fence).
@@ -216,22 +229,32 @@ impl Store {
                 finished_at: Some(Millis(now)),
                 run_after: None,
                 error: Some(error),
+                handed_back: false,
             },
             AttemptOutcome::RetryAt { at, error } => AttemptEnd {
                 status: JobStatus::Queued,
                 finished_at: None,
                 run_after: Some(Millis(*at)),
                 error: Some(error),
+                handed_back: false,
+            },
+            AttemptOutcome::HandBack { at, error } => AttemptEnd {
+                status: JobStatus::Queued,
+                finished_at: None,
+                run_after: Some(Millis(*at)),
+                error: Some(error),
+                handed_back: true,
             },
             AttemptOutcome::Cancelled => AttemptEnd {
                 status: JobStatus::Cancelled,
                 finished_at: Some(Millis(now)),
                 run_after: None,
                 error: None,
+                handed_back: false,
             },
         };
         let mut tx = self.begin_write().await?;
-        if let AttemptOutcome::RetryAt { .. } = outcome {
+        if let AttemptOutcome::RetryAt { .. } | AttemptOutcome::HandBack { .. } = outcome {
             // A cancel asked while this attempt ran wins over its retry: the
             // client asked the job to stop, and it has stopped.
             let cancelled = on_tx!(tx,
@@ -252,7 +275,7 @@ impl Store {
         if !applied {
             return Ok(false);
         }
-        if let AttemptOutcome::RetryAt { at, .. } = outcome {
+        if let AttemptOutcome::RetryAt { at, .. } | AttemptOutcome::HandBack { at, .. } = outcome {
             upsert_outbox(&mut tx, job_id, *at).await?;
         }
         if end.status.is_final() {

@@ -154,8 +154,10 @@ impl PrivatePostgres {
             self.settings.concat()
         );
         let log = self.dir.path().join("postgres.log").display().to_string();
+        // Crash recovery on a machine busy with a parallel test run can take
+        // longer than pg_ctl's default 60 s wait.
         assert!(
-            self.pg_ctl(&["-o", &options, "-l", &log, "-w", "start"]),
+            self.pg_ctl(&["-o", &options, "-l", &log, "-w", "-t", "180", "start"]),
             "pg_ctl start (log: {log})"
         );
         wait_until("Postgres answers", || answers(self.port));

@@ -40,6 +40,11 @@ pub struct Runner {
     successes: Batcher<(String, i64, ResultBody), store::Result<bool>>,
 }
 
+/// Attempts handed back (outages, shutdowns) beyond which an outage under
+/// an attempt counts against the job's limit like any retryable failure:
+/// a bound, should an "outage" follow one job wherever it runs.
+const MAX_HANDBACKS: i64 = 20;
+
 /// How a claim or an outcome the database did not take is tried again.
 const STORE_OUTAGE: Retry = Retry::doubling(Duration::from_millis(100), Duration::from_secs(2));
 
@@ -258,6 +263,20 @@ impl Runner {
             }) => Some(AttemptOutcome::Failed {
                 error: error_object(&error_type, message),
             }),
+            Err(failure) if failure.is_store_outage() && claim.handbacks() < MAX_HANDBACKS => {
+                let JobFailure::Retryable {
+                    error_type,
+                    message,
+                } = failure
+                else {
+                    unreachable!("a store outage is retryable")
+                };
+                let delay = backoff_delay(claim.handbacks() + 1, self.retry_base, self.retry_max);
+                Some(AttemptOutcome::HandBack {
+                    at: now_ms() + duration_ms(delay),
+                    error: error_object(&error_type, message),
+                })
+            }
             Err(JobFailure::Retryable {
                 error_type,
                 message,
@@ -348,7 +367,7 @@ impl Runner {
             .await;
         match written {
             Ok(true) => {
-                if let AttemptOutcome::RetryAt { .. } = outcome {
+                if let AttemptOutcome::RetryAt { .. } | AttemptOutcome::HandBack { .. } = outcome {
                     self.signals.outbox_changed();
                 }
                 // A retry may have become a cancel; a spare signal only
@@ -377,6 +396,7 @@ fn record_attempt(kind: &str, outcome: &AttemptOutcome, took: Duration) {
         AttemptOutcome::Succeeded { .. } | AttemptOutcome::SucceededInChunks { .. } => "succeeded",
         AttemptOutcome::Failed { .. } => "failed",
         AttemptOutcome::RetryAt { .. } => "retry",
+        AttemptOutcome::HandBack { .. } => "handed_back",
         AttemptOutcome::Cancelled => "cancelled",
     };
     metrics::counter!("receipt_job_attempts_total", "kind" => kind.to_owned(), "outcome" => outcome)

@@ -211,3 +211,38 @@ async fn a_success_whose_commit_answer_was_lost_is_recorded_once() {
     // Written again after the lost answer, and fenced: announced once.
     assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
+
+/// Outages under one job's attempts (its progress write's answer lost, five
+/// times in a row, as many as its attempts) hand each attempt back
+/// uncounted: the job still succeeds, and counts one attempt.
+async fn outages_under_attempts_do_not_use_them_up(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let failpoint = ("FAILPOINTS", "store::progress_answer_lost=5*return");
+    let (api, _worker) = match backend {
+        Backend::Sqlite => (
+            env.start_api(&[("EMBEDDED_WORKER", "true"), failpoint])
+                .await,
+            None,
+        ),
+        Backend::PgRedis => (
+            env.start_api(&[("EMBEDDED_WORKER", "false")]).await,
+            Some(env.start_worker(&[failpoint])),
+        ),
+    };
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let done = api
+        .wait_final(job["job_id"].as_str().expect("job_id"))
+        .await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["attempts"], 1, "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_under_attempts_do_not_use_them_up_embedded() {
+    outages_under_attempts_do_not_use_them_up(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_under_attempts_do_not_use_them_up_in_production() {
+    outages_under_attempts_do_not_use_them_up(Backend::PgRedis).await;
+}

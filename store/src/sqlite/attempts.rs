@@ -126,7 +126,8 @@ pub(crate) async fn end(
     let done = sqlx::query(sql!(
         "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
              error_type = $6, error_message = $7, lease_expires_at = NULL, worker_id = NULL,
-             cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE false END
+             cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE false END,
+             handbacks = handbacks + $8
          WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'"
     ))
     .bind(job_id)
@@ -136,6 +137,7 @@ pub(crate) async fn end(
     .bind(end.run_after)
     .bind(end.error.map(|e| e.error_type.as_str()))
     .bind(end.error.map(|e| e.message.as_str()))
+    .bind(i64::from(end.handed_back))
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
