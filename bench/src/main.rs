@@ -16,6 +16,9 @@ use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
+mod stats;
+use stats::percentile;
+
 const KEY: &str = "bench-key-0123456789abcdef";
 /// A second tenant's key, for the fairness scenario.
 const QUIET_KEY: &str = "bench-quiet-key-0123456789";
@@ -248,14 +251,6 @@ async fn submit(api: &Api, body: &Value) -> Result<Value> {
     api.try_submit("sleep", body, &idempotency_key)
         .await
         .map_err(anyhow::Error::msg)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 /// What one end-to-end run measured.

@@ -32,6 +32,9 @@ use testkit::{
 };
 use tokio::time::Instant;
 
+mod stats;
+use stats::percentile;
+
 const KEY: &str = "pressure-key-0123456789abcdef";
 
 #[derive(Parser, Debug, Clone)]
@@ -300,14 +303,6 @@ async fn jobs_of(
             )
         })
         .collect())
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn quantiles(mut values: Vec<f64>) -> Value {

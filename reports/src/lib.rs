@@ -90,16 +90,10 @@ impl JobFailure {
     }
 }
 
-/// The `error_type` of a handler's store error.
+/// The `error_type` of a handler's store error; retryable only when the
+/// database did not answer (an outage, which the worker hands back
+/// uncounted).
 pub const STORE_ERROR: &str = "store_error";
-
-impl JobFailure {
-    /// An outage of Receipt's own database under the attempt (not the
-    /// job's fault: the worker hands the attempt back uncounted).
-    pub fn is_store_outage(&self) -> bool {
-        matches!(self, JobFailure::Retryable { error_type, .. } if error_type == STORE_ERROR)
-    }
-}
 
 /// A store error inside a handler: an outage is worth another attempt
 /// (the database may be back); anything else (stored data that does not

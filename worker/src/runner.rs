@@ -263,26 +263,21 @@ impl Runner {
             }) => Some(AttemptOutcome::Failed {
                 error: error_object(&error_type, message),
             }),
-            Err(failure) if failure.is_store_outage() && claim.handbacks() < MAX_HANDBACKS => {
-                let JobFailure::Retryable {
-                    error_type,
-                    message,
-                } = failure
-                else {
-                    unreachable!("a store outage is retryable")
-                };
-                let delay = backoff_delay(claim.handbacks() + 1, self.retry_base, self.retry_max);
-                Some(AttemptOutcome::HandBack {
-                    at: now_ms() + duration_ms(delay),
-                    error: error_object(&error_type, message),
-                })
-            }
             Err(JobFailure::Retryable {
                 error_type,
                 message,
             }) => {
+                // An outage of our own database is not the job's failure.
+                let outage = error_type == reports::STORE_ERROR;
                 let error = error_object(&error_type, message);
-                Some(if claim.counted_attempt < claim.max_attempts {
+                Some(if outage && claim.handbacks() < MAX_HANDBACKS {
+                    let delay =
+                        backoff_delay(claim.handbacks() + 1, self.retry_base, self.retry_max);
+                    AttemptOutcome::HandBack {
+                        at: now_ms() + duration_ms(delay),
+                        error,
+                    }
+                } else if claim.counted_attempt < claim.max_attempts {
                     let delay =
                         backoff_delay(claim.counted_attempt, self.retry_base, self.retry_max);
                     AttemptOutcome::RetryAt {
