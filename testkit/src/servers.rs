@@ -353,7 +353,7 @@ impl PrivateRedis {
     }
 
     /// Starts the server (again: empty, unless persistent) and waits until
-    /// it answers.
+    /// it answers commands.
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "already running");
         let persistence: &[&str] = if self.persistent {
@@ -380,7 +380,11 @@ impl PrivateRedis {
             .spawn()
             .expect("redis-server");
         self.child = Some(child);
-        wait_until("Redis answers", || answers(self.port));
+        // A server loading its append-only file accepts connections but
+        // answers every command with LOADING until it is done.
+        wait_until("Redis answers PING", || {
+            redis_query(self.port, &["PING"]).as_deref() == Some("PONG")
+        });
     }
 
     /// SIGKILL: the server and everything it held are gone.
