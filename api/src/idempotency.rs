@@ -85,7 +85,7 @@ impl FromRequest for IdempotencyKey {
     }
 }
 
-/// What identifies "the same request": method, path, and the body as
+/// What identifies "the same request": method, path, query, and the body as
 /// canonical JSON (key order and white space do not count).
 pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
     let mut hasher = Sha256::new()
@@ -93,6 +93,13 @@ pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
         .chain_update(b"\n")
         .chain_update(request.path())
         .chain_update(b"\n");
+    // A submit's start (`run_at`, `delay`) is in its query: the same body
+    // at another time is another request. A request without a query keeps
+    // the fingerprint it always had.
+    if !request.query_string().is_empty() {
+        hasher.update(request.query_string());
+        hasher.update(b"\n");
+    }
     match serde_json::from_slice::<Value>(body) {
         Ok(value) => {
             let mut canonical = Vec::with_capacity(body.len());

@@ -46,6 +46,8 @@ pub struct Limits {
     webhook_caps: WebhookCaps,
     max_long_polls: usize,
     long_polls: Arc<Mutex<HashMap<String, usize>>>,
+    /// Schedules per tenant (`MAX_SCHEDULES`).
+    max_schedules: i64,
 }
 
 #[derive(Clone, Copy)]
@@ -118,6 +120,7 @@ impl Limits {
             },
             max_long_polls: settings.max_long_polls as usize,
             long_polls: Arc::default(),
+            max_schedules: i64::try_from(settings.max_schedules).unwrap_or(i64::MAX),
         }
     }
 
@@ -217,6 +220,20 @@ impl Limits {
     /// pass them.
     pub fn webhook_caps(&self) -> WebhookCaps {
         self.webhook_caps
+    }
+
+    /// Refuses one more schedule of a tenant that has `count`, its cap
+    /// (`MAX_SCHEDULES`).
+    pub fn admit_schedule(&self, count: i64) -> ApiResult<()> {
+        if count < self.max_schedules {
+            return Ok(());
+        }
+        Err(ApiError::TooManyRequests {
+            detail: format!(
+                "this tenant has {count} schedules, its limit (MAX_SCHEDULES); delete one first"
+            ),
+            retry_after_secs: 60,
+        })
     }
 
     /// The refusal of a registration over a cap, if it was.

@@ -104,9 +104,14 @@ impl SubmitGroup {
     /// a push to Redis runs in a task of its own, so a slow Redis holds up
     /// no answer.
     async fn write(&self, submissions: Vec<Submission>) -> store::Result<Vec<Submitted>> {
-        let handoff = self
-            .queue
-            .handoff_for(submissions.iter().map(|s| s.job.tenant_id.as_str()));
+        // A delayed job waits in the outbox until its start: the relay
+        // publishes it then, so no place is reserved for it now.
+        let handoff = self.queue.handoff_for(
+            submissions
+                .iter()
+                .filter(|s| !s.is_delayed())
+                .map(|s| s.job.tenant_id.as_str()),
+        );
         let outcomes = self
             .store
             .submit_batch(
@@ -120,7 +125,9 @@ impl SubmitGroup {
         let new_jobs: Vec<QueuedJob> = submissions
             .iter()
             .zip(&outcomes)
-            .filter(|(_, outcome)| **outcome == Submitted::Inserted)
+            .filter(|(submission, outcome)| {
+                **outcome == Submitted::Inserted && !submission.is_delayed()
+            })
             .map(|(submission, _)| QueuedJob {
                 job_id: submission.job.job_id.clone(),
                 tenant_id: submission.job.tenant_id.clone(),

@@ -27,7 +27,8 @@ const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
-    /// dashboard (not run by default: it fills `--rows` jobs).
+    /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
+    /// default: they wait for jobs' starts and for fires).
     #[arg(
         long,
         default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq"
@@ -65,6 +66,22 @@ struct Args {
     /// Finished jobs (scale, prune) and ledger entries (report) written beforehand.
     #[arg(long, default_value_t = 1_000_000)]
     rows: i64,
+    /// The delayed scenario: jobs submitted to start later, their starts
+    /// spread evenly over `--delayed-window-secs`, the first
+    /// `--delayed-lead-secs` after the scenario begins (time to submit them
+    /// all and to measure submits and pickups while every one waits).
+    #[arg(long, default_value_t = 100_000)]
+    delayed_jobs: usize,
+    #[arg(long, default_value_t = 100)]
+    delayed_window_secs: u64,
+    #[arg(long, default_value_t = 300)]
+    delayed_lead_secs: u64,
+    /// The schedules scenario: this many schedules firing every minute, for
+    /// `--schedule-minutes` minutes.
+    #[arg(long, default_value_t = 10_000)]
+    schedules: usize,
+    #[arg(long, default_value_t = 2)]
+    schedule_minutes: i64,
     /// Alternating rounds of Receipt and BullMQ in the side-by-side run.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -597,6 +614,198 @@ async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Val
     }))
 }
 
+/// Scenario: delayed jobs. Submit and pickup latency on an idle service;
+/// then `--delayed-jobs` jobs of a second tenant submitted to start later
+/// (their starts spread over a window that opens after the lead); the same
+/// submit and pickup figures while all of them wait; then how late each
+/// delayed job started (`started_at - run_at`, read from the table).
+async fn delayed(service: &Service, args: &Args) -> Result<Value> {
+    use futures::StreamExt;
+    let idle_submit = submit_only(service, args.rate, args.submit_secs).await?;
+    let idle_pickup = pickup(service, args.pickup_jobs).await?;
+    let count = args.delayed_jobs;
+    let first_start =
+        chrono::Utc::now().timestamp_millis() + i64::try_from(args.delayed_lead_secs * 1000)?;
+    let spacing = (args.delayed_window_secs * 1000) as f64 / count.max(1) as f64;
+    let api = &service.api.with_key(QUIET_KEY);
+    let fill_started = Instant::now();
+    let submitted: Vec<Result<()>> = futures::stream::iter(0..count)
+        .map(|i| async move {
+            let at = first_start + (i as f64 * spacing) as i64;
+            let at = chrono::DateTime::from_timestamp_millis(at)
+                .context("a time")?
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            let request = api
+                .request(
+                    reqwest::Method::POST,
+                    &format!("/v1/reports/sleep?run_at={at}"),
+                )
+                .header("idempotency-key", uuid::Uuid::now_v7().to_string())
+                .json(&json!({"ms": 0}));
+            let reply = Api::try_read(request).await?;
+            anyhow::ensure!(
+                reply.status == reqwest::StatusCode::ACCEPTED,
+                "delayed submit answered {}: {}",
+                reply.status,
+                reply.text
+            );
+            Ok(())
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    for result in submitted {
+        result?;
+    }
+    let fill_s = fill_started.elapsed().as_secs_f64();
+    let waiting_submit = submit_only(service, args.rate, args.submit_secs).await?;
+    let waiting_pickup = pickup(service, args.pickup_jobs).await?;
+    let measured_by = chrono::Utc::now().timestamp_millis();
+    if measured_by > first_start {
+        eprintln!(
+            "# the first delayed start came {} ms before the measurements ended: raise --delayed-lead-secs",
+            measured_by - first_start
+        );
+    }
+    let pool = service.pool().await?;
+    let deadline = Instant::now()
+        + Duration::from_secs(args.delayed_lead_secs + args.delayed_window_secs + 600);
+    loop {
+        let left: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'quiet' AND status <> 'SUCCEEDED'",
+        )
+        .fetch_one(&pool)
+        .await?
+        .try_get("n")?;
+        if left == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{left} delayed jobs not done in time"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let lateness_sql = match service.shape {
+        Shape::Production => {
+            "SELECT (EXTRACT(EPOCH FROM started_at - run_after) * 1000)::float8 AS ms
+             FROM jobs WHERE tenant_id = 'quiet'"
+        }
+        Shape::Embedded => {
+            "SELECT CAST(started_at - run_after AS REAL) AS ms FROM jobs WHERE tenant_id = 'quiet'"
+        }
+    };
+    let mut lateness: Vec<f64> = sqlx::query(lateness_sql)
+        .fetch_all(&pool)
+        .await?
+        .iter()
+        .map(|row| row.try_get::<f64, _>("ms"))
+        .collect::<std::result::Result<_, _>>()?;
+    pool.close().await;
+    lateness.sort_by(f64::total_cmp);
+    Ok(json!({
+        "delayed_jobs": count,
+        "window_s": args.delayed_window_secs,
+        "fill_s": fill_s,
+        "idle": {"submit": idle_submit, "pickup": idle_pickup},
+        "waiting": {"submit": waiting_submit, "pickup": waiting_pickup},
+        "lateness_p50_ms": percentile(&lateness, 0.5),
+        "lateness_p99_ms": percentile(&lateness, 0.99),
+        "lateness_max_ms": lateness.last().copied().unwrap_or(f64::NAN),
+        "early": lateness.iter().filter(|ms| **ms < 0.0).count(),
+    }))
+}
+
+/// Scenario: `--schedules` schedules of a second tenant, each firing every
+/// minute, for `--schedule-minutes` minutes: how late each fire's job was
+/// made (`created_at - fire_at`, read from the table).
+async fn schedules(service: &Service, args: &Args) -> Result<Value> {
+    use futures::StreamExt;
+    let api = &service.api.with_key(QUIET_KEY);
+    let body =
+        json!({"kind": "sleep", "params": {"ms": 0}, "cron": "* * * * *", "timezone": "UTC"});
+    let create_started = Instant::now();
+    let created: Vec<Result<()>> = futures::stream::iter(0..args.schedules)
+        .map(|_| async {
+            let request = api
+                .request(reqwest::Method::POST, "/v1/schedules")
+                .header("idempotency-key", uuid::Uuid::now_v7().to_string())
+                .json(&body);
+            let reply = Api::try_read(request).await?;
+            anyhow::ensure!(
+                reply.status == reqwest::StatusCode::CREATED,
+                "create answered {}: {}",
+                reply.status,
+                reply.text
+            );
+            Ok(())
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    for result in created {
+        result?;
+    }
+    let create_s = create_started.elapsed().as_secs_f64();
+    // Every fire from the first whole minute after they all exist.
+    let first_fire = (chrono::Utc::now().timestamp_millis() / 60_000 + 1) * 60_000;
+    let expected = args.schedules as i64 * args.schedule_minutes;
+    let pool = service.pool().await?;
+    let (count_sql, lateness_sql) = match service.shape {
+        Shape::Production => (
+            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'quiet' AND fire_at >= to_timestamp($1 / 1000.0)
+               AND fire_at < to_timestamp($2 / 1000.0)",
+            "SELECT (EXTRACT(EPOCH FROM created_at - fire_at) * 1000)::float8 AS ms FROM jobs
+             WHERE tenant_id = 'quiet' AND fire_at >= to_timestamp($1 / 1000.0)
+               AND fire_at < to_timestamp($2 / 1000.0)",
+        ),
+        Shape::Embedded => (
+            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'quiet' AND fire_at >= $1 AND fire_at < $2",
+            "SELECT CAST(created_at - fire_at AS REAL) AS ms FROM jobs
+             WHERE tenant_id = 'quiet' AND fire_at >= $1 AND fire_at < $2",
+        ),
+    };
+    let end = first_fire + args.schedule_minutes * 60_000;
+    let deadline = Instant::now()
+        + Duration::from_millis(u64::try_from(end - chrono::Utc::now().timestamp_millis())?)
+        + Duration::from_secs(120);
+    loop {
+        let made: i64 = sqlx::query(count_sql)
+            .bind(first_fire)
+            .bind(end)
+            .fetch_one(&pool)
+            .await?
+            .try_get("n")?;
+        if made >= expected {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{made} of {expected} fires made a job in time"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut lateness: Vec<f64> = sqlx::query(lateness_sql)
+        .bind(first_fire)
+        .bind(end)
+        .fetch_all(&pool)
+        .await?
+        .iter()
+        .map(|row| row.try_get::<f64, _>("ms"))
+        .collect::<std::result::Result<_, _>>()?;
+    pool.close().await;
+    lateness.sort_by(f64::total_cmp);
+    Ok(json!({
+        "schedules": args.schedules,
+        "minutes": args.schedule_minutes,
+        "create_s": create_s,
+        "jobs": lateness.len(),
+        "lateness_p50_ms": percentile(&lateness, 0.5),
+        "lateness_p99_ms": percentile(&lateness, 0.99),
+        "lateness_max_ms": lateness.last().copied().unwrap_or(f64::NAN),
+    }))
+}
+
 /// Writes `rows` SUCCEEDED jobs with their results straight into the
 /// tables (ids sort before any real one), finished at `finished_at` (unix
 /// ms): now, as a service that has run for a while holds within its
@@ -1059,6 +1268,47 @@ async fn main() -> Result<()> {
                 result["fold_s"].as_f64().unwrap_or_default(),
             );
             print_result("dashboard", shape.name(), result, &summary);
+        }
+        if wants("delayed") {
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let result = delayed(&service, &args).await?;
+            service.stop().await?;
+            let f = |path: &[&str]| {
+                path.iter()
+                    .fold(&result, |value, key| &value[*key])
+                    .as_f64()
+                    .unwrap_or_default()
+            };
+            let summary = format!(
+                "{} delayed jobs: start lateness p50 {:.0} ms p99 {:.0} ms max {:.0} ms, {} early\n{:>25}submit p99 {:.1} ms idle, {:.1} ms with them waiting; pickup p99 {:.1} / {:.1} ms",
+                result["delayed_jobs"],
+                f(&["lateness_p50_ms"]),
+                f(&["lateness_p99_ms"]),
+                f(&["lateness_max_ms"]),
+                result["early"],
+                "",
+                f(&["idle", "submit", "p99_ms"]),
+                f(&["waiting", "submit", "p99_ms"]),
+                f(&["idle", "pickup", "p99_ms"]),
+                f(&["waiting", "pickup", "p99_ms"]),
+            );
+            print_result("delayed", shape.name(), result, &summary);
+        }
+        if wants("schedules") {
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let result = schedules(&service, &args).await?;
+            service.stop().await?;
+            let summary = format!(
+                "{} schedules every minute, {} fires: job made p50 {:.0} ms p99 {:.0} ms max {:.0} ms after its fire",
+                result["schedules"],
+                result["jobs"],
+                result["lateness_p50_ms"].as_f64().unwrap_or_default(),
+                result["lateness_p99_ms"].as_f64().unwrap_or_default(),
+                result["lateness_max_ms"].as_f64().unwrap_or_default(),
+            );
+            print_result("schedules", shape.name(), result, &summary);
         }
         if wants("report") {
             let service =

@@ -10,5 +10,6 @@ pub mod ledger;
 pub mod model;
 pub mod notify;
 pub mod retry;
+pub mod schedule;
 pub mod settings;
 pub mod time;

@@ -112,6 +112,8 @@ pub struct Job {
     pub cancel_requested: bool,
     /// The job this one retries (`POST /v1/jobs/{id}/retry`).
     pub retry_of: Option<String>,
+    /// The schedule whose fire made this job.
+    pub schedule_id: Option<String>,
 }
 
 /// The job object of `docs/api.md`.
@@ -152,6 +154,11 @@ pub struct JobObject {
     /// /v1/jobs/{job_id}/retry` made it with the same kind and parameters);
     /// null for a job that was submitted.
     pub retry_of: Option<String>,
+    /// The schedule whose fire made this job (`/v1/schedules`); null for
+    /// a job that was submitted or retried.
+    pub schedule_id: Option<String>,
+    /// Why a QUEUED job is not running yet; null unless QUEUED.
+    pub waiting: Option<WaitingObject>,
     /// Sagas only (`GET /v1/jobs/{job_id}` and a cancel's answer; absent
     /// for other kinds and in lists): `forward` while the steps run,
     /// `compensating` while the steps done are undone, `completed` or
@@ -167,6 +174,29 @@ pub struct JobObject {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub steps: Option<Vec<StepObject>>,
+}
+
+/// Why a queued job waits (`docs/api.md`, The job object).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Submitted to run later (`run_at` or `delay`): it runs at `until`.
+    Scheduled,
+    /// A retryable failure's backoff: the next attempt is due at `until`.
+    RetryBackoff,
+    /// Due, and waiting for a free worker slot.
+    Queued,
+}
+
+/// The `waiting` member of the job object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitingObject {
+    pub reason: WaitReason,
+    /// When the wait ends, for `scheduled` and `retry_backoff`; null for
+    /// `queued`.
+    pub until: Option<String>,
 }
 
 /// A step as the job object shows it (`docs/api.md`, Sagas).
@@ -216,7 +246,32 @@ pub struct JobErrorObject {
 }
 
 impl Job {
+    /// Why this job waits at `now`, and until when (unix ms): `None`
+    /// unless it is QUEUED. Read from the row alone, so a poll costs no
+    /// look at the rest of the queue.
+    pub fn waiting_at(&self, now: i64) -> Option<(WaitReason, Option<i64>)> {
+        if self.status != JobStatus::Queued {
+            return None;
+        }
+        if self.run_after > now {
+            // Submitted with a later start, or waiting out a backoff: a job
+            // that never started can only wait for its start.
+            let reason = if self.started_at.is_none() {
+                WaitReason::Scheduled
+            } else {
+                WaitReason::RetryBackoff
+            };
+            return Some((reason, Some(self.run_after)));
+        }
+        Some((WaitReason::Queued, None))
+    }
+
     pub fn to_object(&self) -> JobObject {
+        self.to_object_at(crate::time::now_ms())
+    }
+
+    /// The job object as of `now` (which decides `waiting`).
+    pub fn to_object_at(&self, now: i64) -> JobObject {
         let params = serde_json::from_str(&self.params).unwrap_or(serde_json::Value::Null);
         let error = match (self.status, &self.error_type, &self.error_message) {
             (JobStatus::Failed, Some(t), Some(m)) => Some(JobErrorObject {
@@ -242,6 +297,11 @@ impl Job {
             cancel_requested: self.cancel_requested && !self.status.is_final(),
             next_attempt_at: retry_pending.then(|| to_rfc3339(self.run_after)),
             retry_of: self.retry_of.clone(),
+            schedule_id: self.schedule_id.clone(),
+            waiting: self.waiting_at(now).map(|(reason, until)| WaitingObject {
+                reason,
+                until: until.map(to_rfc3339),
+            }),
             phase: None,
             steps: None,
         }

@@ -134,6 +134,11 @@ pub struct Settings {
     #[arg(long, env = "MAX_WEBHOOKS", default_value = "100", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_webhooks: u64,
 
+    /// Schedules one tenant may have (`/v1/schedules`); a create over it
+    /// is refused with 429.
+    #[arg(long, env = "MAX_SCHEDULES", default_value = "10000", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_schedules: u64,
+
     /// Webhooks one job may have registered for it (`job_id`).
     #[arg(long, env = "MAX_WEBHOOKS_PER_JOB", default_value = "10", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_webhooks_per_job: u64,

@@ -15,6 +15,14 @@ pub fn to_rfc3339(ms: i64) -> String {
         .to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
+/// An RFC 3339 time with its offset (`2026-12-03T06:00:00Z`,
+/// `2026-12-03T11:30:00+05:30`) as unix ms; `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|time| time.timestamp_millis())
+}
+
 pub fn duration_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }

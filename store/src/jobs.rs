@@ -31,6 +31,7 @@ pub(crate) struct JobRow {
     cancel_requested: bool,
     handbacks: i64,
     retry_of: Option<String>,
+    schedule_id: Option<String>,
 }
 
 impl TryFrom<JobRow> for Job {
@@ -56,6 +57,7 @@ impl TryFrom<JobRow> for Job {
             error_message: row.error_message,
             cancel_requested: row.cancel_requested,
             retry_of: row.retry_of,
+            schedule_id: row.schedule_id,
         })
     }
 }
@@ -80,6 +82,8 @@ pub struct NewJob {
 pub struct JobFilter {
     pub status: Option<JobStatus>,
     pub kind: Option<String>,
+    /// Only the jobs this schedule made (not combined with the others).
+    pub schedule_id: Option<String>,
     /// Only jobs older than this one (the cursor).
     pub before: Option<String>,
     pub limit: i64,
@@ -148,6 +152,14 @@ impl Store {
     /// Newest first; asks for one more than the limit so the caller knows
     /// whether a next page exists.
     pub async fn list_jobs(&self, tenant_id: &str, filter: &JobFilter) -> Result<Vec<Job>> {
+        if let Some(schedule_id) = &filter.schedule_id {
+            let before = filter.before.as_deref().unwrap_or("~");
+            let rows = on_pool!(self,
+                pool => postgres::jobs::list_of_schedule(pool, tenant_id, schedule_id, before, filter.limit + 1).await?,
+                pool => sqlite::jobs::list_of_schedule(pool, tenant_id, schedule_id, before, filter.limit + 1).await?,
+            );
+            return rows.into_iter().map(Job::try_from).collect();
+        }
         let rows = on_pool!(self,
             pool => postgres::jobs::list(pool, tenant_id, filter).await?,
             pool => sqlite::jobs::list(pool, tenant_id, filter).await?,

@@ -34,6 +34,7 @@ mod postgres;
 mod results;
 mod retention;
 mod sagas;
+mod schedules;
 mod sqlite;
 mod submit;
 #[cfg(feature = "test-hooks")]
@@ -66,6 +67,7 @@ pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
 pub use results::StoredResult;
 pub use retention::Pruned;
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
+pub use schedules::{FirePlan, Fired, FiredJob, Schedule};
 pub use submit::{Submission, SubmissionKey, Submitted};
 pub use webhooks::{
     Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,

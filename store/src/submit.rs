@@ -29,7 +29,33 @@ use crate::{
 pub struct Submission {
     pub job: NewJob,
     pub created_at: i64,
+    /// When its first attempt is due: `created_at` for a job that runs at
+    /// once, later for a delayed one, whose outbox row waits until then.
+    pub run_after: i64,
     pub key: Option<SubmissionKey>,
+}
+
+impl Submission {
+    /// A submit of `job` that runs at once, without an idempotency key.
+    pub fn at_once(job: NewJob, created_at: i64) -> Self {
+        Submission {
+            job,
+            created_at,
+            run_after: created_at,
+            key: None,
+        }
+    }
+
+    /// Whether its job waits for a later start, so that nothing publishes
+    /// it before then.
+    pub fn is_delayed(&self) -> bool {
+        self.run_after > self.created_at
+    }
+
+    /// The job row this submit inserts, as the API shows it.
+    pub fn queued(&self) -> Job {
+        self.job.queued(self.created_at, self.run_after)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -54,8 +80,8 @@ pub enum Submitted {
 }
 
 impl NewJob {
-    /// The job row this submit inserts, as the API shows it.
-    pub fn queued(&self, created_at: i64) -> Job {
+    /// The job row a submit of this job inserts, as the API shows it.
+    pub fn queued(&self, created_at: i64, run_after: i64) -> Job {
         Job {
             job_id: self.job_id.clone(),
             tenant_id: self.tenant_id.clone(),
@@ -68,11 +94,12 @@ impl NewJob {
             created_at,
             started_at: None,
             finished_at: None,
-            run_after: created_at,
+            run_after,
             error_type: None,
             error_message: None,
             cancel_requested: false,
             retry_of: None,
+            schedule_id: None,
         }
     }
 }
@@ -82,7 +109,9 @@ impl Store {
     /// With `published_for_ms`, the caller publishes the inserted jobs
     /// itself right after the commit (the embedded queue), so their outbox
     /// rows are written as if the relay had just leased them: published
-    /// again only if not claimed by then, like any other.
+    /// again only if not claimed by then, like any other. A delayed job is
+    /// never published by the caller: its row is due, unpublished, at its
+    /// start.
     pub async fn submit_batch(
         &self,
         submissions: &[Submission],
@@ -274,16 +303,12 @@ fn stored_keys<'batch>(
 /// Inserts one job (and its outbox row, due now) inside `tx`: a submit
 /// of one, for what makes a job without its own idempotency key (a retry).
 pub(crate) async fn insert_job_now(tx: &mut WriteTx, job: NewJob) -> Result<()> {
-    let submission = Submission {
-        job,
-        created_at: now_ms(),
-        key: None,
-    };
+    let submission = Submission::at_once(job, now_ms());
     insert_jobs(tx, &[&submission], 0).await
 }
 
 /// Inserts the jobs, each with its outbox row due `republish_ms` after it
-/// was made.
+/// was made (a delayed job's: at its start, unpublished).
 async fn insert_jobs(
     tx: &mut WriteTx,
     submissions: &[&Submission],

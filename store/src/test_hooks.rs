@@ -12,14 +12,10 @@ impl Store {
     /// Submits one job without an idempotency key: a batch of one, due
     /// for the relay at once.
     pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
-        let submission = Submission {
-            job: job.clone(),
-            created_at: now_ms(),
-            key: None,
-        };
+        let submission = Submission::at_once(job.clone(), now_ms());
         self.submit_batch(std::slice::from_ref(&submission), None)
             .await?;
-        Ok(job.queued(submission.created_at))
+        Ok(submission.queued())
     }
 
     /// Claims the next attempt of one job: [`Store::claim_attempts`] for a

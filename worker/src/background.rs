@@ -1,6 +1,6 @@
 //! What a worker pool runs beside its apalis workers: the outbox relay, the
-//! lease sweeper, the webhook dispatcher, the retention pruner and the
-//! queue vacuum. Each is safe to run in many processes at once, and runs
+//! lease sweeper, the webhook dispatcher, the retention pruner, the queue
+//! vacuum and the scheduler of recurring schedules. Each is safe to run in many processes at once, and runs
 //! until the pool stops it, after its apalis workers have stopped.
 
 use std::time::Duration;
@@ -15,6 +15,7 @@ use tracing::warn;
 use crate::{
     Dispatcher,
     retention::{run_pruner, run_queue_vacuum},
+    scheduler::run_scheduler,
     sweeper::run_sweeper,
 };
 
@@ -26,6 +27,7 @@ pub struct BackgroundTasks {
     sweep_every: Duration,
     job_retention: Duration,
     dispatcher: Dispatcher,
+    registry: reports::Registry,
 }
 
 impl BackgroundTasks {
@@ -46,11 +48,12 @@ impl BackgroundTasks {
             sweep_every: (settings.job_lease / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(5)),
             job_retention: settings.job_retention,
+            registry: reports::Registry::new(settings.enable_diagnostic_kinds),
         }
     }
 
-    /// Spawns the relay, the sweeper, the dispatcher, the pruner and the
-    /// queue vacuum; they run until [`Running::stop`].
+    /// Spawns the relay, the sweeper, the dispatcher, the pruner, the
+    /// queue vacuum and the scheduler; they run until [`Running::stop`].
     pub fn start(&self, store: &Store, queue: &Queue, signals: &Signals) -> Running {
         let background = CancellationToken::new();
         let relay = tokio::spawn(run_relay(
@@ -81,9 +84,15 @@ impl BackgroundTasks {
             self.queue_name.clone(),
             background.clone(),
         ));
+        let scheduler = tokio::spawn(run_scheduler(
+            store.clone(),
+            self.registry.clone(),
+            signals.clone(),
+            background.clone(),
+        ));
         Running {
             background,
-            tasks: [relay, sweeper, dispatcher, pruner, vacuum],
+            tasks: [relay, sweeper, dispatcher, pruner, vacuum, scheduler],
         }
     }
 }
@@ -91,14 +100,14 @@ impl BackgroundTasks {
 /// The running background tasks of a pool.
 pub struct Running {
     background: CancellationToken,
-    tasks: [JoinHandle<()>; 5],
+    tasks: [JoinHandle<()>; 6],
 }
 
 impl Running {
     /// Stops every task and waits for each to end.
     pub async fn stop(self) {
         self.background.cancel();
-        let [relay, sweeper, dispatcher, pruner, vacuum] = self.tasks;
-        let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum);
+        let [relay, sweeper, dispatcher, pruner, vacuum, scheduler] = self.tasks;
+        let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum, scheduler);
     }
 }

@@ -13,6 +13,7 @@ mod pool;
 mod process;
 mod retention;
 mod runner;
+mod scheduler;
 mod sweeper;
 mod workers;
 

@@ -34,6 +34,7 @@ use crate::{
     routes::{
         jobs::{cancel_job, is_job_id, job_result, retry_job},
         paging::{cut, is_id, limit_and_cursor},
+        schedules::{Change, ScheduleObject, change_schedule},
         webhooks::{WebhookChange, change_webhook},
     },
     state::AppState,
@@ -68,6 +69,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(web::resource("/jobs/{job_id}/result").get(job_download))
             .service(web::resource("/jobs/{job_id}/cancel").post(job_cancel))
             .service(web::resource("/jobs/{job_id}/retry").post(job_retry))
+            .service(web::resource("/schedules").get(schedules))
+            .service(web::resource("/schedules/{schedule_id}").get(schedule))
+            .service(web::resource("/schedules/{schedule_id}/pause").post(schedule_pause))
+            .service(web::resource("/schedules/{schedule_id}/resume").post(schedule_resume))
             .service(web::resource("/webhooks").get(webhooks))
             .service(web::resource("/webhooks/{webhook_id}").get(webhook))
             .service(web::resource("/webhooks/{webhook_id}/enable").post(webhook_enable))
@@ -538,6 +543,7 @@ async fn jobs(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse 
         let filter = JobFilter {
             status,
             kind,
+            schedule_id: None,
             before,
             limit,
         };
@@ -709,6 +715,139 @@ async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
         Ok(html(StatusCode::OK, page))
     })
     .await
+}
+
+/// The tenant's schedules, newest first, each with its next fires.
+async fn schedules(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    respond(&state, &request, async |viewer| {
+        let query = query_of(&request);
+        let mut errors = Vec::new();
+        let (limit, cursor) = limit_and_cursor(&query, "sch_", &mut errors);
+        if !errors.is_empty() {
+            let page = pages::schedules(
+                viewer,
+                &[],
+                None,
+                &["That page link is not valid. Start again from the first page.".to_owned()],
+            );
+            return Ok(html(StatusCode::BAD_REQUEST, page));
+        }
+        let found = state
+            .store
+            .list_schedules(&viewer.tenant_id, cursor.as_deref(), limit)
+            .await?;
+        let (found, next_cursor) = cut(found, limit, |s| s.schedule_id.clone());
+        let rows: Vec<pages::ScheduleRow> = found
+            .iter()
+            .map(|schedule| pages::ScheduleRow {
+                schedule: ScheduleObject::of(schedule),
+                toggle_key: fresh_key(),
+            })
+            .collect();
+        let page = pages::schedules(viewer, &rows, next_cursor.as_deref(), &[]);
+        Ok(html(StatusCode::OK, page))
+    })
+    .await
+}
+
+/// One schedule, its next fires and the latest jobs it made.
+async fn schedule(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    schedule_id: web::Path<String>,
+) -> HttpResponse {
+    respond(&state, &request, async |viewer| {
+        let not_found = || {
+            Refusal::Page(
+                StatusCode::NOT_FOUND,
+                format!("There is no schedule {schedule_id}."),
+            )
+        };
+        if !is_id(&schedule_id, "sch_") {
+            return Err(not_found());
+        }
+        let found = state
+            .store
+            .get_schedule(&viewer.tenant_id, &schedule_id)
+            .await?
+            .ok_or_else(not_found)?;
+        let filter = JobFilter {
+            schedule_id: Some(found.schedule_id.clone()),
+            limit: 20,
+            ..JobFilter::default()
+        };
+        let mut jobs = state.store.list_jobs(&viewer.tenant_id, &filter).await?;
+        jobs.truncate(20);
+        let row = pages::ScheduleRow {
+            schedule: ScheduleObject::of(&found),
+            toggle_key: fresh_key(),
+        };
+        let notice = query_of(&request)
+            .get("done")
+            .map(|done| match done.as_str() {
+                "paused" => "Paused: it makes no job until resumed.",
+                _ => "Resumed: it goes on from its next fire.",
+            });
+        Ok(html(
+            StatusCode::OK,
+            pages::schedule(viewer, &row, &jobs, notice),
+        ))
+    })
+    .await
+}
+
+async fn schedule_pause(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    schedule_id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    schedule_toggle(
+        &state,
+        &request,
+        &schedule_id,
+        &body,
+        Change::Pause,
+        "paused",
+    )
+    .await
+}
+
+async fn schedule_resume(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    schedule_id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    schedule_toggle(
+        &state,
+        &request,
+        &schedule_id,
+        &body,
+        Change::Resume,
+        "resumed",
+    )
+    .await
+}
+
+/// A pause or resume form: the API's change, then the schedule's page.
+async fn schedule_toggle(
+    state: &AppState,
+    request: &HttpRequest,
+    schedule_id: &str,
+    body: &[u8],
+    change: Change,
+    done: &str,
+) -> HttpResponse {
+    let act = async |tenant_id: &str, key: &IdempotencyKey| {
+        change_schedule(state, tenant_id, key, request, &[], schedule_id, change).await
+    };
+    let then = async |_: &Viewer, _| {
+        Ok(see_other(format!(
+            "{PATH}/schedules/{schedule_id}?done={done}"
+        )))
+    };
+    form_action(state, request, body, act, then).await
 }
 
 /// One webhook of the tenant, its health and its latest deliveries.

@@ -3,7 +3,7 @@
 
 use actix_web::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
-use shared::model::{Job, JobStatus};
+use shared::model::{Job, JobStatus, WaitReason};
 use store::{Delivery, JobCounts, ThroughputMinute, Webhook, WebhookHealth};
 
 use super::{PATH, Viewer};
@@ -27,6 +27,12 @@ pub struct JobView {
     pub has_csv: bool,
 }
 
+pub struct ScheduleRow {
+    pub schedule: crate::routes::schedules::ScheduleObject,
+    /// The pause or resume form's Idempotency-Key.
+    pub toggle_key: String,
+}
+
 pub struct WebhookRow {
     pub webhook: Webhook,
     pub health: WebhookHealth,
@@ -40,6 +46,7 @@ pub struct WebhookRow {
 enum Section {
     Overview,
     Jobs,
+    Schedules,
     Webhooks,
     None,
 }
@@ -62,6 +69,7 @@ fn layout(title: &str, viewer: Option<&Viewer>, section: Section, body: Markup) 
                         nav {
                             (nav_link("Overview", PATH.to_owned(), section == Section::Overview))
                             (nav_link("Jobs", format!("{PATH}/jobs"), section == Section::Jobs))
+                            (nav_link("Schedules", format!("{PATH}/schedules"), section == Section::Schedules))
                             (nav_link("Webhooks", format!("{PATH}/webhooks"), section == Section::Webhooks))
                         }
                         div.who {
@@ -308,6 +316,18 @@ fn status_badge(status: JobStatus) -> Markup {
     html! { span class={ "badge " (status.as_str().to_lowercase()) } { (status.as_str()) } }
 }
 
+/// Why a queued job waits, in words, with the end of the wait when known
+/// (`Job::waiting_at`, the API's `waiting`).
+fn waiting_text(job: &Job) -> Option<String> {
+    let (reason, until) = job.waiting_at(shared::time::now_ms())?;
+    let until = until.map(clock).unwrap_or_default();
+    Some(match reason {
+        WaitReason::Scheduled => format!("scheduled for {until}"),
+        WaitReason::RetryBackoff => format!("retry backoff until {until}"),
+        WaitReason::Queued => "waiting for a free worker".to_owned(),
+    })
+}
+
 pub fn jobs(
     viewer: &Viewer,
     filters: &JobFilters,
@@ -363,7 +383,12 @@ pub fn jobs(
                                 tr data-job-id=(job.job_id) {
                                     td.mono.nowrap { a href={ (PATH) "/jobs/" (job.job_id) } { (short_id(&job.job_id)) } }
                                     td { (job.kind) }
-                                    td { (status_badge(job.status)) }
+                                    td {
+                                        (status_badge(job.status))
+                                        @if let Some(waiting) = waiting_text(job) {
+                                            br; span.muted.waiting { (waiting) }
+                                        }
+                                    }
                                     td.num { (job.attempts) " / " (job.max_attempts) }
                                     td.nowrap { (progress_bar(job)) }
                                     td.nowrap { (short_clock(job.created_at)) }
@@ -466,8 +491,11 @@ pub fn job_panel(viewer: &Viewer, view: &JobView) -> Markup {
                 dt { "Created" } dd { (clock(job.created_at)) }
                 dt { "Started" } dd { (job.started_at.map(clock).unwrap_or_else(|| "—".into())) }
                 dt { "Finished" } dd { (job.finished_at.map(clock).unwrap_or_else(|| "—".into())) }
-                @if job.status == JobStatus::Queued && job.attempts > 0 {
-                    dt { "Next attempt" } dd { (clock(job.run_after)) }
+                @if let Some(waiting) = waiting_text(job) {
+                    dt { "Waiting" } dd #job-waiting { (waiting) }
+                }
+                @if let Some(schedule) = &job.schedule_id {
+                    dt { "Schedule" } dd.mono { a #schedule href={ (PATH) "/schedules/" (schedule) } { (schedule) } }
                 }
                 @if let Some(original) = &job.retry_of {
                     dt { "Retry of" } dd.mono { a #retry-of href={ (PATH) "/jobs/" (original) } { (original) } }
@@ -536,6 +564,130 @@ pub fn webhooks(
         }
     };
     layout("Webhooks", Some(viewer), Section::Webhooks, body)
+}
+
+pub fn schedules(
+    viewer: &Viewer,
+    rows: &[ScheduleRow],
+    next_cursor: Option<&str>,
+    problems: &[String],
+) -> Markup {
+    let body = html! {
+        h1 { "Schedules" }
+        p.muted { "Each fire makes one job; times are UTC." }
+        @for problem in problems { p.error.problem { (problem) } }
+        @if problems.is_empty() {
+            section.card.flush {
+                @if rows.is_empty() {
+                    p.muted.pad { "No schedules. Create one with POST /v1/schedules." }
+                } @else {
+                    table #schedules {
+                        thead { tr { th { "Schedule" } th { "Kind" } th { "Cron" } th { "Next fires (UTC)" } th { "Last fire (UTC)" } th { "State" } th {} } }
+                        tbody {
+                            @for row in rows {
+                                @let s = &row.schedule;
+                                tr data-schedule-id=(s.schedule_id) {
+                                    td.mono.nowrap { a href={ (PATH) "/schedules/" (s.schedule_id) } { (short_id(&s.schedule_id)) } }
+                                    td { (s.kind) }
+                                    td.mono { (s.cron) br; span.muted { (s.timezone) } }
+                                    td.nowrap { (fire_list(&s.next_fires, 3)) }
+                                    td.nowrap { (s.last_fire_at.as_deref().map(short_fire).unwrap_or_default()) }
+                                    td { (paused_badge(s.paused)) }
+                                    td.actions { (schedule_toggle(viewer, row)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(cursor) = next_cursor {
+                p.pager { a href={ (PATH) "/schedules?cursor=" (cursor) } { "Older schedules →" } }
+            }
+        }
+    };
+    layout("Schedules", Some(viewer), Section::Schedules, body)
+}
+
+pub fn schedule(viewer: &Viewer, row: &ScheduleRow, jobs: &[Job], notice: Option<&str>) -> Markup {
+    let s = &row.schedule;
+    let body = html! {
+        h1 { "Schedule " span.mono { (short_id(&s.schedule_id)) } }
+        @if let Some(notice) = notice { p.notice #notice { (notice) } }
+        section.card {
+            div.actions { (schedule_toggle(viewer, row)) }
+            dl.facts {
+                dt { "Schedule" } dd.mono { (s.schedule_id) }
+                dt { "Kind" } dd { (s.kind) }
+                dt { "Params" } dd.mono { (s.params.to_string()) }
+                dt { "Cron" } dd.mono { (s.cron) " (" (s.timezone) ")" }
+                dt { "Missed fires" } dd { (s.misfire) }
+                dt { "State" } dd #schedule-state { (paused_badge(s.paused)) }
+                dt { "Next fires (UTC)" } dd #next-fires { (fire_list(&s.next_fires, 5)) }
+                dt { "Last fire (UTC)" } dd { (s.last_fire_at.as_deref().map(short_fire).unwrap_or_else(|| "—".into())) }
+            }
+        }
+        h2 { "Latest jobs" }
+        section.card.flush {
+            @if jobs.is_empty() {
+                p.muted.pad { "No job yet." }
+            } @else {
+                table #schedule-jobs {
+                    thead { tr { th { "Job" } th { "Status" } th { "Created (UTC)" } th { "Finished (UTC)" } } }
+                    tbody {
+                        @for job in jobs {
+                            tr data-job-id=(job.job_id) {
+                                td.mono.nowrap { a href={ (PATH) "/jobs/" (job.job_id) } { (short_id(&job.job_id)) } }
+                                td { (status_badge(job.status)) }
+                                td.nowrap { (short_clock(job.created_at)) }
+                                td.nowrap { (job.finished_at.map(short_clock).unwrap_or_default()) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout("Schedule", Some(viewer), Section::Schedules, body)
+}
+
+fn schedule_toggle(viewer: &Viewer, row: &ScheduleRow) -> Markup {
+    let s = &row.schedule;
+    let (action, label) = if s.paused {
+        ("resume", "Resume")
+    } else {
+        ("pause", "Pause")
+    };
+    html! {
+        form method="post" action={ (PATH) "/schedules/" (s.schedule_id) "/" (action) } {
+            (action_fields(viewer, &row.toggle_key))
+            button.small type="submit" { (label) }
+        }
+    }
+}
+
+fn paused_badge(paused: bool) -> Markup {
+    if paused {
+        html! { span.badge.cancelled { "paused" } }
+    } else {
+        html! { span.badge.succeeded { "active" } }
+    }
+}
+
+/// An RFC 3339 fire as a table shows it.
+fn short_fire(text: &str) -> String {
+    shared::time::parse_rfc3339(text)
+        .map(short_clock)
+        .unwrap_or_else(|| text.to_owned())
+}
+
+fn fire_list(fires: &[String], most: usize) -> Markup {
+    html! {
+        @if fires.is_empty() { span.muted { "none" } }
+        @for (n, fire) in fires.iter().take(most).enumerate() {
+            @if n > 0 { br; }
+            (short_fire(fire))
+        }
+    }
 }
 
 fn enabled_badge(webhook: &Webhook) -> Markup {

@@ -479,6 +479,7 @@ pub async fn retry_job(
     params(
         ("status" = Option<JobStatus>, Query),
         ("kind" = Option<String>, Query),
+        ("schedule_id" = Option<String>, Query, description = "only the jobs this schedule made; not with status or kind"),
         ("limit" = Option<i64>, Query, description = "1 to 200, default 50"),
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
     ),
@@ -515,6 +516,20 @@ pub async fn list(
             "is not the name of a report kind",
         ));
     }
+    let schedule_id = query.get("schedule_id").filter(|s| !s.is_empty()).cloned();
+    if let Some(schedule_id) = &schedule_id {
+        if !super::paging::is_id(schedule_id, "sch_") {
+            errors.push(shared::ledger::FieldError::new(
+                "schedule_id",
+                "is not a schedule id",
+            ));
+        } else if status.is_some() || query.get("kind").is_some_and(|k| !k.is_empty()) {
+            errors.push(shared::ledger::FieldError::new(
+                "schedule_id",
+                "cannot be combined with status or kind",
+            ));
+        }
+    }
     if !errors.is_empty() {
         return Err(ApiError::Validation {
             detail: "the query parameters are not valid".into(),
@@ -524,6 +539,7 @@ pub async fn list(
     let filter = JobFilter {
         status,
         kind: query.get("kind").filter(|k| !k.is_empty()).cloned(),
+        schedule_id,
         before,
         limit,
     };

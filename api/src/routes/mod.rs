@@ -3,6 +3,7 @@ pub mod ledger;
 pub mod paging;
 pub mod periods;
 pub mod reports;
+pub mod schedules;
 pub mod service;
 pub mod webhooks;
 
@@ -28,6 +29,19 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .app_data(web::PayloadConfig::new(DEFAULT_BODY_LIMIT))
                 .service(web::resource("/reports/{kind}").post(reports::submit))
                 .service(web::resource("/jobs").get(jobs::list))
+                .service(
+                    web::resource("/schedules")
+                        .post(schedules::create)
+                        .get(schedules::list),
+                )
+                .service(
+                    web::resource("/schedules/{schedule_id}")
+                        .get(schedules::get)
+                        .patch(schedules::change)
+                        .delete(schedules::delete),
+                )
+                .service(web::resource("/schedules/{schedule_id}/pause").post(schedules::pause))
+                .service(web::resource("/schedules/{schedule_id}/resume").post(schedules::resume))
                 .service(web::resource("/jobs/{job_id}").get(jobs::get))
                 .service(web::resource("/jobs/{job_id}/result").get(jobs::result))
                 .service(web::resource("/jobs/{job_id}/cancel").post(jobs::cancel))
@@ -65,8 +79,22 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
-/// `Retry-After` while a job is not final, in seconds.
+/// `Retry-After` while a job is not final and nothing says it will wait
+/// longer, in seconds.
 pub const POLL_AFTER_SECS: &str = "1";
+/// The longest `Retry-After` of a job that waits for a known time.
+const MOST_POLL_AFTER_SECS: i64 = 300;
+
+/// Seconds until a poll of a job that is not final is worth making: until
+/// the end of the wait Receipt knows of (a delayed start, a backoff), at
+/// least 1 and at most `MOST_POLL_AFTER_SECS`.
+pub fn poll_after(job: &Job) -> i64 {
+    let now = shared::time::now_ms();
+    match job.waiting_at(now) {
+        Some((_, Some(until))) => ((until - now + 999) / 1000).clamp(1, MOST_POLL_AFTER_SECS),
+        _ => 1,
+    }
+}
 
 /// A job object answer, with `Retry-After` while the job is not final.
 pub fn job_response(
@@ -75,7 +103,7 @@ pub fn job_response(
     object: &JobObject,
 ) -> HttpResponse {
     if !job.status.is_final() {
-        builder.insert_header((header::RETRY_AFTER, POLL_AFTER_SECS));
+        builder.insert_header((header::RETRY_AFTER, poll_after(job)));
     }
     builder.json(object)
 }

@@ -1,3 +1,5 @@
+use std::{collections::HashMap, time::Duration};
+
 use actix_web::{
     HttpRequest, HttpResponse,
     http::{StatusCode, header},
@@ -11,7 +13,7 @@ use shared::{
 };
 use store::{NewJob, Submission};
 
-use super::POLL_AFTER_SECS;
+use super::poll_after;
 use crate::{
     auth::Tenant,
     body::json_media_type,
@@ -28,7 +30,11 @@ use crate::{
 /// Submit a report job. The body is the kind's parameters.
 #[utoipa::path(
     post, path = "/v1/reports/{kind}", tag = "jobs", operation_id = "submitReport",
-    params(("kind" = String, Path)),
+    params(
+        ("kind" = String, Path),
+        ("run_at" = Option<String>, Query, description = "RFC 3339 time with an offset to run the job at (`2026-12-03T06:00:00Z`); a time past runs at once; at most 366 days ahead"),
+        ("delay" = Option<u64>, Query, description = "whole seconds to wait before running the job; at most 366 days; not with run_at"),
+    ),
     request_body(content = ReportParams, description = "the kind's parameters, e.g. {\"month\": \"2026-10\"} for gst-summary"),
     responses(
         (status = 202, description = "accepted; poll the Location", body = JobObject,
@@ -37,7 +43,7 @@ use crate::{
         (status = 404, description = "unknown report kind"),
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
-        (status = 422, description = "parameter values that make no sense (`errors` names each field), or the Idempotency-Key was used with a different request; nothing stored"),
+        (status = 422, description = "parameter values that make no sense (`errors` names each field, `run_at` and `delay` included), or the Idempotency-Key was used with a different request; nothing stored"),
         (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored"),
         (status = 503, description = "the database or the queue does not answer; nothing stored"),
     ),
@@ -49,8 +55,11 @@ pub async fn submit(
     state: web::Data<AppState>,
     kind: web::Path<String>,
     request: HttpRequest,
+    query: web::Query<HashMap<String, String>>,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
+    let created_at = shared::time::now_ms();
+    let run_after = first_run(&query, created_at)?;
     let kind_name = kind.into_inner();
     let kind = state
         .registry
@@ -91,14 +100,59 @@ pub async fn submit(
         params: params.to_string(),
         max_attempts: kind.max_attempts(),
     };
-    let created_at = shared::time::now_ms();
-    let answer = accepted(&new_job.queued(created_at))?;
     let submission = Submission {
-        job: new_job,
-        created_at,
-        key: None,
+        run_after,
+        ..Submission::at_once(new_job, created_at)
     };
+    let answer = accepted(&submission.queued())?;
     submits::submit(&state, &key, &request, &body, submission, answer).await
+}
+
+/// How far ahead a submit may ask its job to start.
+pub const MAX_RUN_AHEAD: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// When a submit's job is first due, from its `run_at` or `delay`: now
+/// when it names neither, or a time already past.
+fn first_run(query: &HashMap<String, String>, now: i64) -> ApiResult<i64> {
+    let latest = now.saturating_add(shared::time::duration_ms(MAX_RUN_AHEAD));
+    let at = match (query.get("run_at"), query.get("delay")) {
+        (None, None) => return Ok(now),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::validation(
+                "delay",
+                "cannot be given with run_at: name the start one way",
+            ));
+        }
+        (Some(text), None) => shared::time::parse_rfc3339(text).ok_or_else(|| {
+            ApiError::validation(
+                "run_at",
+                "must be an RFC 3339 time with an offset, such as 2026-12-03T06:00:00Z",
+            )
+        })?,
+        (None, Some(text)) => {
+            let seconds = text
+                .parse::<u64>()
+                .ok()
+                .filter(|s| *s <= MAX_RUN_AHEAD.as_secs())
+                .ok_or_else(|| {
+                    ApiError::validation(
+                        "delay",
+                        format!(
+                            "must be a whole number of seconds, at most {}",
+                            MAX_RUN_AHEAD.as_secs()
+                        ),
+                    )
+                })?;
+            now.saturating_add(shared::time::duration_ms(Duration::from_secs(seconds)))
+        }
+    };
+    if at > latest {
+        return Err(ApiError::validation(
+            "run_at",
+            "is more than 366 days ahead",
+        ));
+    }
+    Ok(at.max(now))
 }
 
 /// The 202 of a submit (and of a retry).
@@ -111,7 +165,7 @@ pub fn accepted(job: &Job) -> ApiResult<Answer> {
                 header::LOCATION.to_string(),
                 format!("/v1/jobs/{}", job.job_id),
             ),
-            (header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()),
+            (header::RETRY_AFTER.to_string(), poll_after(job).to_string()),
         ],
     )
 }

@@ -203,3 +203,89 @@ pub fn moment_sql(backend: Backend, millis: &str) -> String {
         Backend::Sqlite => millis.to_owned(),
     }
 }
+
+/// The three queue shapes every scheduling feature must work on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueShape {
+    /// SQLite, the worker pool inside the api, the in-process queue.
+    Embedded,
+    /// Postgres, a `worker` process, the Redis queue.
+    Redis,
+    /// Postgres, a `worker` process, apalis's Postgres storage (no Redis).
+    PostgresQueue,
+}
+
+/// Receipt running in one [`QueueShape`]: its api and, unless embedded,
+/// one worker process.
+pub struct Running {
+    pub env: TestEnv,
+    pub api: Api,
+    pub worker: Option<Process>,
+}
+
+impl QueueShape {
+    /// Starts the api (and a worker) with `settings` on every process,
+    /// once the worker's pool is up.
+    pub async fn start(self, settings: &[(&str, &str)]) -> Running {
+        let backend = match self {
+            QueueShape::Embedded => Backend::Sqlite,
+            QueueShape::Redis | QueueShape::PostgresQueue => Backend::PgRedis,
+        };
+        let mut env = TestEnv::new(backend).await;
+        if self == QueueShape::PostgresQueue {
+            env = env.without_redis();
+        }
+        env.extra_env = settings
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        if self == QueueShape::Embedded {
+            let api = env.start_embedded().await;
+            return Running {
+                env,
+                api,
+                worker: None,
+            };
+        }
+        let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+        let worker = env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]);
+        worker.wait_for_line("metrics on http://");
+        Running {
+            env,
+            api,
+            worker: Some(worker),
+        }
+    }
+}
+
+/// Declares one async test per [`QueueShape`] from an
+/// `async fn(QueueShape)`.
+#[macro_export]
+macro_rules! on_every_queue_shape {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::QueueShape::Embedded).await;
+                }
+            )*
+        }
+        mod redis_queue {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::QueueShape::Redis).await;
+                }
+            )*
+        }
+        mod postgres_queue {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::QueueShape::PostgresQueue).await;
+                }
+            )*
+        }
+    };
+}

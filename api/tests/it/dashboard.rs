@@ -297,11 +297,25 @@ async fn a_tenant_sees_and_acts_on_its_own_jobs_only(backend: Backend) {
     let running = api.submit("sleep", json!({"ms": 20000})).await;
     let running = running["job_id"].as_str().unwrap();
     api.wait_status(running, "RUNNING").await;
+    let later = api
+        .post("/v1/reports/sleep?delay=600", &json!({"ms": 0}))
+        .await
+        .json();
+    let later = later["job_id"].as_str().unwrap();
     let mut visitor = Visitor::new(&api);
     visitor.sign_in(KEY_A).await;
 
     let list = visitor.get("/dashboard/jobs").await;
     assert_page(&list, 200, done);
+    assert!(
+        list.text.contains("scheduled for "),
+        "the list says why the delayed job waits"
+    );
+    assert_page(
+        &visitor.get(&format!("/dashboard/jobs/{later}")).await,
+        200,
+        "id=\"job-waiting\">scheduled for ",
+    );
     assert!(list.text.contains(running));
     assert!(
         !list.text.contains(theirs),
@@ -688,7 +702,84 @@ async fn a_made_up_session_cookie_costs_no_query(backend: Backend) {
     );
 }
 
+async fn a_schedule_is_listed_paused_and_resumed_from_its_page(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let created = api
+        .post(
+            "/v1/schedules",
+            &json!({"kind": "sleep", "params": {"ms": 1}, "cron": "0 6 * * *", "timezone": "Asia/Kolkata"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let id = created.json()["schedule_id"].as_str().unwrap().to_owned();
+    let theirs = api
+        .as_tenant_b()
+        .post(
+            "/v1/schedules",
+            &json!({"kind": "sleep", "params": {"ms": 1}, "cron": "0 7 * * *", "timezone": "UTC"}),
+        )
+        .await
+        .json();
+    let theirs = theirs["schedule_id"].as_str().unwrap();
+    let mut visitor = Visitor::new(&api);
+    visitor.sign_in(KEY_A).await;
+
+    let list = visitor.get("/dashboard/schedules").await;
+    assert_page(&list, 200, &format!("data-schedule-id=\"{id}\""));
+    assert!(
+        !list.text.contains(theirs),
+        "another tenant's schedule is listed"
+    );
+    assert!(
+        list.text.contains("00:30:00"),
+        "06:00 in Kolkata is 00:30 UTC"
+    );
+    assert_page(
+        &visitor.get(&format!("/dashboard/schedules/{theirs}")).await,
+        404,
+        "There is no schedule",
+    );
+
+    let page = visitor.get(&format!("/dashboard/schedules/{id}")).await;
+    assert_page(
+        &page,
+        200,
+        "id=\"schedule-state\"><span class=\"badge succeeded\">active",
+    );
+    let fields = [
+        ("csrf_token", field(&page.text, "csrf_token")),
+        ("idempotency_key", field(&page.text, "idempotency_key")),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let paused = visitor
+        .post(&format!("/dashboard/schedules/{id}/pause"), &fields)
+        .await;
+    assert_redirect(&paused, &format!("/dashboard/schedules/{id}?done=paused"));
+    assert_eq!(
+        api.get(&format!("/v1/schedules/{id}")).await.json()["paused"],
+        true
+    );
+    let page = visitor.get(&format!("/dashboard/schedules/{id}")).await;
+    assert_page(&page, 200, "action=\"/dashboard/schedules/");
+    assert!(page.text.contains(">Resume<"), "{}", page.text);
+    let fields = [
+        ("csrf_token", field(&page.text, "csrf_token")),
+        ("idempotency_key", field(&page.text, "idempotency_key")),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let resumed = visitor
+        .post(&format!("/dashboard/schedules/{id}/resume"), &fields)
+        .await;
+    assert_redirect(&resumed, &format!("/dashboard/schedules/{id}?done=resumed"));
+    assert_eq!(
+        api.get(&format!("/v1/schedules/{id}")).await.json()["paused"],
+        false
+    );
+}
+
 crate::on_both_backends!(
+    a_schedule_is_listed_paused_and_resumed_from_its_page,
     signing_in_opens_a_strict_session_that_signing_out_closes,
     a_session_ends_when_its_key_is_revoked_or_when_it_expires,
     a_tenant_sees_and_acts_on_its_own_jobs_only,

@@ -1179,7 +1179,7 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 /// Every route of the API (see `api::routes::configure`); the dashboard's
 /// pages (`/dashboard`) are HTML for people, not part of the API document.
-const SERVED: [(&str, &str); 22] = [
+const SERVED: [(&str, &str); 29] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -1190,6 +1190,13 @@ const SERVED: [(&str, &str); 22] = [
     ("GET", "/v1/jobs/{job_id}/result"),
     ("POST", "/v1/jobs/{job_id}/cancel"),
     ("POST", "/v1/jobs/{job_id}/retry"),
+    ("POST", "/v1/schedules"),
+    ("GET", "/v1/schedules"),
+    ("GET", "/v1/schedules/{schedule_id}"),
+    ("PATCH", "/v1/schedules/{schedule_id}"),
+    ("DELETE", "/v1/schedules/{schedule_id}"),
+    ("POST", "/v1/schedules/{schedule_id}/pause"),
+    ("POST", "/v1/schedules/{schedule_id}/resume"),
     ("POST", "/v1/ledger/entries"),
     ("POST", "/v1/webhooks"),
     ("GET", "/v1/webhooks"),
@@ -1278,6 +1285,18 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
         webhook_ids.push(reply.json()["id"].as_str().unwrap().to_owned());
     }
+    // Two real schedules, likewise.
+    let mut schedule_ids = Vec::new();
+    for _ in 0..2 {
+        let reply = api
+            .post(
+                "/v1/schedules",
+                &json!({"kind": "sleep", "params": {"ms": 1}, "cron": "0 6 * * *", "timezone": "UTC"}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        schedule_ids.push(reply.json()["schedule_id"].as_str().unwrap().to_owned());
+    }
     // A filing endpoint, so reading it finds one.
     let reply = api
         .send(
@@ -1349,14 +1368,11 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
     let wrong_method = api.get("/v1/reports/gst-summary").await;
     assert!(is_no_route(&wrong_method), "{}", wrong_method.text);
     for (method, path) in &documented {
-        let webhook_id = if method == "DELETE" {
-            &webhook_ids[0]
-        } else {
-            &webhook_ids[1]
-        };
+        let deleted = usize::from(method != "DELETE");
         let filled = path
             .replace("{job_id}", &job_id)
-            .replace("{webhook_id}", webhook_id)
+            .replace("{webhook_id}", &webhook_ids[deleted])
+            .replace("{schedule_id}", &schedule_ids[deleted])
             .replace("{kind}", "gst-summary")
             .replace("{month}", "2026-10");
         assert!(

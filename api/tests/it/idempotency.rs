@@ -399,9 +399,8 @@ fn submission(key: Option<(&str, &str)>, body: &str) -> Submission {
         },
     });
     Submission {
-        job,
-        created_at,
         key,
+        ..Submission::at_once(job, created_at)
     }
 }
 

@@ -14,6 +14,7 @@ pub(crate) mod periods;
 pub(crate) mod results;
 pub(crate) mod retention;
 pub(crate) mod sagas;
+pub(crate) mod schedules;
 pub(crate) mod submit;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod test_hooks;

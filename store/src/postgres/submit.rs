@@ -38,10 +38,11 @@ pub(crate) async fn submit_in_one_statement(
         "WITH submitted AS (
              SELECT * FROM UNNEST($3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[],
                                   $8::timestamptz[], $9::text[], $10::text[], $11::text[],
-                                  $12::timestamptz[], $13::bigint[], $14::jsonb[], $15::bytea[])
+                                  $12::timestamptz[], $13::bigint[], $14::jsonb[], $15::bytea[],
+                                  $16::timestamptz[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, created_at, key_tenant,
                        idem_key, fingerprint, expires_at, response_status, response_headers,
-                       response_body)
+                       response_body, run_after)
          ), written AS (
              INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at,
                  expires_at, response_status, response_headers, response_body)
@@ -59,15 +60,19 @@ pub(crate) async fn submit_in_one_statement(
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
                                run_after, status)
              SELECT s.job_id, s.tenant_id, s.kind, s.params, s.max_attempts, s.created_at,
-                    s.created_at, 'QUEUED'
+                    s.run_after, 'QUEUED'
              FROM submitted s
              WHERE s.idem_key IS NULL OR EXISTS (
                  SELECT 1 FROM written w
                  WHERE w.tenant_id = s.key_tenant AND w.idem_key = s.idem_key)
-             RETURNING job_id, created_at
+             RETURNING job_id, created_at, run_after
          ), queued AS (
              INSERT INTO outbox (job_id, publish_at, republish_ms)
-             SELECT job_id, created_at + interval '1 millisecond' * $2, $2 FROM inserted
+             SELECT job_id,
+                    CASE WHEN run_after > created_at THEN run_after
+                         ELSE created_at + interval '1 millisecond' * $2 END,
+                    CASE WHEN run_after > created_at THEN 0 ELSE $2 END
+             FROM inserted
          )
          SELECT tenant_id, idem_key FROM written"
     ))
@@ -131,13 +136,19 @@ pub(crate) async fn submit_in_one_statement(
             .map(|s| s.key.as_ref().map(|k| k.response.body.as_slice()))
             .collect::<Vec<_>>(),
     )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| Millis(s.run_after))
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(db)
     .await?;
     Ok(written)
 }
 
 /// Inserts the jobs and their outbox rows, due `republish_ms` after each
-/// job was made.
+/// job was made, or unpublished at a delayed job's start.
 pub(crate) async fn insert_jobs(
     conn: &mut PgConnection,
     submissions: &[&Submission],
@@ -147,15 +158,19 @@ pub(crate) async fn insert_jobs(
         "WITH inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
                                run_after, status)
-             SELECT job_id, tenant_id, kind, params, max_attempts, created_at, created_at,
+             SELECT job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
                     'QUEUED'
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
-                         $7::timestamptz[])
-                 AS s (job_id, tenant_id, kind, params, max_attempts, created_at)
-             RETURNING job_id, created_at
+                         $7::timestamptz[], $8::timestamptz[])
+                 AS s (job_id, tenant_id, kind, params, max_attempts, created_at, run_after)
+             RETURNING job_id, created_at, run_after
          )
          INSERT INTO outbox (job_id, publish_at, republish_ms)
-         SELECT job_id, created_at + interval '1 millisecond' * $1, $1 FROM inserted"
+         SELECT job_id,
+                CASE WHEN run_after > created_at THEN run_after
+                     ELSE created_at + interval '1 millisecond' * $1 END,
+                CASE WHEN run_after > created_at THEN 0 ELSE $1 END
+         FROM inserted"
     ))
     .bind(republish_ms)
     .bind(
@@ -192,6 +207,12 @@ pub(crate) async fn insert_jobs(
         submissions
             .iter()
             .map(|s| Millis(s.created_at))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| Millis(s.run_after))
             .collect::<Vec<_>>(),
     )
     .execute(conn)

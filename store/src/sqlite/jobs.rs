@@ -12,7 +12,7 @@ pub(crate) async fn get(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of
+                cancel_requested, handbacks, retry_of, schedule_id
          FROM jobs WHERE job_id = $1 AND tenant_id = $2"
     ))
     .bind(job_id)
@@ -28,11 +28,34 @@ pub(crate) async fn get_unscoped(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of
+                cancel_requested, handbacks, retry_of, schedule_id
          FROM jobs WHERE job_id = $1"
     ))
     .bind(job_id)
     .fetch_optional(db)
+    .await
+}
+
+/// A schedule's jobs, newest first (`jobs_schedule_fires` finds them).
+pub(crate) async fn list_of_schedule(
+    db: impl SqliteExecutor<'_>,
+    tenant_id: &str,
+    schedule_id: &str,
+    before: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<JobRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
+                created_at, started_at, finished_at, run_after, error_type, error_message,
+                cancel_requested, handbacks, retry_of, schedule_id
+         FROM jobs WHERE schedule_id = $2 AND tenant_id = $1 AND job_id < $3
+         ORDER BY job_id DESC LIMIT $4"
+    ))
+    .bind(tenant_id)
+    .bind(schedule_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(db)
     .await
 }
 
@@ -51,7 +74,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -65,7 +88,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -80,7 +103,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND kind = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -95,7 +118,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4 AND kind = $5
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -127,7 +150,7 @@ pub(crate) async fn ask_to_stop(conn: &mut SqliteConnection, job_id: &str) -> sq
         "UPDATE jobs SET cancel_requested = true WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of"
+                   cancel_requested, handbacks, retry_of, schedule_id"
     ))
     .bind(job_id)
     .fetch_one(conn)
@@ -143,7 +166,7 @@ pub(crate) async fn cancel_queued(
         "UPDATE jobs SET status = 'CANCELLED', finished_at = $2 WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of"
+                   cancel_requested, handbacks, retry_of, schedule_id"
     ))
     .bind(job_id)
     .bind(now)
@@ -160,7 +183,7 @@ pub(crate) async fn mark_retry_of(
         "UPDATE jobs SET retry_of = $2 WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of"
+                   cancel_requested, handbacks, retry_of, schedule_id"
     ))
     .bind(new_job_id)
     .bind(job_id)

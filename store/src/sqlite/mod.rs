@@ -12,6 +12,7 @@ pub(crate) mod outbox;
 pub(crate) mod periods;
 pub(crate) mod results;
 pub(crate) mod sagas;
+pub(crate) mod schedules;
 pub(crate) mod submit;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod test_hooks;

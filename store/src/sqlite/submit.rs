@@ -5,7 +5,7 @@ use sqlx::SqliteConnection;
 use crate::Submission;
 
 /// Inserts the jobs and their outbox rows, due `republish_ms` after each
-/// job was made.
+/// job was made, or unpublished at a delayed job's start.
 pub(crate) async fn insert_jobs(
     conn: &mut SqliteConnection,
     submissions: &[&Submission],
@@ -21,7 +21,8 @@ pub(crate) async fn insert_jobs(
                     s.job.kind,
                     s.job.params,
                     s.job.max_attempts,
-                    s.created_at
+                    s.created_at,
+                    s.run_after
                 ])
             })
             .collect(),
@@ -33,7 +34,7 @@ pub(crate) async fn insert_jobs(
          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
                 json_extract(value, '$[2]'), json_extract(value, '$[3]'),
                 json_extract(value, '$[4]'), json_extract(value, '$[5]'),
-                json_extract(value, '$[5]'), 'QUEUED'
+                json_extract(value, '$[6]'), 'QUEUED'
          FROM json_each($1)"
     ))
     .bind(&rows)
@@ -41,7 +42,12 @@ pub(crate) async fn insert_jobs(
     .await?;
     sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, republish_ms)
-         SELECT json_extract(value, '$[0]'), json_extract(value, '$[5]') + $2, $2
+         SELECT json_extract(value, '$[0]'),
+                CASE WHEN json_extract(value, '$[6]') > json_extract(value, '$[5]')
+                     THEN json_extract(value, '$[6]')
+                     ELSE json_extract(value, '$[5]') + $2 END,
+                CASE WHEN json_extract(value, '$[6]') > json_extract(value, '$[5]')
+                     THEN 0 ELSE $2 END
          FROM json_each($1)"
     ))
     .bind(&rows)

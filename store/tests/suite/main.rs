@@ -10,6 +10,7 @@ mod jobs;
 mod keys;
 mod ledger;
 mod lifecycle;
+mod outbox;
 mod periods;
 mod retention;
 mod sagas;
