@@ -668,24 +668,10 @@ async fn delayed(service: &Service, args: &Args) -> Result<Value> {
         );
     }
     let pool = service.pool().await?;
-    let deadline = Instant::now()
-        + Duration::from_secs(args.delayed_lead_secs + args.delayed_window_secs + 600);
-    loop {
-        let left: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'quiet' AND status <> 'SUCCEEDED'",
-        )
-        .fetch_one(&pool)
-        .await?
-        .try_get("n")?;
-        if left == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{left} delayed jobs not done in time"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let within = Duration::from_secs(args.delayed_lead_secs + args.delayed_window_secs + 600);
+    let unfinished =
+        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'quiet' AND status <> 'SUCCEEDED'";
+    wait_for_count(&pool, unfinished, &[], within, |left| left == 0).await?;
     let lateness_sql = match service.shape {
         Shape::Production => {
             "SELECT (EXTRACT(EPOCH FROM started_at - run_after) * 1000)::float8 AS ms
@@ -695,14 +681,8 @@ async fn delayed(service: &Service, args: &Args) -> Result<Value> {
             "SELECT CAST(started_at - run_after AS REAL) AS ms FROM jobs WHERE tenant_id = 'quiet'"
         }
     };
-    let mut lateness: Vec<f64> = sqlx::query(lateness_sql)
-        .fetch_all(&pool)
-        .await?
-        .iter()
-        .map(|row| row.try_get::<f64, _>("ms"))
-        .collect::<std::result::Result<_, _>>()?;
+    let lateness = sorted_ms(&pool, lateness_sql, &[]).await?;
     pool.close().await;
-    lateness.sort_by(f64::total_cmp);
     Ok(json!({
         "delayed_jobs": count,
         "window_s": args.delayed_window_secs,
@@ -714,6 +694,51 @@ async fn delayed(service: &Service, args: &Args) -> Result<Value> {
         "lateness_max_ms": lateness.last().copied().unwrap_or(f64::NAN),
         "early": lateness.iter().filter(|ms| **ms < 0.0).count(),
     }))
+}
+
+/// `sql` with `binds` bound in order.
+fn query_with(
+    sql: &'static str,
+    binds: &[i64],
+) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+    binds
+        .iter()
+        .fold(sqlx::query(sql), |query, value| query.bind(*value))
+}
+
+/// Waits, looking once a second, until the count `sql` reads (a column
+/// `n`) satisfies `done`; fails after `within`.
+async fn wait_for_count(
+    pool: &AnyPool,
+    sql: &'static str,
+    binds: &[i64],
+    within: Duration,
+    done: impl Fn(i64) -> bool,
+) -> Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let n: i64 = query_with(sql, binds).fetch_one(pool).await?.try_get("n")?;
+        if done(n) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "still {n} after {within:?}: {sql}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The column `ms` of what `sql` reads, sorted.
+async fn sorted_ms(pool: &AnyPool, sql: &'static str, binds: &[i64]) -> Result<Vec<f64>> {
+    let mut values: Vec<f64> = query_with(sql, binds)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| row.try_get::<f64, _>("ms"))
+        .collect::<std::result::Result<_, _>>()?;
+    values.sort_by(f64::total_cmp);
+    Ok(values)
 }
 
 /// Scenario: `--schedules` schedules of a second tenant, each firing every
@@ -766,35 +791,12 @@ async fn schedules(service: &Service, args: &Args) -> Result<Value> {
         ),
     };
     let end = first_fire + args.schedule_minutes * 60_000;
-    let deadline = Instant::now()
-        + Duration::from_millis(u64::try_from(end - chrono::Utc::now().timestamp_millis())?)
+    let within = Duration::from_millis(u64::try_from(end - chrono::Utc::now().timestamp_millis())?)
         + Duration::from_secs(120);
-    loop {
-        let made: i64 = sqlx::query(count_sql)
-            .bind(first_fire)
-            .bind(end)
-            .fetch_one(&pool)
-            .await?
-            .try_get("n")?;
-        if made >= expected {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{made} of {expected} fires made a job in time"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let mut lateness: Vec<f64> = sqlx::query(lateness_sql)
-        .bind(first_fire)
-        .bind(end)
-        .fetch_all(&pool)
-        .await?
-        .iter()
-        .map(|row| row.try_get::<f64, _>("ms"))
-        .collect::<std::result::Result<_, _>>()?;
+    let fires = [first_fire, end];
+    wait_for_count(&pool, count_sql, &fires, within, |made| made >= expected).await?;
+    let lateness = sorted_ms(&pool, lateness_sql, &fires).await?;
     pool.close().await;
-    lateness.sort_by(f64::total_cmp);
     Ok(json!({
         "schedules": args.schedules,
         "minutes": args.schedule_minutes,
