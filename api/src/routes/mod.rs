@@ -15,6 +15,9 @@ use crate::{error::ApiResult, state::AppState};
 /// Body limit of every route but the ledger import (`docs/api.md`).
 const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
+/// A schedule is read whole as JSON (its template may hold any value), so
+/// its body is kept small.
+const SCHEDULE_BODY_LIMIT: usize = 64 * 1024;
 
 /// Registers every route the server serves.
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -31,11 +34,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/jobs").get(jobs::list))
                 .service(
                     web::resource("/schedules")
+                        .app_data(web::PayloadConfig::new(SCHEDULE_BODY_LIMIT))
                         .post(schedules::create)
                         .get(schedules::list),
                 )
                 .service(
                     web::resource("/schedules/{schedule_id}")
+                        .app_data(web::PayloadConfig::new(SCHEDULE_BODY_LIMIT))
                         .get(schedules::get)
                         .patch(schedules::change)
                         .delete(schedules::delete),

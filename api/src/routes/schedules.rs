@@ -274,6 +274,7 @@ fn answer(status: StatusCode, schedule: &Schedule) -> ApiResult<Answer> {
     responses(
         (status = 201, body = ScheduleObject, headers(("Location" = String, description = "the schedule: /v1/schedules/{schedule_id}"))),
         (status = 400, description = "malformed JSON, a wrong JSON type, an unknown field, or a malformed Idempotency-Key"),
+        (status = 413, description = "body over 64 KiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "an unknown kind, a bad cron expression, time zone, time or template, or params the kind refuses as the first fire fills them in (`errors` names each); or the Idempotency-Key was used with a different request"),
         (status = 429, description = "over the tenant's request rate or its schedules (MAX_SCHEDULES)"),
@@ -500,6 +501,7 @@ pub async fn change_schedule(
         (status = 200, body = ScheduleObject),
         (status = 400, description = "malformed JSON, a wrong JSON type or an unknown field"),
         (status = 404, description = "no schedule of this tenant has this id"),
+        (status = 413, description = "body over 64 KiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "a value is not valid, as for a create"),
     ),

@@ -299,6 +299,19 @@ async fn bad_schedules_are_refused_by_field_and_store_nothing(shape: QueueShape)
     }
     let unknown = with("every", json!("day"));
     assert_eq!(create(api, unknown).await.status, StatusCode::BAD_REQUEST);
+    // Read whole as JSON, so kept small.
+    let big = with("params", json!({"month": "x".repeat(70 * 1024)}));
+    let reply = create(api, big).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        reply.text
+    );
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
     let listed = api.get("/v1/schedules").await.json();
     assert_eq!(listed["data"], json!([]), "nothing was stored");
 }
