@@ -203,26 +203,33 @@ impl Store {
         ) > 0)
     }
 
-    /// Fires up to `limit` schedules due at `now`, in one transaction:
-    /// `plan` says what each fire makes; its jobs (due at once) and the
-    /// schedules' next fires commit together. Concurrent schedulers take
-    /// different schedules (`SKIP LOCKED` on Postgres; SQLite has one
-    /// writer), and a job for a fire that already has one is not made.
+    /// Fires up to `limit` schedules whose next fire is at `until` or
+    /// before, in one transaction at `now`: `plan` says what each fire
+    /// makes; its jobs (each due at its fire, or at once for a fire past)
+    /// and the schedules' next fires commit together. Concurrent
+    /// schedulers take different schedules (`SKIP LOCKED` on Postgres;
+    /// SQLite has one writer), and a job for a fire that already has one
+    /// is not made.
     pub async fn fire_due_schedules(
         &self,
         now: i64,
+        until: i64,
         limit: i64,
         mut plan: impl FnMut(&Schedule) -> FirePlan,
     ) -> Result<Fired> {
         let at = Millis(now);
         // A look before the transaction: most passes find nothing due.
-        if self.next_schedule_due().await?.is_none_or(|due| due > now) {
+        if self
+            .next_schedule_due()
+            .await?
+            .is_none_or(|due| due > until)
+        {
             return Ok(Fired::default());
         }
         let mut tx = self.begin_write().await?;
         let due: Vec<Schedule> = on_tx!(tx,
-            conn => postgres::schedules::lock_due(conn, at, limit).await?,
-            conn => sqlite::schedules::due(conn, at, limit).await?,
+            conn => postgres::schedules::lock_due(conn, Millis(until), limit).await?,
+            conn => sqlite::schedules::due(conn, Millis(until), limit).await?,
         )
         .into_iter()
         .map(Schedule::try_from)

@@ -2,8 +2,9 @@
 //! one; the store's transaction per pass (`Store::fire_due_schedules`)
 //! and the unique fire of each job keep it to one job per fire however
 //! many run, and a pool killed mid-pass leaves its fires to the next pass.
+//! A fire's job is made up to [`FIRE_AHEAD`] before the fire, due at it.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use reports::Registry;
 use serde_json::Value;
@@ -19,6 +20,10 @@ use tracing::{error, warn};
 
 /// How often the scheduler looks for due schedules when none was due.
 const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// How long before its fire a fire's job is made: as a job due at the
+/// fire (a delayed job, which the relay publishes then), so that many
+/// schedules firing in the same minute are all written by their time.
+pub const FIRE_AHEAD: Duration = Duration::from_secs(5);
 /// Pause after the database did not answer.
 const AFTER_ERROR: Duration = Duration::from_secs(1);
 /// Schedules fired per transaction.
@@ -33,10 +38,14 @@ pub async fn run_scheduler(
     signals: Signals,
     stop: CancellationToken,
 ) {
+    let mut crons = Crons::default();
     loop {
         let now = now_ms();
+        let until = now + shared::time::duration_ms(FIRE_AHEAD);
         let pause = match store
-            .fire_due_schedules(now, FIRE_BATCH, |schedule| plan(&registry, schedule, now))
+            .fire_due_schedules(now, until, FIRE_BATCH, |schedule| {
+                plan(&registry, &mut crons, schedule, now)
+            })
             .await
         {
             Ok(fired) => {
@@ -63,9 +72,31 @@ pub async fn run_scheduler(
     }
 }
 
+/// Parsed cron expressions by (expression, zone): many schedules share a
+/// few, and a pass parses each once. Emptied when it grows past a bound.
+#[derive(Default)]
+struct Crons(HashMap<(String, String), Option<CronSchedule>>);
+
+impl Crons {
+    const MOST: usize = 4096;
+
+    fn get(&mut self, schedule: &Schedule) -> Option<CronSchedule> {
+        let key = (schedule.cron.clone(), schedule.timezone.clone());
+        if let Some(cron) = self.0.get(&key) {
+            return cron.clone();
+        }
+        if self.0.len() >= Self::MOST {
+            self.0.clear();
+        }
+        let cron = CronSchedule::parse(&schedule.cron, &schedule.timezone).ok();
+        self.0.insert(key, cron.clone());
+        cron
+    }
+}
+
 /// What the due fire of `schedule` makes at `now`.
-fn plan(registry: &Registry, schedule: &Schedule, now: i64) -> FirePlan {
-    let Ok(cron) = CronSchedule::parse(&schedule.cron, &schedule.timezone) else {
+fn plan(registry: &Registry, crons: &mut Crons, schedule: &Schedule, now: i64) -> FirePlan {
+    let Some(cron) = crons.get(schedule) else {
         // Checked when it was written; a time zone database that no longer
         // knows its zone stops it rather than firing at a wrong time.
         error!(schedule_id = %schedule.schedule_id, "a stored schedule no longer parses; it stops");

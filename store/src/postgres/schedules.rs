@@ -149,10 +149,11 @@ pub(crate) async fn delete(
     Ok(done.rows_affected())
 }
 
-/// Due schedules, locked; those another scheduler holds are skipped.
+/// Schedules due by `until`, locked; those another scheduler holds are
+/// skipped.
 pub(crate) async fn lock_due(
     conn: &mut PgConnection,
-    now: Millis,
+    until: Millis,
     limit: i64,
 ) -> sqlx::Result<Vec<ScheduleRow>> {
     sqlx::query_as(sql!(
@@ -161,13 +162,14 @@ pub(crate) async fn lock_due(
          FROM schedules WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= $1
          ORDER BY next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED"
     ))
-    .bind(now)
+    .bind(until)
     .bind(limit)
     .fetch_all(conn)
     .await
 }
 
-/// The fires' jobs, each due at once with its outbox row; a fire that
+/// The fires' jobs, made at `now`, each due at its fire (at once for a
+/// fire past) with its outbox row, unpublished until then; a fire that
 /// already has its job makes none. Returns how many were made.
 pub(crate) async fn insert_fired_jobs(
     conn: &mut PgConnection,
@@ -178,16 +180,16 @@ pub(crate) async fn insert_fired_jobs(
         "WITH inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
                                run_after, status, schedule_id, fire_at)
-             SELECT job_id, tenant_id, kind, params, max_attempts, $1, $1, 'QUEUED', schedule_id,
-                    fire_at
+             SELECT job_id, tenant_id, kind, params, max_attempts, $1, GREATEST(fire_at, $1),
+                    'QUEUED', schedule_id, fire_at
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
                          $7::text[], $8::timestamptz[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, schedule_id, fire_at)
              ON CONFLICT (schedule_id, fire_at) WHERE schedule_id IS NOT NULL DO NOTHING
-             RETURNING job_id
+             RETURNING job_id, run_after
          ), queued AS (
              INSERT INTO outbox (job_id, publish_at, republish_ms)
-             SELECT job_id, $1, 0 FROM inserted
+             SELECT job_id, run_after, 0 FROM inserted
          )
          SELECT job_id FROM inserted"
     ))

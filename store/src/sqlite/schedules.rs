@@ -123,9 +123,10 @@ pub(crate) async fn delete(
     Ok(done.rows_affected())
 }
 
+/// Schedules due by `until`.
 pub(crate) async fn due(
     conn: &mut SqliteConnection,
-    now: Millis,
+    until: Millis,
     limit: i64,
 ) -> sqlx::Result<Vec<ScheduleRow>> {
     sqlx::query_as(sql!(
@@ -134,13 +135,14 @@ pub(crate) async fn due(
          FROM schedules WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= $1
          ORDER BY next_fire_at LIMIT $2"
     ))
-    .bind(now)
+    .bind(until)
     .bind(limit)
     .fetch_all(conn)
     .await
 }
 
-/// The fires' jobs, each due at once with its outbox row; a fire that
+/// The fires' jobs, made at `now`, each due at its fire (at once for a
+/// fire past) with its outbox row, unpublished until then; a fire that
 /// already has its job makes none. Returns how many were made.
 pub(crate) async fn insert_fired_jobs(
     conn: &mut SqliteConnection,
@@ -168,8 +170,8 @@ pub(crate) async fn insert_fired_jobs(
                            status, schedule_id, fire_at)
          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
                 json_extract(value, '$[2]'), json_extract(value, '$[3]'),
-                json_extract(value, '$[4]'), $2, $2, 'QUEUED', json_extract(value, '$[5]'),
-                json_extract(value, '$[6]')
+                json_extract(value, '$[4]'), $2, MAX(json_extract(value, '$[6]'), $2), 'QUEUED',
+                json_extract(value, '$[5]'), json_extract(value, '$[6]')
          FROM json_each($1) WHERE true
          ON CONFLICT (schedule_id, fire_at) WHERE schedule_id IS NOT NULL DO NOTHING"
     ))
@@ -181,11 +183,10 @@ pub(crate) async fn insert_fired_jobs(
     // Only the jobs just made carry these ids.
     sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, republish_ms)
-         SELECT job_id, $2, 0 FROM jobs
+         SELECT job_id, run_after, 0 FROM jobs
          WHERE job_id IN (SELECT json_extract(value, '$[0]') FROM json_each($1))"
     ))
     .bind(&rows)
-    .bind(now)
     .execute(conn)
     .await?;
     Ok(usize::try_from(made).unwrap_or(usize::MAX))
