@@ -386,9 +386,85 @@ pub async fn get(
 
 /// What a change does to a schedule.
 pub enum Change {
-    Edit(Box<ChangeSchedule>),
+    Edit(Box<Edit>),
     Pause,
     Resume,
+}
+
+/// A `PATCH`'s members, with its times and policy read.
+pub struct Edit {
+    given: ChangeSchedule,
+    starts_at: Option<Option<i64>>,
+    ends_at: Option<Option<i64>>,
+    misfire: Option<Misfire>,
+}
+
+impl Edit {
+    /// Reads the times and the policy, or refuses them by field.
+    fn read(given: ChangeSchedule) -> ApiResult<Self> {
+        let mut errors = Vec::new();
+        let starts_at = given
+            .starts_at
+            .as_ref()
+            .map(|at| moment("starts_at", at.as_deref(), &mut errors));
+        let ends_at = given
+            .ends_at
+            .as_ref()
+            .map(|at| moment("ends_at", at.as_deref(), &mut errors));
+        let misfire = given
+            .misfire
+            .as_deref()
+            .map(|text| misfire_of(Some(text), &mut errors));
+        refuse_if_any(errors)?;
+        Ok(Edit {
+            given,
+            starts_at,
+            ends_at,
+            misfire,
+        })
+    }
+
+    /// Whether it changes when the schedule fires.
+    fn moves_fires(&self) -> bool {
+        self.given.cron.is_some()
+            || self.given.timezone.is_some()
+            || self.starts_at.is_some()
+            || self.ends_at.is_some()
+    }
+
+    /// Writes the members given over `schedule`, checked as a new
+    /// schedule's are.
+    fn apply(&self, state: &AppState, schedule: &mut Schedule, now: i64) -> ApiResult<()> {
+        let kept_next = schedule.next_fire_at;
+        if let Some(kind) = &self.given.kind {
+            schedule.kind.clone_from(kind);
+        }
+        if let Some(params) = &self.given.params {
+            schedule.params = params.to_string();
+        }
+        if let Some(cron) = &self.given.cron {
+            schedule.cron.clone_from(cron);
+        }
+        if let Some(timezone) = &self.given.timezone {
+            schedule.timezone.clone_from(timezone);
+        }
+        if let Some(starts_at) = self.starts_at {
+            schedule.starts_at = starts_at;
+        }
+        if let Some(ends_at) = self.ends_at {
+            schedule.ends_at = ends_at;
+        }
+        if let Some(misfire) = self.misfire {
+            schedule.misfire = misfire;
+        }
+        check(state, schedule, now)?;
+        // Only a change of its timing moves the next fire: one due now is
+        // still made.
+        if !self.moves_fires() {
+            schedule.next_fire_at = kept_next;
+        }
+        Ok(())
+    }
 }
 
 /// Applies `change` to the schedule under its lock, through the
@@ -405,23 +481,6 @@ pub async fn change_schedule(
     if !is_id(schedule_id, "sch_") {
         return Err(not_found(schedule_id));
     }
-    // Values the change brings, checked before anything is locked.
-    let mut errors = Vec::new();
-    let edit = match &change {
-        Change::Edit(edit) => Some((
-            edit.starts_at
-                .as_ref()
-                .map(|at| moment("starts_at", at.as_deref(), &mut errors)),
-            edit.ends_at
-                .as_ref()
-                .map(|at| moment("ends_at", at.as_deref(), &mut errors)),
-            edit.misfire
-                .as_deref()
-                .map(|text| misfire_of(Some(text), &mut errors)),
-        )),
-        _ => None,
-    };
-    refuse_if_any(errors)?;
     execute(state, tenant_id, key, request, body, async |tx| {
         let mut schedule = state
             .store
@@ -429,43 +488,10 @@ pub async fn change_schedule(
             .await?
             .ok_or_else(|| not_found(schedule_id))?;
         let now = now_ms();
-        match (&change, edit) {
-            (Change::Edit(edit), Some((starts_at, ends_at, misfire))) => {
-                let timing = edit.cron.is_some()
-                    || edit.timezone.is_some()
-                    || starts_at.is_some()
-                    || ends_at.is_some();
-                let kept_next = schedule.next_fire_at;
-                if let Some(kind) = &edit.kind {
-                    schedule.kind.clone_from(kind);
-                }
-                if let Some(params) = &edit.params {
-                    schedule.params = params.to_string();
-                }
-                if let Some(cron) = &edit.cron {
-                    schedule.cron.clone_from(cron);
-                }
-                if let Some(timezone) = &edit.timezone {
-                    schedule.timezone.clone_from(timezone);
-                }
-                if let Some(starts_at) = starts_at {
-                    schedule.starts_at = starts_at;
-                }
-                if let Some(ends_at) = ends_at {
-                    schedule.ends_at = ends_at;
-                }
-                if let Some(misfire) = misfire {
-                    schedule.misfire = misfire;
-                }
-                check(state, &mut schedule, now)?;
-                // Only a change of its timing moves the next fire: one due
-                // now is still made.
-                if !timing {
-                    schedule.next_fire_at = kept_next;
-                }
-            }
-            (Change::Pause, _) => schedule.paused = true,
-            (Change::Resume, _) => {
+        match &change {
+            Change::Edit(edit) => edit.apply(state, &mut schedule, now)?,
+            Change::Pause => schedule.paused = true,
+            Change::Resume => {
                 if schedule.paused {
                     schedule.paused = false;
                     // Fires while paused are not missed: it goes on from now.
@@ -479,7 +505,6 @@ pub async fn change_schedule(
                         first_fire(&cron, schedule.starts_at, schedule.ends_at, now);
                 }
             }
-            (Change::Edit(_), None) => {}
         }
         schedule.updated_at = now;
         if !state.store.replace_schedule(tx, &schedule).await? {
@@ -515,7 +540,8 @@ pub async fn change(
     request: HttpRequest,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
-    let edit: ChangeSchedule = json_body(&request, &body)?;
+    // Its times and policy are read before anything is locked.
+    let edit = Edit::read(json_body(&request, &body)?)?;
     change_schedule(
         &state,
         &tenant.0,
