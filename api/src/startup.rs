@@ -49,6 +49,7 @@ impl Application {
     /// and makes or matches the API keys.
     pub async fn build(settings: Settings) -> Result<Self, BoxError> {
         let configured_keys = settings.api_keys()?;
+        reports::Registry::check_caps(&settings.caps())?;
         let store = Store::open(&settings).await?;
         store.migrate().await?;
         let queue = if settings.embedded_worker() {
@@ -79,6 +80,7 @@ impl Application {
             limits: Limits::new(&settings),
             metrics: metrics::prometheus(),
             idempotency_ttl: settings.idempotency_ttl,
+            caps: settings.caps(),
             webhook_allow_private: settings.webhook_allow_private,
             shutdown: shutdown.clone(),
         });

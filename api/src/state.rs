@@ -22,6 +22,8 @@ pub struct AppState {
     pub idempotency_ttl: std::time::Duration,
     /// Whether webhook URLs may point at private addresses.
     pub webhook_allow_private: bool,
+    /// The concurrency caps, which a parked job's `waiting` names.
+    pub caps: shared::settings::Caps,
     /// Cancelled at SIGTERM/SIGINT: long polls answer at once.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

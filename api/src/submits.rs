@@ -128,10 +128,7 @@ impl SubmitGroup {
             .filter(|(submission, outcome)| {
                 **outcome == Submitted::Inserted && !submission.is_delayed()
             })
-            .map(|(submission, _)| QueuedJob {
-                job_id: submission.job.job_id.clone(),
-                tenant_id: submission.job.tenant_id.clone(),
-            })
+            .map(|(submission, _)| self.store.queued_job(submission))
             .collect();
         if new_jobs.is_empty() {
             return Ok(outcomes);

@@ -1,9 +1,10 @@
 //! The queue both binaries share: Redis when `REDIS_URL` is set, else the
 //! database (apalis's SQLite or Postgres storage), or, for the embedded
 //! default, a queue inside the process. A message is
-//! `{"job_id": "...", "tenant_id": "..."}`; the Redis and in-process queues
-//! hand messages out fairly between tenants (`docs/design.md`, Fair
-//! scheduling). Also here: the one path that hands committed jobs to the
+//! `{"job_id": "...", "rank_at": ..., "tenant_id": "..."}`; the Redis and
+//! in-process queues hand messages out fairly between tenants, and each
+//! tenant's in rank order (`docs/design.md`, Fair scheduling and
+//! Priorities); apalis's Postgres and SQLite storages in rank order. Also here: the one path that hands committed jobs to the
 //! queue ([`Handoff`]), and the outbox relay.
 
 mod apalis_tables;
@@ -35,10 +36,24 @@ const RECOVER: Retry = Retry::doubling(Duration::from_secs(1), Duration::from_se
 /// is dropped by our handler instead of killing the apalis worker at fetch.
 pub type Message = Value;
 
-/// The message that carries a job: its id, and its tenant for fair
-/// scheduling.
+/// The message that carries a job: its id, its tenant for fair
+/// scheduling, and its rank, so that a message returned to the queue
+/// keeps its place.
 pub fn message(job: &QueuedJob) -> Message {
-    json!({ "job_id": job.job_id, "tenant_id": job.tenant_id })
+    json!({ "job_id": job.job_id, "tenant_id": job.tenant_id, "rank_at": job.rank_at })
+}
+
+/// A task for apalis's SQL storages, which fetch by `priority`, highest
+/// first (then oldest first): the job's rank in seconds counted down from
+/// `i32::MAX` (what apalis stores) at 2026-01-01, so an earlier rank is a
+/// higher priority until 2094.
+fn apalis_task(job: &QueuedJob) -> apalis::prelude::Task<Message> {
+    const RANK_ORIGIN_S: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
+    let since_origin = job.rank_at.div_euclid(1000) - RANK_ORIGIN_S;
+    let priority = (i64::from(i32::MAX) - since_origin).clamp(0, i64::from(i32::MAX));
+    apalis::prelude::TaskBuilder::new(message(job))
+        .priority(usize::try_from(priority).unwrap_or(0))
+        .build()
 }
 
 #[derive(Clone)]
@@ -141,11 +156,11 @@ impl Queue {
     /// Publishes one message per job. The in-process queue takes them
     /// whatever its room: callers that can wait use a [`Handoff`] instead.
     pub async fn publish(&self, jobs: &[QueuedJob]) -> Result<()> {
-        let messages = || jobs.iter().map(message).collect::<Vec<Message>>();
+        let tasks = || futures::stream::iter(jobs.iter().map(apalis_task).collect::<Vec<_>>());
         match self.clone() {
             Queue::Redis(queue) => queue.push(jobs).await?,
-            Queue::Sqlite(mut storage) => storage.push_bulk(messages()).await?,
-            Queue::Postgres(mut storage) => storage.push_bulk(messages()).await?,
+            Queue::Sqlite(mut storage) => storage.push_all(tasks()).await?,
+            Queue::Postgres(mut storage) => storage.push_all(tasks()).await?,
             Queue::Memory(queue) => queue.push(jobs),
         }
         Ok(())

@@ -6,7 +6,8 @@
 //! process starts.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    cmp::{Ordering, Reverse},
+    collections::{BinaryHeap, HashMap, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
 };
 
@@ -30,48 +31,85 @@ pub const MEMORY_QUEUE_CAPACITY: usize = 1024;
 /// waiting in the outbox behind another tenant's backlog.
 pub const FAIR_SHARE: usize = 64;
 
-/// One FIFO per tenant and a ring of the tenants that have messages: a
-/// fetch takes the head of the next tenant's FIFO, so with `n` tenants
-/// waiting each gets every `n`-th message, however long the others' FIFOs.
-/// Push and fetch are O(1).
+/// One queue per tenant, in rank order (a job's due time plus what its
+/// priority is worth, then arrival), and a ring of the tenants that have
+/// messages: a fetch takes the first of the next tenant's queue, so with
+/// `n` tenants waiting each gets every `n`-th message, however long the
+/// others' queues. Push and fetch are O(log n) in the tenant's queue.
 #[derive(Debug)]
 pub struct FairQueue<T> {
-    fifos: HashMap<String, VecDeque<T>>,
+    queues: HashMap<String, BinaryHeap<Reverse<Ranked<T>>>>,
     ring: VecDeque<String>,
     len: usize,
+    /// Arrival order, for jobs of equal rank.
+    pushed: u64,
+}
+
+/// An item and where it ranks; ordered by rank, then arrival.
+#[derive(Debug)]
+struct Ranked<T> {
+    rank_at: i64,
+    arrival: u64,
+    item: T,
+}
+
+impl<T> PartialEq for Ranked<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl<T> Eq for Ranked<T> {}
+
+impl<T> PartialOrd for Ranked<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T> Ord for Ranked<T> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.rank_at, self.arrival).cmp(&(other.rank_at, other.arrival))
+    }
 }
 
 impl<T> Default for FairQueue<T> {
     fn default() -> Self {
         Self {
-            fifos: HashMap::new(),
+            queues: HashMap::new(),
             ring: VecDeque::new(),
             len: 0,
+            pushed: 0,
         }
     }
 }
 
 impl<T> FairQueue<T> {
-    pub fn push(&mut self, tenant: &str, item: T) {
-        let fifo = match self.fifos.get_mut(tenant) {
-            Some(fifo) => fifo,
+    pub fn push(&mut self, tenant: &str, rank_at: i64, item: T) {
+        let queue = match self.queues.get_mut(tenant) {
+            Some(queue) => queue,
             None => {
                 self.ring.push_back(tenant.to_owned());
-                self.fifos.entry(tenant.to_owned()).or_default()
+                self.queues.entry(tenant.to_owned()).or_default()
             }
         };
-        fifo.push_back(item);
+        self.pushed += 1;
+        queue.push(Reverse(Ranked {
+            rank_at,
+            arrival: self.pushed,
+            item,
+        }));
         self.len += 1;
     }
 
-    /// The next tenant's oldest message; that tenant moves to the back of
+    /// The next tenant's first message; that tenant moves to the back of
     /// the ring if it has more.
     pub fn pop(&mut self) -> Option<T> {
         let tenant = self.ring.pop_front()?;
-        let fifo = self.fifos.get_mut(&tenant)?;
-        let item = fifo.pop_front();
-        if fifo.is_empty() {
-            self.fifos.remove(&tenant);
+        let queue = self.queues.get_mut(&tenant)?;
+        let item = queue.pop().map(|Reverse(ranked)| ranked.item);
+        if queue.is_empty() {
+            self.queues.remove(&tenant);
         } else {
             self.ring.push_back(tenant);
         }
@@ -88,7 +126,7 @@ impl<T> FairQueue<T> {
     }
 
     pub fn len_of(&self, tenant: &str) -> usize {
-        self.fifos.get(tenant).map_or(0, VecDeque::len)
+        self.queues.get(tenant).map_or(0, BinaryHeap::len)
     }
 }
 
@@ -168,7 +206,9 @@ impl Room {
         let mut sent = 0;
         for (place, job) in places.iter().zip(jobs) {
             state.release(place.as_deref());
-            state.waiting.push(&job.tenant_id, crate::message(job));
+            state
+                .waiting
+                .push(&job.tenant_id, job.rank_at, crate::message(job));
             sent += 1;
         }
         for place in &places[sent..] {
@@ -246,7 +286,9 @@ impl MemoryQueue {
     pub fn push(&self, jobs: &[QueuedJob]) {
         let mut state = self.lock();
         for job in jobs {
-            state.waiting.push(&job.tenant_id, crate::message(job));
+            state
+                .waiting
+                .push(&job.tenant_id, job.rank_at, crate::message(job));
         }
         drop(state);
         for _ in jobs {
@@ -292,10 +334,19 @@ mod tests {
     use super::*;
 
     fn job(tenant: &str, n: usize) -> QueuedJob {
+        ranked(tenant, n, 0)
+    }
+
+    fn ranked(tenant: &str, n: usize, rank_at: i64) -> QueuedJob {
         QueuedJob {
             job_id: format!("{tenant}-{n}"),
             tenant_id: tenant.to_owned(),
+            rank_at,
         }
+    }
+
+    fn push(queue: &mut FairQueue<QueuedJob>, job: QueuedJob) {
+        queue.push(&job.tenant_id.clone(), job.rank_at, job);
     }
 
     fn next_ids(queue: &mut FairQueue<QueuedJob>, n: usize) -> Vec<String> {
@@ -308,10 +359,10 @@ mod tests {
     fn a_tenant_behind_a_backlog_is_served_next_in_turn() {
         let mut queue = FairQueue::default();
         for n in 0..1000 {
-            queue.push("a", job("a", n));
+            push(&mut queue, job("a", n));
         }
-        queue.push("b", job("b", 0));
-        queue.push("c", job("c", 0));
+        push(&mut queue, job("b", 0));
+        push(&mut queue, job("c", 0));
         assert_eq!(next_ids(&mut queue, 4), ["a-0", "b-0", "c-0", "a-1"]);
         assert_eq!(queue.len(), 998);
     }
@@ -320,14 +371,31 @@ mod tests {
     fn each_tenant_keeps_its_own_order() {
         let mut queue = FairQueue::default();
         for n in 0..3 {
-            queue.push("a", job("a", n));
-            queue.push("b", job("b", n));
+            push(&mut queue, job("a", n));
+            push(&mut queue, job("b", n));
         }
         assert_eq!(
             next_ids(&mut queue, 7),
             ["a-0", "b-0", "a-1", "b-1", "a-2", "b-2"]
         );
         assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_tenant_s_jobs_run_in_rank_order_and_tenants_keep_their_turns() {
+        let mut queue = FairQueue::default();
+        // a: a backlog ranked late (low priority), then one ranked early.
+        for n in 0..100 {
+            push(&mut queue, ranked("a", n, 1_000 + n as i64));
+        }
+        push(&mut queue, ranked("a", 100, 10));
+        push(&mut queue, ranked("b", 0, 5_000));
+        push(&mut queue, ranked("b", 1, 5_000));
+        assert_eq!(
+            next_ids(&mut queue, 5),
+            ["a-100", "b-0", "a-0", "b-1", "a-1"],
+            "a's early job first among a's, equal ranks in arrival order, turns kept"
+        );
     }
 
     #[test]

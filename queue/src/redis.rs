@@ -3,7 +3,10 @@
 //!
 //! Keys, all under the queue's prefix `{QUEUE_NAME}:jobs`
 //! (`docs/operations.md` lists their bounds):
-//! - `:fifo:{tenant}`: a tenant's waiting messages, oldest first;
+//! - `:queued:{tenant}`: a tenant's waiting messages, a sorted set scored
+//!   by rank (`shared::model::Priority::rank_at`), first first;
+//!   `:fifo:{tenant}`: a list of them, oldest first, as versions before
+//!   ranks pushed them (still fetched, first, so an upgrade loses none);
 //! - `:ring`: the tenants whose FIFO is not empty, each once, in turn;
 //! - `:wake`: a few tokens an idle consumer blocks on (`BLPOP`);
 //! - `:inflight:{consumer}`: messages a consumer fetched and has not
@@ -87,8 +90,8 @@ impl RedisQueue {
         self.conn.clone()
     }
 
-    /// Pushes one message per job onto its tenant's FIFO, in one round
-    /// trip, and wakes idle consumers.
+    /// Pushes one message per job into its tenant's queue at the job's
+    /// rank, in one round trip, and wakes idle consumers.
     pub async fn push(&self, jobs: &[QueuedJob]) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
@@ -98,6 +101,7 @@ impl RedisQueue {
             invocation
                 .arg(&job.tenant_id)
                 .arg(&job.job_id)
+                .arg(job.rank_at)
                 .arg(crate::message(job).to_string());
         }
         let _: u64 = invocation.invoke_async(&mut self.conn.clone()).await?;

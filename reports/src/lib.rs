@@ -480,6 +480,23 @@ impl Registry {
     pub fn kinds(&self) -> impl Iterator<Item = &'static dyn AnyReportKind> + '_ {
         self.kinds.values().copied()
     }
+
+    /// Refuses `MAX_RUNNING_PER_KIND` caps of kinds that do not exist: a
+    /// misspelt kind would cap nothing.
+    pub fn check_caps(caps: &shared::settings::Caps) -> Result<(), String> {
+        let all = Self::all();
+        match caps
+            .per_kind
+            .iter()
+            .find(|(kind, _)| all.get(kind).is_none())
+        {
+            Some((kind, _)) => Err(format!(
+                "MAX_RUNNING_PER_KIND names {kind:?}, which is no report kind ({})",
+                all.names().collect::<Vec<_>>().join(", ")
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,74 @@ pub fn event_type_of(status: JobStatus) -> Option<&'static str> {
     }
 }
 
+/// How a job ranks among its tenant's due jobs (`docs/api.md`,
+/// Priorities): higher first, with aging, so that a job waits behind a
+/// stream of higher ones for `PRIORITY_AGING` per step at most.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    High,
+    #[default]
+    Normal,
+    Low,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 3] = [Priority::High, Priority::Normal, Priority::Low];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::High => "high",
+            Priority::Normal => "normal",
+            Priority::Low => "low",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == text)
+    }
+
+    /// The time (unix ms) a job of this priority that is due at `due_at`
+    /// ranks at: its due time plus `aging` for each step below `high`. Due
+    /// jobs of a tenant run in rank order, so a job runs before any job of
+    /// higher priority that became due more than its offset after it.
+    pub fn rank_at(self, due_at: i64, aging: std::time::Duration) -> i64 {
+        let steps = match self {
+            Priority::High => 0,
+            Priority::Normal => 1,
+            Priority::Low => 2,
+        };
+        due_at.saturating_add(steps * crate::time::duration_ms(aging))
+    }
+}
+
+/// The concurrency cap a QUEUED job was parked at (`capped`): it waits,
+/// out of the queue, until a job of its tenant (or, for `Kind`, of its
+/// tenant and kind) stops running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// `MAX_RUNNING_PER_TENANT`.
+    Tenant,
+    /// `MAX_RUNNING_PER_KIND`.
+    Kind,
+}
+
+impl Cap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cap::Tenant => "tenant",
+            Cap::Kind => "kind",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Cap::Tenant, Cap::Kind]
+            .into_iter()
+            .find(|c| c.as_str() == text)
+    }
+}
+
 /// A job as stored.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -114,6 +182,9 @@ pub struct Job {
     pub retry_of: Option<String>,
     /// The schedule whose fire made this job.
     pub schedule_id: Option<String>,
+    pub priority: Priority,
+    /// The cap it is parked at, while QUEUED.
+    pub capped: Option<Cap>,
 }
 
 /// The job object of `docs/api.md`.
@@ -157,6 +228,8 @@ pub struct JobObject {
     /// The schedule whose fire made this job (`/v1/schedules`); null for
     /// a job that was submitted or retried.
     pub schedule_id: Option<String>,
+    /// `high`, `normal` or `low`: how it ranks among its tenant's due jobs.
+    pub priority: Priority,
     /// Why a QUEUED job is not running yet; null unless QUEUED.
     pub waiting: Option<WaitingObject>,
     /// Sagas only (`GET /v1/jobs/{job_id}` and a cancel's answer; absent
@@ -187,6 +260,12 @@ pub enum WaitReason {
     RetryBackoff,
     /// Due, and waiting for a free worker slot.
     Queued,
+    /// Due, and parked: its tenant runs `MAX_RUNNING_PER_TENANT` jobs
+    /// (`running` of `limit`). It is woken when one of them ends.
+    TenantConcurrencyLimit,
+    /// Due, and parked: its tenant runs its kind's cap of
+    /// `MAX_RUNNING_PER_KIND` (`running` of `limit`).
+    KindConcurrencyLimit,
 }
 
 /// The `waiting` member of the job object.
@@ -195,8 +274,14 @@ pub enum WaitReason {
 pub struct WaitingObject {
     pub reason: WaitReason,
     /// When the wait ends, for `scheduled` and `retry_backoff`; null for
-    /// `queued`.
+    /// the others.
     pub until: Option<String>,
+    /// For a concurrency limit: how many of the tenant's jobs (of the
+    /// job's kind, for `kind_concurrency_limit`) are RUNNING now, where
+    /// the answer reads them (`GET /v1/jobs/{job_id}`); null otherwise.
+    pub running: Option<i64>,
+    /// For a concurrency limit: the cap.
+    pub limit: Option<i64>,
 }
 
 /// A step as the job object shows it (`docs/api.md`, Sagas).
@@ -263,7 +348,12 @@ impl Job {
             };
             return Some((reason, Some(self.run_after)));
         }
-        Some((WaitReason::Queued, None))
+        let reason = match self.capped {
+            Some(Cap::Tenant) => WaitReason::TenantConcurrencyLimit,
+            Some(Cap::Kind) => WaitReason::KindConcurrencyLimit,
+            None => WaitReason::Queued,
+        };
+        Some((reason, None))
     }
 
     pub fn to_object(&self) -> JobObject {
@@ -298,9 +388,12 @@ impl Job {
             next_attempt_at: retry_pending.then(|| to_rfc3339(self.run_after)),
             retry_of: self.retry_of.clone(),
             schedule_id: self.schedule_id.clone(),
+            priority: self.priority,
             waiting: self.waiting_at(now).map(|(reason, until)| WaitingObject {
                 reason,
                 until: until.map(to_rfc3339),
+                running: None,
+                limit: None,
             }),
             phase: None,
             steps: None,

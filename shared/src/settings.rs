@@ -111,6 +111,26 @@ pub struct Settings {
     #[arg(long, env = "REPUBLISH_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
     pub republish_after: Duration,
 
+    /// What one priority step is worth: among a tenant's due jobs a
+    /// `normal` job ranks as if due this much later than a `high` one, a
+    /// `low` job twice this much; so a job waits behind a stream of jobs
+    /// of higher priority for at most this long per step.
+    #[arg(long, env = "PRIORITY_AGING", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub priority_aging: Duration,
+
+    /// RUNNING jobs one tenant may have at once, over every worker
+    /// process; 0 for no cap. A job over it waits, parked, as QUEUED
+    /// (`waiting.reason` is `tenant_concurrency_limit`) while other
+    /// tenants' jobs run. Every process must be given the same caps.
+    #[arg(long, env = "MAX_RUNNING_PER_TENANT", default_value = "0")]
+    pub max_running_per_tenant: u32,
+
+    /// RUNNING jobs of a kind one tenant may have at once, written
+    /// `kind=n,kind=n` (for example `ledger-export=2`); kinds not named
+    /// have no cap of their own.
+    #[arg(long, env = "MAX_RUNNING_PER_KIND", default_value = "", value_parser = parse_kind_caps)]
+    pub max_running_per_kind: KindCaps,
+
     /// Messages a worker process fetches from a shared queue (Redis,
     /// SQLite, Postgres) per call. Above 1 it is faster for short jobs, but
     /// a fetched message waits for a free slot in this worker even while
@@ -173,7 +193,64 @@ fn parse_schedule(text: &str) -> Result<Schedule, String> {
         .map(Schedule)
 }
 
+/// `MAX_RUNNING_PER_KIND`: caps per kind, each at least 1.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KindCaps(pub Vec<(String, u32)>);
+
+fn parse_kind_caps(text: &str) -> Result<KindCaps, String> {
+    let mut caps: Vec<(String, u32)> = Vec::new();
+    for part in text
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+    {
+        let (kind, cap) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not kind=n"))?;
+        let (kind, cap) = (kind.trim(), cap.trim());
+        let cap = cap
+            .parse::<u32>()
+            .ok()
+            .filter(|cap| *cap > 0)
+            .ok_or_else(|| format!("{part:?}: the cap must be a whole number above 0"))?;
+        if kind.is_empty() || caps.iter().any(|(known, _)| known == kind) {
+            return Err(format!("{part:?}: name each kind once"));
+        }
+        caps.push((kind.to_owned(), cap));
+    }
+    Ok(KindCaps(caps))
+}
+
+/// The concurrency caps a claim enforces (`MAX_RUNNING_PER_TENANT`,
+/// `MAX_RUNNING_PER_KIND`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caps {
+    /// 0 for none.
+    pub per_tenant: u32,
+    pub per_kind: Vec<(String, u32)>,
+}
+
+impl Caps {
+    pub fn is_none(&self) -> bool {
+        self.per_tenant == 0 && self.per_kind.is_empty()
+    }
+
+    /// The cap of `kind`, if it has one.
+    pub fn of_kind(&self, kind: &str) -> Option<u32> {
+        self.per_kind
+            .iter()
+            .find_map(|(known, cap)| (known == kind).then_some(*cap))
+    }
+}
+
 impl Settings {
+    pub fn caps(&self) -> Caps {
+        Caps {
+            per_tenant: self.max_running_per_tenant,
+            per_kind: self.max_running_per_kind.0.clone(),
+        }
+    }
+
     pub fn embedded_worker(&self) -> bool {
         self.embedded_worker.unwrap_or(self.redis_url.is_none())
     }

@@ -8,7 +8,8 @@
 use std::collections::{HashMap, HashSet};
 
 use shared::{
-    model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody},
+    model::{AttemptOutcome, Cap, JobErrorObject, JobStatus, ResultBody},
+    settings::Caps,
     time::now_ms,
 };
 
@@ -107,6 +108,19 @@ pub(crate) struct Success<'a> {
     pub(crate) chunks: Option<i64>,
 }
 
+/// Jobs parked at one cap: the tenant's (`kind` NULL) or a kind's.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ParkedGroup {
+    tenant_id: String,
+    kind: Option<String>,
+    capped: String,
+    parked: i64,
+}
+
+/// Jobs woken by one look of [`Store::wake_parked`] at most, per cap
+/// without a limit (a cap that was removed).
+const WAKE_UNCAPPED: i64 = 1_000;
+
 /// A running job whose lease lapsed, as the sweeper finds it.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct LapsedRow {
@@ -123,11 +137,17 @@ impl Store {
     /// a duplicate, a stale message, or for a cancelled or finished job
     /// (the guard against double runs). A job named twice is claimed once,
     /// by its first place in the list.
+    ///
+    /// Under `caps`, a job whose tenant (or tenant and kind) already runs
+    /// its cap is not claimed but parked: it stays QUEUED, out of the
+    /// queue, until a job of its tenant stops running (`jobs_wake_parked`)
+    /// or [`Store::wake_parked`] finds room for it.
     pub async fn claim_attempts(
         &self,
         job_ids: &[String],
         worker_id: &str,
         lease_until: i64,
+        caps: &Caps,
     ) -> Result<Vec<Option<Claim>>> {
         if job_ids.is_empty() {
             return Ok(Vec::new());
@@ -138,13 +158,13 @@ impl Store {
             // the claim and its outbox delete commit together, with no BEGIN
             // or COMMIT.
             crate::Db::Postgres(pool) => {
-                postgres::attempts::claim(pool, job_ids, now, lease_until, worker_id).await?
+                postgres::attempts::claim(pool, job_ids, now, lease_until, worker_id, caps).await?
             }
             crate::Db::Sqlite(_) => {
                 let mut tx = self.begin_write().await?;
                 let rows = on_tx!(tx,
-                    conn => postgres::attempts::claim(conn, job_ids, now, lease_until, worker_id).await?,
-                    conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id).await?,
+                    conn => postgres::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
+                    conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
                 );
                 tx.commit().await?;
                 rows
@@ -368,6 +388,72 @@ impl Store {
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// Wakes parked jobs whose cap has room now: the wake a job's end
+    /// makes can be missed (a claim parking a job while the end that frees
+    /// its place commits), a job woken can be cancelled before it runs, and
+    /// a cap can be raised or removed. For each tenant (and kind) with jobs
+    /// parked, as many as the cap leaves room for are made due, in rank
+    /// order. Returns how many were woken.
+    pub async fn wake_parked(&self, caps: &Caps) -> Result<u64> {
+        let groups = on_pool!(self,
+            pool => postgres::attempts::parked_groups(pool).await?,
+            pool => sqlite::attempts::parked_groups(pool).await?,
+        );
+        if groups.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.begin_write().await?;
+        let mut woken = 0;
+        for group in groups {
+            let (tenant, kind) = (group.tenant_id.as_str(), group.kind.as_deref());
+            let cap = match (Cap::parse(&group.capped), kind) {
+                (Some(Cap::Tenant), _) => Some(caps.per_tenant).filter(|cap| *cap > 0),
+                (Some(Cap::Kind), Some(kind)) => caps.of_kind(kind),
+                _ => continue,
+            };
+            let room = match cap {
+                None => group.parked.min(WAKE_UNCAPPED),
+                Some(cap) => {
+                    let running = on_tx!(tx,
+                        conn => postgres::attempts::running_count(&mut *conn, tenant, kind).await?,
+                        conn => sqlite::attempts::running_count(&mut *conn, tenant, kind).await?,
+                    );
+                    (i64::from(cap) - running).clamp(0, group.parked)
+                }
+            };
+            if room == 0 {
+                continue;
+            }
+            woken += match kind {
+                None => on_tx!(tx,
+                    conn => postgres::attempts::wake_at_tenant_cap(conn, tenant, room).await?,
+                    conn => sqlite::attempts::wake_at_tenant_cap(conn, tenant, room).await?,
+                ),
+                Some(kind) => on_tx!(tx,
+                    conn => postgres::attempts::wake_at_kind_cap(conn, tenant, kind, room).await?,
+                    conn => sqlite::attempts::wake_at_kind_cap(conn, tenant, kind, room).await?,
+                ),
+            };
+        }
+        tx.commit().await?;
+        Ok(woken)
+    }
+
+    /// How many of the tenant's jobs are RUNNING, and how many of them are
+    /// of `kind`: what a job parked at a cap waits on.
+    pub async fn running_counts(&self, tenant_id: &str, kind: &str) -> Result<(i64, i64)> {
+        Ok(on_pool!(self,
+            pool => (
+                postgres::attempts::running_count(pool, tenant_id, None).await?,
+                postgres::attempts::running_count(pool, tenant_id, Some(kind)).await?,
+            ),
+            pool => (
+                sqlite::attempts::running_count(pool, tenant_id, None).await?,
+                sqlite::attempts::running_count(pool, tenant_id, Some(kind)).await?,
+            ),
+        ))
     }
 
     /// Running jobs whose lease lapsed (their worker died or hung): back to

@@ -1,7 +1,7 @@
 //! Jobs as their clients see them: reads, lists, the cancel and the retry.
 
 use shared::{
-    model::{Job, JobStatus},
+    model::{Cap, Job, JobStatus, Priority},
     time::now_ms,
 };
 
@@ -32,6 +32,8 @@ pub(crate) struct JobRow {
     handbacks: i64,
     retry_of: Option<String>,
     schedule_id: Option<String>,
+    priority: String,
+    capped: Option<String>,
 }
 
 impl TryFrom<JobRow> for Job {
@@ -58,6 +60,14 @@ impl TryFrom<JobRow> for Job {
             cancel_requested: row.cancel_requested,
             retry_of: row.retry_of,
             schedule_id: row.schedule_id,
+            priority: Priority::parse(&row.priority)
+                .ok_or_else(|| Error::Corrupt(format!("job priority {:?}", row.priority)))?,
+            capped: row
+                .capped
+                .map(|capped| {
+                    Cap::parse(&capped).ok_or_else(|| Error::Corrupt(format!("job cap {capped:?}")))
+                })
+                .transpose()?,
         })
     }
 }
@@ -75,6 +85,7 @@ pub struct NewJob {
     pub kind: String,
     pub params: String,
     pub max_attempts: i64,
+    pub priority: Priority,
 }
 
 /// Filters and page of `GET /v1/jobs`.
@@ -248,8 +259,10 @@ impl Store {
             kind: original.kind.clone(),
             params: original.params.clone(),
             max_attempts,
+            // A retry keeps the original's priority.
+            priority: original.priority,
         };
-        crate::submit::insert_job_now(tx, new_job).await?;
+        crate::submit::insert_job_now(tx, new_job, self.priority_aging).await?;
         let row = on_tx!(tx,
             conn => postgres::jobs::mark_retry_of(conn, new_job_id, job_id).await?,
             conn => sqlite::jobs::mark_retry_of(conn, new_job_id, job_id).await?,

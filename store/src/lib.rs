@@ -108,6 +108,8 @@ pub struct Store {
     /// Postgres itself for what needs a session (`DATABASE_DIRECT_URL`
     /// behind a transaction-mode pooler; else the pool's URL).
     session_url: String,
+    /// `PRIORITY_AGING`: what one priority step is worth in a job's rank.
+    priority_aging: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -228,10 +230,25 @@ impl Drop for WriteTx {
     }
 }
 
+/// `PRIORITY_AGING`'s default, for a store opened by URL alone.
+pub const DEFAULT_PRIORITY_AGING: Duration = Duration::from_secs(300);
+
 impl Store {
     /// Opens the database the settings name (`DATABASE_URL`, through the
     /// pooler `DATABASE_POOLER` says is there).
     pub async fn open(settings: &shared::settings::Settings) -> Result<Self> {
+        let mut store = Self::open_database(settings).await?;
+        store.priority_aging = settings.priority_aging;
+        Ok(store)
+    }
+
+    /// The store with `PRIORITY_AGING` set to `aging`.
+    pub fn with_priority_aging(mut self, aging: Duration) -> Self {
+        self.priority_aging = aging;
+        self
+    }
+
+    async fn open_database(settings: &shared::settings::Settings) -> Result<Self> {
         use shared::settings::DatabasePooler;
         match settings.database_pooler {
             DatabasePooler::None => Self::connect(&settings.database_url).await,
@@ -313,6 +330,7 @@ impl Store {
             db,
             url,
             session_url,
+            priority_aging: DEFAULT_PRIORITY_AGING,
         })
     }
 

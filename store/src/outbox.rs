@@ -5,19 +5,23 @@ use shared::time::now_ms;
 
 use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
-/// A job the queue is to carry: its id, and its tenant, which the queue
-/// schedules fairly.
+/// A job the queue is to carry: its id, its tenant, which the queue
+/// schedules fairly, and its rank (unix ms), which orders the tenant's jobs
+/// (`shared::model::Priority::rank_at`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedJob {
     pub job_id: String,
     pub tenant_id: String,
+    pub rank_at: i64,
 }
 
-/// An outbox row with its job's tenant, read without locking the job.
+/// An outbox row with its job's tenant and rank, read without locking the
+/// job.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct OutboxRow {
     pub(crate) job_id: String,
     tenant_id: Option<String>,
+    rank_at: Option<Millis>,
 }
 
 impl From<OutboxRow> for QueuedJob {
@@ -25,6 +29,7 @@ impl From<OutboxRow> for QueuedJob {
         QueuedJob {
             job_id: row.job_id,
             tenant_id: row.tenant_id.unwrap_or_default(),
+            rank_at: row.rank_at.map_or(0, i64::from),
         }
     }
 }

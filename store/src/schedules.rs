@@ -3,7 +3,7 @@
 //! carries `(schedule_id, fire_at)` under a unique index: one job per
 //! fire, however many processes fire and wherever one of them dies.
 
-use shared::schedule::Misfire;
+use shared::{model::Priority, schedule::Misfire};
 
 use crate::{
     Error, NewJob, Result, Store, WriteTx, on_pool, on_tx, postgres,
@@ -24,6 +24,8 @@ pub struct Schedule {
     pub starts_at: Option<i64>,
     pub ends_at: Option<i64>,
     pub misfire: Misfire,
+    /// The priority of the jobs it makes.
+    pub priority: Priority,
     pub paused: bool,
     /// The fire a scheduler takes next; `None` once none is left.
     pub next_fire_at: Option<i64>,
@@ -44,6 +46,7 @@ pub(crate) struct ScheduleRow {
     pub(crate) starts_at: Option<Millis>,
     pub(crate) ends_at: Option<Millis>,
     pub(crate) misfire: String,
+    pub(crate) priority: String,
     pub(crate) paused: bool,
     pub(crate) next_fire_at: Option<Millis>,
     pub(crate) last_fire_at: Option<Millis>,
@@ -58,6 +61,8 @@ impl TryFrom<ScheduleRow> for Schedule {
         Ok(Schedule {
             misfire: Misfire::parse(&row.misfire)
                 .ok_or_else(|| Error::Corrupt(format!("schedule misfire {:?}", row.misfire)))?,
+            priority: Priority::parse(&row.priority)
+                .ok_or_else(|| Error::Corrupt(format!("schedule priority {:?}", row.priority)))?,
             schedule_id: row.schedule_id,
             tenant_id: row.tenant_id,
             kind: row.kind,
@@ -254,9 +259,19 @@ impl Store {
         let made = if jobs.is_empty() {
             0
         } else {
+            let ranks: Vec<Millis> = jobs
+                .iter()
+                .map(|j| {
+                    Millis(
+                        j.job
+                            .priority
+                            .rank_at(j.fire_at.max(now), self.priority_aging),
+                    )
+                })
+                .collect();
             on_tx!(tx,
-                conn => postgres::schedules::insert_fired_jobs(conn, &jobs, at).await?,
-                conn => sqlite::schedules::insert_fired_jobs(conn, &jobs, at).await?,
+                conn => postgres::schedules::insert_fired_jobs(conn, &jobs, &ranks, at).await?,
+                conn => sqlite::schedules::insert_fired_jobs(conn, &jobs, &ranks, at).await?,
             )
         };
         shared::failpoints::crash_if_armed("store::schedule_fired_before_commit");

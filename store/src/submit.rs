@@ -9,7 +9,7 @@
 //! (every key new) reads nothing. A lookup of many keys at once was the
 //! costly part: Postgres answered it by reading every key of the tenant.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 
 use shared::{
     model::{Job, JobStatus},
@@ -17,7 +17,7 @@ use shared::{
 };
 
 use crate::{
-    KeyLookup, NewJob, Result, Store, StoredResponse, WriteTx,
+    KeyLookup, NewJob, QueuedJob, Result, Store, StoredResponse, WriteTx,
     idempotency::{KeyRow, KeyWrite, upsert_keys},
     on_tx, postgres,
     sql::Millis,
@@ -44,6 +44,12 @@ impl Submission {
             run_after: created_at,
             key: None,
         }
+    }
+
+    /// Where its job ranks among its tenant's due jobs (unix ms), with
+    /// `PRIORITY_AGING` of `aging`.
+    pub fn rank_at(&self, aging: Duration) -> i64 {
+        self.job.priority.rank_at(self.run_after, aging)
     }
 
     /// Whether its job waits for a later start, so that nothing publishes
@@ -100,11 +106,22 @@ impl NewJob {
             cancel_requested: false,
             retry_of: None,
             schedule_id: None,
+            priority: self.priority,
+            capped: None,
         }
     }
 }
 
 impl Store {
+    /// The job a committed submit puts in the queue, at its rank.
+    pub fn queued_job(&self, submission: &Submission) -> QueuedJob {
+        QueuedJob {
+            job_id: submission.job.job_id.clone(),
+            tenant_id: submission.job.tenant_id.clone(),
+            rank_at: submission.rank_at(self.priority_aging),
+        }
+    }
+
     /// Writes a batch of submits in one transaction; answers in order.
     /// With `published_for_ms`, the caller publishes the inserted jobs
     /// itself right after the commit (the embedded queue), so their outbox
@@ -148,9 +165,14 @@ impl Store {
                 })
                 .map(|(submission, _)| submission)
                 .collect();
-            let written =
-                postgres::submit::submit_in_one_statement(pool, &candidates, now, republish_ms)
-                    .await?;
+            let written = postgres::submit::submit_in_one_statement(
+                pool,
+                &candidates,
+                &ranks(&candidates, self.priority_aging),
+                now,
+                republish_ms,
+            )
+            .await?;
             let taken = taken_keys(&owners, &written);
             let refused = refused_keys(&owners, &taken);
             // A key not written was committed by another request (the
@@ -202,7 +224,7 @@ impl Store {
         };
         let (outcomes, inserting) = settle(submissions, &owner_of, &owners, &taken, &stored);
         if !inserting.is_empty() {
-            insert_jobs(&mut tx, &inserting, republish_ms).await?;
+            insert_jobs(&mut tx, &inserting, self.priority_aging, republish_ms).await?;
         }
         tx.commit().await?;
         Ok(outcomes)
@@ -302,9 +324,13 @@ fn stored_keys<'batch>(
 
 /// Inserts one job (and its outbox row, due now) inside `tx`: a submit
 /// of one, for what makes a job without its own idempotency key (a retry).
-pub(crate) async fn insert_job_now(tx: &mut WriteTx, job: NewJob) -> Result<()> {
+pub(crate) async fn insert_job_now(
+    tx: &mut WriteTx,
+    job: NewJob,
+    priority_aging: Duration,
+) -> Result<()> {
     let submission = Submission::at_once(job, now_ms());
-    insert_jobs(tx, &[&submission], 0).await
+    insert_jobs(tx, &[&submission], priority_aging, 0).await
 }
 
 /// Inserts the jobs, each with its outbox row due `republish_ms` after it
@@ -312,11 +338,21 @@ pub(crate) async fn insert_job_now(tx: &mut WriteTx, job: NewJob) -> Result<()> 
 async fn insert_jobs(
     tx: &mut WriteTx,
     submissions: &[&Submission],
+    priority_aging: Duration,
     republish_ms: i64,
 ) -> Result<()> {
+    let ranks = ranks(submissions, priority_aging);
     on_tx!(tx,
-        conn => postgres::submit::insert_jobs(conn, submissions, republish_ms).await?,
-        conn => sqlite::submit::insert_jobs(conn, submissions, republish_ms).await?,
+        conn => postgres::submit::insert_jobs(conn, submissions, &ranks, republish_ms).await?,
+        conn => sqlite::submit::insert_jobs(conn, submissions, &ranks, republish_ms).await?,
     );
     Ok(())
+}
+
+/// Where each submit's job ranks among its tenant's due jobs.
+fn ranks(submissions: &[&Submission], priority_aging: Duration) -> Vec<Millis> {
+    submissions
+        .iter()
+        .map(|s| Millis(s.rank_at(priority_aging)))
+        .collect()
 }

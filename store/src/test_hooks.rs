@@ -2,6 +2,7 @@
 //! forcing a lease to lapse, reading stored results): built with the
 //! `test-hooks` feature, not part of the product's API.
 
+use shared::settings::Caps;
 use shared::{model::Job, time::now_ms};
 
 use crate::{
@@ -27,7 +28,12 @@ impl Store {
         lease_until: i64,
     ) -> Result<Option<crate::Claim>> {
         let mut claims = self
-            .claim_attempts(&[job_id.to_owned()], worker_id, lease_until)
+            .claim_attempts(
+                &[job_id.to_owned()],
+                worker_id,
+                lease_until,
+                &Caps::default(),
+            )
             .await?;
         Ok(claims.pop().flatten())
     }

@@ -16,7 +16,7 @@ use crate::{
     Dispatcher,
     retention::{run_pruner, run_queue_vacuum},
     scheduler::run_scheduler,
-    sweeper::run_sweeper,
+    sweeper::{run_parked_waker, run_sweeper},
 };
 
 /// The background tasks of a pool, as configured; [`BackgroundTasks::start`]
@@ -28,6 +28,7 @@ pub struct BackgroundTasks {
     job_retention: Duration,
     dispatcher: Dispatcher,
     registry: reports::Registry,
+    caps: shared::settings::Caps,
 }
 
 impl BackgroundTasks {
@@ -49,6 +50,7 @@ impl BackgroundTasks {
                 .clamp(Duration::from_millis(100), Duration::from_secs(5)),
             job_retention: settings.job_retention,
             registry: reports::Registry::new(settings.enable_diagnostic_kinds),
+            caps: settings.caps(),
         }
     }
 
@@ -90,9 +92,15 @@ impl BackgroundTasks {
             signals.clone(),
             background.clone(),
         ));
+        let waker = tokio::spawn(run_parked_waker(
+            store.clone(),
+            signals.clone(),
+            self.caps.clone(),
+            background.clone(),
+        ));
         Running {
             background,
-            tasks: [relay, sweeper, dispatcher, pruner, vacuum, scheduler],
+            tasks: [relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker],
         }
     }
 }
@@ -100,14 +108,14 @@ impl BackgroundTasks {
 /// The running background tasks of a pool.
 pub struct Running {
     background: CancellationToken,
-    tasks: [JoinHandle<()>; 6],
+    tasks: [JoinHandle<()>; 7],
 }
 
 impl Running {
     /// Stops every task and waits for each to end.
     pub async fn stop(self) {
         self.background.cancel();
-        let [relay, sweeper, dispatcher, pruner, vacuum, scheduler] = self.tasks;
-        let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum, scheduler);
+        let [relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker] = self.tasks;
+        let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker);
     }
 }

@@ -17,6 +17,7 @@ const STARTING: Retry = Retry::doubling(Duration::from_millis(200), Duration::fr
 
 /// The `worker` binary: connect, migrate, run the pool until SIGTERM/SIGINT.
 pub async fn run_worker_process(settings: Settings) -> Result<()> {
+    reports::Registry::check_caps(&settings.caps()).map_err(store::Error::Config)?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let (store, queue) = STARTING

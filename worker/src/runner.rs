@@ -1,7 +1,12 @@
 //! Runs one delivered message: claim the attempt, run the kind with a
 //! heartbeat and a timeout, and write the outcome fenced by the attempt.
 
-use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Mutex, time::Duration};
+use std::{
+    collections::HashMap,
+    panic::AssertUnwindSafe,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use futures::FutureExt;
 use reports::{JobContext, JobFailure, ProgressSink, Registry, ReportOutput, RunSettings};
@@ -38,6 +43,9 @@ pub struct Runner {
     /// Each success answers on its own: one write the database refuses
     /// does not fail the others of its batch.
     successes: Batcher<(String, i64, ResultBody), store::Result<bool>>,
+    /// Whether concurrency caps are set: then every end of an attempt may
+    /// have woken a parked job, whose outbox row the relay is told of.
+    capped: bool,
 }
 
 /// Attempts handed back (outages, shutdowns) beyond which an outage under
@@ -56,14 +64,15 @@ impl Runner {
     /// Must be called inside the tokio runtime (it spawns the batchers).
     pub fn new(store: Store, signals: Signals, settings: &Settings, worker_id: String) -> Self {
         let lease = settings.job_lease;
+        let caps = Arc::new(settings.caps());
         let claims = {
-            let (store, worker_id) = (store.clone(), worker_id.clone());
+            let (store, worker_id, caps) = (store.clone(), worker_id.clone(), caps.clone());
             Batcher::spawn(MAX_BATCH, move |job_ids: Vec<String>| {
-                let (store, worker_id) = (store.clone(), worker_id.clone());
+                let (store, worker_id, caps) = (store.clone(), worker_id.clone(), caps.clone());
                 async move {
                     let lease_until = now_ms() + duration_ms(lease);
                     store
-                        .claim_attempts(&job_ids, &worker_id, lease_until)
+                        .claim_attempts(&job_ids, &worker_id, lease_until, &caps)
                         .await
                 }
             })
@@ -91,6 +100,7 @@ impl Runner {
             run_settings: RunSettings::from(settings),
             running: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
+            capped: !caps.is_none(),
         }
     }
 
@@ -362,7 +372,12 @@ impl Runner {
             .await;
         match written {
             Ok(true) => {
-                if let AttemptOutcome::RetryAt { .. } | AttemptOutcome::HandBack { .. } = outcome {
+                if self.capped
+                    || matches!(
+                        outcome,
+                        AttemptOutcome::RetryAt { .. } | AttemptOutcome::HandBack { .. }
+                    )
+                {
                     self.signals.outbox_changed();
                 }
                 // A retry may have become a cancel; a spare signal only

@@ -118,6 +118,7 @@ fn plan(registry: &Registry, crons: &mut Crons, schedule: &Schedule, now: i64) -
                 max_attempts: registry
                     .get(&schedule.kind)
                     .map_or(UNKNOWN_KIND_ATTEMPTS, |kind| kind.max_attempts()),
+                priority: schedule.priority,
             },
             schedule_id: schedule.schedule_id.clone(),
             fire_at,

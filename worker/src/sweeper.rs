@@ -1,11 +1,12 @@
 //! The lease sweeper: a running job whose lease lapsed (its worker died or
 //! hung) goes back to the queue as a new attempt, or fails once its
 //! attempts are used up. Safe to run in many processes at once. It also
-//! folds the dashboard's job counters (`Store::fold_job_counts`).
+//! folds the dashboard's job counters (`Store::fold_job_counts`). Beside
+//! it, the waker of jobs parked at a concurrency cap whose cap has room.
 
 use std::time::Duration;
 
-use shared::notify::Signals;
+use shared::{notify::Signals, settings::Caps};
 use store::Store;
 use tracing::{info, warn};
 
@@ -33,6 +34,30 @@ pub async fn run_sweeper(store: Store, signals: Signals, every: Duration, shutdo
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// How often jobs parked at a cap are looked at: the longest a parked job
+/// waits after a wake was missed (its tenant's jobs end, and each wakes
+/// one parked job, at once).
+const WAKE_PARKED_EVERY: Duration = Duration::from_secs(1);
+
+/// Wakes jobs parked at a concurrency cap whose cap has room
+/// ([`Store::wake_parked`]), once a second.
+pub async fn run_parked_waker(store: Store, signals: Signals, caps: Caps, shutdown: Shutdown) {
+    loop {
+        match store.wake_parked(&caps).await {
+            Ok(0) => {}
+            Ok(woken) => {
+                info!(woken, "woke jobs parked at a concurrency cap");
+                signals.outbox_changed();
+            }
+            Err(error) => warn!(%error, "waking parked jobs failed"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(WAKE_PARKED_EVERY) => {}
         }
     }
 }

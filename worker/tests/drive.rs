@@ -42,6 +42,7 @@ async fn submit(store: &Store, params: Value) -> String {
         kind: "sleep".into(),
         params: params.to_string(),
         max_attempts: 5,
+        priority: Default::default(),
     };
     store.submit_job(&job).await.expect("submit").job_id
 }

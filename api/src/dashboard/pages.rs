@@ -325,6 +325,13 @@ fn waiting_text(job: &Job) -> Option<String> {
         WaitReason::Scheduled => format!("scheduled for {until}"),
         WaitReason::RetryBackoff => format!("retry backoff until {until}"),
         WaitReason::Queued => "waiting for a free worker".to_owned(),
+        WaitReason::TenantConcurrencyLimit => {
+            "parked: the tenant runs its most jobs at once (MAX_RUNNING_PER_TENANT)".to_owned()
+        }
+        WaitReason::KindConcurrencyLimit => {
+            "parked: the tenant runs its most jobs of this kind at once (MAX_RUNNING_PER_KIND)"
+                .to_owned()
+        }
     })
 }
 

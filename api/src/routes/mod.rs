@@ -8,7 +8,7 @@ pub mod service;
 pub mod webhooks;
 
 use actix_web::{HttpResponse, http::header, web};
-use shared::model::{Job, JobObject};
+use shared::model::{Job, JobObject, WaitReason};
 
 use crate::{error::ApiResult, state::AppState};
 
@@ -113,9 +113,28 @@ pub fn job_response(
     builder.json(object)
 }
 
-/// The job object, with a saga's `phase` and `steps` (`docs/api.md`).
+/// The job object, with a saga's `phase` and `steps` (`docs/api.md`),
+/// and, for a job parked at a cap, how many jobs hold it there.
 pub async fn job_object(state: &AppState, job: &Job) -> ApiResult<JobObject> {
     let mut object = job.to_object();
+    if let Some(waiting) = object.waiting.as_mut() {
+        let limit = match waiting.reason {
+            WaitReason::TenantConcurrencyLimit => Some(state.caps.per_tenant),
+            WaitReason::KindConcurrencyLimit => state.caps.of_kind(&job.kind),
+            _ => None,
+        };
+        if limit.is_some() {
+            let (tenant, kind) = state
+                .store
+                .running_counts(&job.tenant_id, &job.kind)
+                .await?;
+            waiting.running = Some(match waiting.reason {
+                WaitReason::KindConcurrencyLimit => kind,
+                _ => tenant,
+            });
+            waiting.limit = limit.map(i64::from);
+        }
+    }
     let names = state
         .registry
         .get(&job.kind)

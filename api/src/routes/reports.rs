@@ -9,7 +9,7 @@ use reports::{ParamsError, RawParams};
 use serde_json::Value;
 use shared::{
     ids::new_job_id,
-    model::{Job, JobObject},
+    model::{Job, JobObject, Priority},
 };
 use store::{NewJob, Submission};
 
@@ -34,6 +34,7 @@ use crate::{
         ("kind" = String, Path),
         ("run_at" = Option<String>, Query, description = "RFC 3339 time with an offset to run the job at (`2026-12-03T06:00:00Z`); a time past runs at once; at most 366 days ahead"),
         ("delay" = Option<u64>, Query, description = "whole seconds to wait before running the job; at most 366 days; not with run_at"),
+        ("priority" = Option<Priority>, Query, description = "`high`, `normal` (the default) or `low`: among the tenant's due jobs, higher runs first, a job waiting behind higher ones at most PRIORITY_AGING per step"),
     ),
     request_body(content = ReportParams, description = "the kind's parameters, e.g. {\"month\": \"2026-10\"} for gst-summary"),
     responses(
@@ -43,7 +44,7 @@ use crate::{
         (status = 404, description = "unknown report kind"),
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
-        (status = 422, description = "parameter values that make no sense (`errors` names each field, `run_at` and `delay` included), or the Idempotency-Key was used with a different request; nothing stored"),
+        (status = 422, description = "parameter values that make no sense (`errors` names each field, `run_at`, `delay` and `priority` included), or the Idempotency-Key was used with a different request; nothing stored"),
         (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored"),
         (status = 503, description = "the database or the queue does not answer; nothing stored"),
     ),
@@ -60,6 +61,7 @@ pub async fn submit(
 ) -> ApiResult<HttpResponse> {
     let created_at = shared::time::now_ms();
     let run_after = first_run(&query, created_at)?;
+    let priority = priority_of(&query)?;
     let kind_name = kind.into_inner();
     let kind = state
         .registry
@@ -99,6 +101,7 @@ pub async fn submit(
         kind: kind_name,
         params: params.to_string(),
         max_attempts: kind.max_attempts(),
+        priority,
     };
     let submission = Submission {
         run_after,
@@ -110,6 +113,25 @@ pub async fn submit(
 
 /// How far ahead a submit may ask its job to start.
 pub const MAX_RUN_AHEAD: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A submit's `priority`: `normal` when it names none. A query that names
+/// anything but `run_at`, `delay` and `priority` is refused: a misspelt
+/// option must not be dropped silently.
+fn priority_of(query: &HashMap<String, String>) -> ApiResult<Priority> {
+    if let Some(unknown) = query
+        .keys()
+        .find(|name| !["run_at", "delay", "priority"].contains(&name.as_str()))
+    {
+        return Err(ApiError::validation(
+            unknown,
+            "is not a parameter of a submit (run_at, delay, priority)",
+        ));
+    }
+    query.get("priority").map_or(Ok(Priority::Normal), |text| {
+        Priority::parse(text)
+            .ok_or_else(|| ApiError::validation("priority", "must be one of high, normal or low"))
+    })
+}
 
 /// When a submit's job is first due, from its `run_at` or `delay`: now
 /// when it names neither, or a time already past.

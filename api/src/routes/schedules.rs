@@ -13,6 +13,7 @@ use serde_json::Value;
 use shared::{
     ids::new_id,
     ledger::FieldError,
+    model::Priority,
     schedule::{CronSchedule, Misfire, check_template, render},
     time::{now_ms, parse_rfc3339, to_rfc3339},
 };
@@ -56,6 +57,9 @@ pub struct CreateSchedule {
     /// `run_once` (default: the latest missed fire makes one job) or
     /// `skip` (missed fires make none).
     pub misfire: Option<String>,
+    /// The priority of the jobs it makes: `high`, `normal` (default) or
+    /// `low`.
+    pub priority: Option<String>,
 }
 
 /// A change to a schedule: every member is optional; `starts_at` and
@@ -75,6 +79,7 @@ pub struct ChangeSchedule {
     #[schema(value_type = Option<String>)]
     pub ends_at: Option<Option<String>>,
     pub misfire: Option<String>,
+    pub priority: Option<String>,
 }
 
 /// A member that is present, null or not: absent stays `None`.
@@ -97,6 +102,8 @@ pub struct ScheduleObject {
     pub ends_at: Option<String>,
     /// `run_once` or `skip`.
     pub misfire: String,
+    /// The priority of the jobs it makes.
+    pub priority: Priority,
     pub paused: bool,
     /// The next fires (up to five), null-free; empty once none is left or
     /// while paused.
@@ -128,6 +135,7 @@ impl ScheduleObject {
             starts_at: schedule.starts_at.map(to_rfc3339),
             ends_at: schedule.ends_at.map(to_rfc3339),
             misfire: schedule.misfire.as_str().to_owned(),
+            priority: schedule.priority,
             paused: schedule.paused,
             next_fires,
             last_fire_at: schedule.last_fire_at.map(to_rfc3339),
@@ -244,6 +252,16 @@ fn misfire_of(text: Option<&str>, errors: &mut Vec<FieldError>) -> Misfire {
     }
 }
 
+fn priority_of(text: Option<&str>, errors: &mut Vec<FieldError>) -> Priority {
+    match text {
+        None => Priority::Normal,
+        Some(text) => Priority::parse(text).unwrap_or_else(|| {
+            errors.push(FieldError::new("priority", "must be high, normal or low"));
+            Priority::Normal
+        }),
+    }
+}
+
 fn refuse_if_any(errors: Vec<FieldError>) -> ApiResult<()> {
     if errors.is_empty() {
         Ok(())
@@ -294,6 +312,7 @@ pub async fn create(
     let starts_at = moment("starts_at", create.starts_at.as_deref(), &mut errors);
     let ends_at = moment("ends_at", create.ends_at.as_deref(), &mut errors);
     let misfire = misfire_of(create.misfire.as_deref(), &mut errors);
+    let priority = priority_of(create.priority.as_deref(), &mut errors);
     refuse_if_any(errors)?;
     let mut schedule = Schedule {
         schedule_id: new_id("sch_"),
@@ -305,6 +324,7 @@ pub async fn create(
         starts_at,
         ends_at,
         misfire,
+        priority,
         paused: false,
         next_fire_at: None,
         last_fire_at: None,
@@ -397,6 +417,7 @@ pub struct Edit {
     starts_at: Option<Option<i64>>,
     ends_at: Option<Option<i64>>,
     misfire: Option<Misfire>,
+    priority: Option<Priority>,
 }
 
 impl Edit {
@@ -415,12 +436,17 @@ impl Edit {
             .misfire
             .as_deref()
             .map(|text| misfire_of(Some(text), &mut errors));
+        let priority = given
+            .priority
+            .as_deref()
+            .map(|text| priority_of(Some(text), &mut errors));
         refuse_if_any(errors)?;
         Ok(Edit {
             given,
             starts_at,
             ends_at,
             misfire,
+            priority,
         })
     }
 
@@ -456,6 +482,9 @@ impl Edit {
         }
         if let Some(misfire) = self.misfire {
             schedule.misfire = misfire;
+        }
+        if let Some(priority) = self.priority {
+            schedule.priority = priority;
         }
         check(state, schedule, now)?;
         // Only a change of its timing moves the next fire: one due now is

@@ -40,11 +40,15 @@ async fn queue_of(env: &TestEnv) -> Queue {
     Queue::connect(&settings, &store).await.expect("queue")
 }
 
-/// What the queue carries for a job of the tests' first tenant.
+/// What the queue carries for a job of the tests' first tenant: each call
+/// a copy of its own (its own rank), as a republish makes, which the Redis
+/// queue holds beside the others rather than as one.
 fn queued(job_id: &str) -> QueuedJob {
+    static COPIES: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
     QueuedJob {
         job_id: job_id.to_owned(),
         tenant_id: "tenant-a".to_owned(),
+        rank_at: shared::time::now_ms() + COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     }
 }
 

@@ -167,11 +167,11 @@ async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
 /// Messages waiting in this test's Redis queue (all tenants).
 async fn waiting(env: &TestEnv) -> usize {
     let mut conn = env.redis().await;
-    redis::cmd("LLEN")
-        .arg(format!("{}:jobs:fifo:tenant-a", env.queue_name))
+    redis::cmd("ZCARD")
+        .arg(format!("{}:jobs:queued:tenant-a", env.queue_name))
         .query_async(&mut conn)
         .await
-        .expect("LLEN")
+        .expect("ZCARD")
 }
 
 /// A Redis worker takes no more messages than it has free slots: the rest

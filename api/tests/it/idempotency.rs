@@ -386,6 +386,7 @@ fn submission(key: Option<(&str, &str)>, body: &str) -> Submission {
         kind: "sleep".into(),
         params: r#"{"ms": 0}"#.into(),
         max_attempts: 5,
+        priority: Default::default(),
     };
     let key = key.map(|(key, fingerprint)| SubmissionKey {
         tenant_id: "tenant-a".into(),

@@ -20,6 +20,7 @@ mod lifecycle;
 mod limits;
 mod observability;
 mod openapi_client;
+mod priorities;
 mod query_plans;
 mod reports;
 mod retention;

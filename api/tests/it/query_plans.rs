@@ -61,7 +61,12 @@ async fn a_claim_behind_a_backlog_reads_the_outbox_by_key() {
     // on a generic one (five).
     for n in 1..=12 {
         let claimed = store
-            .claim_attempts(&[format!("early{n:06}")], "worker-1", lease_until)
+            .claim_attempts(
+                &[format!("early{n:06}")],
+                "worker-1",
+                lease_until,
+                &Default::default(),
+            )
             .await
             .expect("claim");
         assert!(claimed[0].is_some(), "early job {n} was not claimed");
@@ -70,7 +75,12 @@ async fn a_claim_behind_a_backlog_reads_the_outbox_by_key() {
     let before = outbox_reads(&env, 12).await;
 
     let claimed = store
-        .claim_attempts(&["backlog000001".to_owned()], "worker-1", lease_until)
+        .claim_attempts(
+            &["backlog000001".to_owned()],
+            "worker-1",
+            lease_until,
+            &Default::default(),
+        )
         .await
         .expect("claim");
     assert!(

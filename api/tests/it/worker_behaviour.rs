@@ -309,6 +309,7 @@ fn new_sleep_job() -> NewJob {
         kind: "sleep".into(),
         params: r#"{"ms": 1}"#.into(),
         max_attempts: 5,
+        priority: Default::default(),
     }
 }
 
@@ -487,7 +488,12 @@ async fn a_group_commit_fences_each_of_its_writes(backend: Backend) {
     let webhook_of_a = webhook_for(&store, &a).await;
 
     let claims = store
-        .claim_attempts(&[a.clone(), b.clone(), a.clone()], "worker-1", lease)
+        .claim_attempts(
+            &[a.clone(), b.clone(), a.clone()],
+            "worker-1",
+            lease,
+            &Default::default(),
+        )
         .await
         .unwrap();
     assert_eq!(claims.len(), 3);

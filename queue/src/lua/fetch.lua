@@ -2,7 +2,9 @@
 -- in-flight list: their handlers returned, and uncounts their jobs in
 -- `:held`), then takes up to ARGV[2] messages, one from each tenant in the
 -- ring's order (round robin: a tenant goes to the back of the ring while
--- its FIFO has more), into the consumer's in-flight list, and refreshes the
+-- it has more), each the first by rank of its tenant's queue (or, for
+-- messages pushed before queues were ranked, of its list `:fifo:{tenant}`),
+-- into the consumer's in-flight list, and refreshes the
 -- consumer's heartbeat in the same step so no fetched message is ever
 -- unwatched.
 --
@@ -46,13 +48,18 @@ while #taken < most do
     if not tenant then
         break
     end
+    local queued = prefix .. ":queued:" .. tenant
     local fifo = prefix .. ":fifo:" .. tenant
     local message = redis.call("LPOP", fifo)
+    if not message then
+        local first = redis.call("ZPOPMIN", queued)
+        message = first[1]
+    end
     if message then
         taken[#taken + 1] = message
         redis.call("RPUSH", inflight, message)
     end
-    if redis.call("LLEN", fifo) > 0 then
+    if redis.call("ZCARD", queued) > 0 or redis.call("LLEN", fifo) > 0 then
         redis.call("RPUSH", ring, tenant)
     end
 end

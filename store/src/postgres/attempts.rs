@@ -1,28 +1,44 @@
 //! Attempts on Postgres.
 
+use shared::settings::Caps;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
-    attempts::{AttemptEnd, ClaimRow, LapsedRow, Success},
+    attempts::{AttemptEnd, ClaimRow, LapsedRow, ParkedGroup, Success},
     sql::{JsonText, Millis},
 };
 
-/// One call of `claim_jobs` (see its migration).
+/// One call of `claim_jobs` (see its migration), which parks the jobs
+/// over a cap.
 pub(crate) async fn claim(
     db: impl PgExecutor<'_>,
     job_ids: &[String],
     now: Millis,
     lease_until: Millis,
     worker_id: &str,
+    caps: &Caps,
 ) -> sqlx::Result<Vec<ClaimRow>> {
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts
-         FROM claim_jobs($1, $2, $3, $4)"
+         FROM claim_jobs($1, $2, $3, $4, $5, $6, $7)"
     ))
     .bind(job_ids)
     .bind(now)
     .bind(lease_until)
     .bind(worker_id)
+    .bind(i64::from(caps.per_tenant))
+    .bind(
+        caps.per_kind
+            .iter()
+            .map(|(kind, _)| kind.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        caps.per_kind
+            .iter()
+            .map(|(_, cap)| i64::from(*cap))
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(db)
     .await
 }
@@ -109,6 +125,7 @@ pub(crate) async fn end(
 ) -> sqlx::Result<bool> {
     let done = sqlx::query(sql!(
         "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
+             rank_at = COALESCE($5, run_after) + (rank_at - run_after),
              error_type = $6, error_message = $7, lease_expires_at = NULL, worker_id = NULL,
              cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE false END,
              handbacks = handbacks + $8
@@ -255,4 +272,89 @@ pub(crate) async fn hand_back(
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// The tenant's RUNNING jobs, or those of one kind.
+pub(crate) async fn running_count(
+    db: impl PgExecutor<'_>,
+    tenant_id: &str,
+    kind: Option<&str>,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(sql!(
+        "SELECT COUNT(*) FROM jobs
+         WHERE tenant_id = $1 AND status = 'RUNNING' AND ($2::text IS NULL OR kind = $2)"
+    ))
+    .bind(tenant_id)
+    .bind(kind)
+    .fetch_one(db)
+    .await
+}
+
+/// How many jobs are parked at each cap: per tenant at the tenant's cap,
+/// per tenant and kind at a kind's.
+pub(crate) async fn parked_groups(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<ParkedGroup>> {
+    sqlx::query_as(sql!(
+        "SELECT tenant_id, NULL::text AS kind, 'tenant' AS capped, COUNT(*) AS parked FROM jobs
+         WHERE capped = 'tenant' AND status = 'QUEUED' GROUP BY tenant_id
+         UNION ALL
+         SELECT tenant_id, kind, 'kind' AS capped, COUNT(*) AS parked FROM jobs
+         WHERE capped = 'kind' AND status = 'QUEUED' GROUP BY tenant_id, kind"
+    ))
+    .fetch_all(db)
+    .await
+}
+
+/// Wakes the first `limit` jobs of the tenant parked at its cap: their
+/// outbox rows are due at once. Returns how many.
+pub(crate) async fn wake_at_tenant_cap(
+    conn: &mut PgConnection,
+    tenant_id: &str,
+    limit: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(sql!(
+        "WITH woken AS (
+             UPDATE jobs SET capped = NULL
+             WHERE job_id IN (
+                 SELECT job_id FROM jobs
+                 WHERE tenant_id = $1 AND capped = 'tenant' AND status = 'QUEUED'
+                 ORDER BY rank_at, job_id LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING job_id, rank_at
+         )
+         INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
+         SELECT job_id, to_timestamp(0), rank_at, 0 FROM woken
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0"
+    ))
+    .bind(tenant_id)
+    .bind(limit)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// [`wake_at_tenant_cap`] for the jobs of one kind parked at its cap.
+pub(crate) async fn wake_at_kind_cap(
+    conn: &mut PgConnection,
+    tenant_id: &str,
+    kind: &str,
+    limit: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(sql!(
+        "WITH woken AS (
+             UPDATE jobs SET capped = NULL
+             WHERE job_id IN (
+                 SELECT job_id FROM jobs
+                 WHERE tenant_id = $1 AND kind = $2 AND capped = 'kind' AND status = 'QUEUED'
+                 ORDER BY rank_at, job_id LIMIT $3 FOR UPDATE SKIP LOCKED)
+             RETURNING job_id, rank_at
+         )
+         INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
+         SELECT job_id, to_timestamp(0), rank_at, 0 FROM woken
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0"
+    ))
+    .bind(tenant_id)
+    .bind(kind)
+    .bind(limit)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

@@ -9,6 +9,9 @@ use crate::{outbox::OutboxRow, sql::Millis};
 
 /// Takes up to `limit` due rows and moves their next publish ahead (the
 /// lease), doubling the wait on each republish up to 32 times the first.
+/// Rows published before whose lease lapsed come first, then rows not yet
+/// published in rank order (`outbox_ready`), so a backlog that waits here
+/// honours priorities.
 /// Two statements: as one (`UPDATE .. WHERE job_id IN (SELECT ..)`)
 /// Postgres plans a hash join over a scan of the whole outbox, dead rows
 /// and all.
@@ -19,9 +22,19 @@ pub(crate) async fn lease_due(
     republish_after_ms: i64,
 ) -> sqlx::Result<Vec<OutboxRow>> {
     let due: Vec<OutboxRow> = sqlx::query_as(sql!(
-        "SELECT job_id, (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
-         FROM outbox WHERE publish_at <= $1
-         ORDER BY publish_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+        "WITH lapsed AS (
+             SELECT job_id, rank_at FROM outbox WHERE republish_ms > 0 AND publish_at <= $1
+             ORDER BY publish_at LIMIT $2 FOR UPDATE SKIP LOCKED
+         ), ready AS (
+             SELECT job_id, rank_at FROM outbox WHERE republish_ms = 0 AND publish_at <= $1
+             ORDER BY rank_at LIMIT $2 FOR UPDATE SKIP LOCKED
+         ), taken AS (
+             SELECT job_id, rank_at, 0 AS turn FROM lapsed
+             UNION ALL SELECT job_id, rank_at, 1 AS turn FROM ready
+         )
+         SELECT t.job_id, j.tenant_id, COALESCE(j.rank_at, t.rank_at) AS rank_at
+         FROM taken t LEFT JOIN jobs j ON j.job_id = t.job_id
+         ORDER BY t.turn, t.rank_at LIMIT $2"
     ))
     .bind(now)
     .bind(limit)
@@ -58,11 +71,11 @@ pub(crate) async fn published_unclaimed(
     limit: i64,
 ) -> sqlx::Result<Vec<OutboxRow>> {
     sqlx::query_as(sql!(
-        "SELECT job_id, (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
-         FROM outbox
-         WHERE job_id > $1 AND republish_ms > 0
-           AND publish_at - interval '1 millisecond' * republish_ms <= $2
-         ORDER BY job_id LIMIT $3"
+        "SELECT o.job_id, j.tenant_id, COALESCE(j.rank_at, o.rank_at) AS rank_at
+         FROM outbox o LEFT JOIN jobs j ON j.job_id = o.job_id
+         WHERE o.job_id > $1 AND o.republish_ms > 0
+           AND o.publish_at - interval '1 millisecond' * o.republish_ms <= $2
+         ORDER BY o.job_id LIMIT $3"
     ))
     .bind(after)
     .bind(before)
@@ -119,10 +132,13 @@ pub(crate) async fn set_due(
     Ok(())
 }
 
+/// The job's row due at `at`, unpublished, at the job's rank.
 pub(crate) async fn upsert(conn: &mut PgConnection, job_id: &str, at: Millis) -> sqlx::Result<()> {
     sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
-         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0"
+        "INSERT INTO outbox (job_id, publish_at, rank_at)
+         SELECT job_id, $2, COALESCE(rank_at, $2) FROM jobs WHERE job_id = $1
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at,
+             rank_at = excluded.rank_at, republish_ms = 0"
     ))
     .bind(job_id)
     .bind(at)

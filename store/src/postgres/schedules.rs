@@ -15,8 +15,8 @@ pub(crate) async fn insert(
     sqlx::query(sql!(
         "INSERT INTO schedules (schedule_id, tenant_id, kind, params, cron, timezone, starts_at,
                                 ends_at, misfire, paused, next_fire_at, last_fire_at, created_at,
-                                updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                                updated_at, priority)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
     ))
     .bind(&s.schedule_id)
     .bind(&s.tenant_id)
@@ -32,6 +32,7 @@ pub(crate) async fn insert(
     .bind(ScheduleValues::at(s.last_fire_at))
     .bind(Millis(s.created_at))
     .bind(Millis(s.updated_at))
+    .bind(s.priority.as_str())
     .execute(conn)
     .await?;
     Ok(())
@@ -61,7 +62,7 @@ pub(crate) async fn get(
 ) -> sqlx::Result<Option<ScheduleRow>> {
     sqlx::query_as(sql!(
         "SELECT schedule_id, tenant_id, kind, params, cron, timezone, starts_at, ends_at, misfire,
-                paused, next_fire_at, last_fire_at, created_at, updated_at
+                priority, paused, next_fire_at, last_fire_at, created_at, updated_at
          FROM schedules WHERE schedule_id = $1 AND tenant_id = $2"
     ))
     .bind(schedule_id)
@@ -77,7 +78,7 @@ pub(crate) async fn lock(
 ) -> sqlx::Result<Option<ScheduleRow>> {
     sqlx::query_as(sql!(
         "SELECT schedule_id, tenant_id, kind, params, cron, timezone, starts_at, ends_at, misfire,
-                paused, next_fire_at, last_fire_at, created_at, updated_at
+                priority, paused, next_fire_at, last_fire_at, created_at, updated_at
          FROM schedules WHERE schedule_id = $1 AND tenant_id = $2 FOR UPDATE"
     ))
     .bind(schedule_id)
@@ -94,7 +95,7 @@ pub(crate) async fn list(
 ) -> sqlx::Result<Vec<ScheduleRow>> {
     sqlx::query_as(sql!(
         "SELECT schedule_id, tenant_id, kind, params, cron, timezone, starts_at, ends_at, misfire,
-                paused, next_fire_at, last_fire_at, created_at, updated_at
+                priority, paused, next_fire_at, last_fire_at, created_at, updated_at
          FROM schedules WHERE tenant_id = $1 AND schedule_id < $2
          ORDER BY schedule_id DESC LIMIT $3"
     ))
@@ -113,7 +114,7 @@ pub(crate) async fn replace(
     let done = sqlx::query(sql!(
         "UPDATE schedules SET kind = $3, params = $4, cron = $5, timezone = $6, starts_at = $7,
                               ends_at = $8, misfire = $9, paused = $10, next_fire_at = $11,
-                              last_fire_at = $12, updated_at = $13
+                              last_fire_at = $12, updated_at = $13, priority = $14
          WHERE schedule_id = $1 AND tenant_id = $2"
     ))
     .bind(&s.schedule_id)
@@ -129,6 +130,7 @@ pub(crate) async fn replace(
     .bind(ScheduleValues::at(s.next_fire_at))
     .bind(ScheduleValues::at(s.last_fire_at))
     .bind(Millis(s.updated_at))
+    .bind(s.priority.as_str())
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
@@ -158,7 +160,7 @@ pub(crate) async fn lock_due(
 ) -> sqlx::Result<Vec<ScheduleRow>> {
     sqlx::query_as(sql!(
         "SELECT schedule_id, tenant_id, kind, params, cron, timezone, starts_at, ends_at, misfire,
-                paused, next_fire_at, last_fire_at, created_at, updated_at
+                priority, paused, next_fire_at, last_fire_at, created_at, updated_at
          FROM schedules WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= $1
          ORDER BY next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED"
     ))
@@ -174,22 +176,24 @@ pub(crate) async fn lock_due(
 pub(crate) async fn insert_fired_jobs(
     conn: &mut PgConnection,
     jobs: &[FiredJob],
+    ranks: &[Millis],
     now: Millis,
 ) -> sqlx::Result<usize> {
     let made: Vec<String> = sqlx::query_scalar(sql!(
         "WITH inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status, schedule_id, fire_at)
+                               run_after, status, schedule_id, fire_at, priority, rank_at)
              SELECT job_id, tenant_id, kind, params, max_attempts, $1, GREATEST(fire_at, $1),
-                    'QUEUED', schedule_id, fire_at
+                    'QUEUED', schedule_id, fire_at, priority, rank_at
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
-                         $7::text[], $8::timestamptz[])
-                 AS s (job_id, tenant_id, kind, params, max_attempts, schedule_id, fire_at)
+                         $7::text[], $8::timestamptz[], $9::text[], $10::timestamptz[])
+                 AS s (job_id, tenant_id, kind, params, max_attempts, schedule_id, fire_at,
+                       priority, rank_at)
              ON CONFLICT (schedule_id, fire_at) WHERE schedule_id IS NOT NULL DO NOTHING
-             RETURNING job_id, run_after
+             RETURNING job_id, run_after, rank_at
          ), queued AS (
-             INSERT INTO outbox (job_id, publish_at, republish_ms)
-             SELECT job_id, run_after, 0 FROM inserted
+             INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+             SELECT job_id, run_after, 0, rank_at FROM inserted
          )
          SELECT job_id FROM inserted"
     ))
@@ -217,6 +221,12 @@ pub(crate) async fn insert_fired_jobs(
             .collect::<Vec<_>>(),
     )
     .bind(jobs.iter().map(|j| Millis(j.fire_at)).collect::<Vec<_>>())
+    .bind(
+        jobs.iter()
+            .map(|j| j.job.priority.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(ranks)
     .fetch_all(conn)
     .await?;
     Ok(made.len())

@@ -16,6 +16,7 @@ use crate::{
 pub(crate) async fn submit_in_one_statement(
     db: impl PgExecutor<'_>,
     candidates: &[&Submission],
+    ranks: &[Millis],
     now: Millis,
     republish_ms: i64,
 ) -> crate::Result<Vec<(String, String)>> {
@@ -39,10 +40,10 @@ pub(crate) async fn submit_in_one_statement(
              SELECT * FROM UNNEST($3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[],
                                   $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                   $12::timestamptz[], $13::bigint[], $14::jsonb[], $15::bytea[],
-                                  $16::timestamptz[])
+                                  $16::timestamptz[], $17::text[], $18::timestamptz[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, created_at, key_tenant,
                        idem_key, fingerprint, expires_at, response_status, response_headers,
-                       response_body, run_after)
+                       response_body, run_after, priority, rank_at)
          ), written AS (
              INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at,
                  expires_at, response_status, response_headers, response_body)
@@ -58,20 +59,21 @@ pub(crate) async fn submit_in_one_statement(
              RETURNING tenant_id, idem_key
          ), inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status)
+                               run_after, status, priority, rank_at)
              SELECT s.job_id, s.tenant_id, s.kind, s.params, s.max_attempts, s.created_at,
-                    s.run_after, 'QUEUED'
+                    s.run_after, 'QUEUED', s.priority, s.rank_at
              FROM submitted s
              WHERE s.idem_key IS NULL OR EXISTS (
                  SELECT 1 FROM written w
                  WHERE w.tenant_id = s.key_tenant AND w.idem_key = s.idem_key)
-             RETURNING job_id, created_at, run_after
+             RETURNING job_id, created_at, run_after, rank_at
          ), queued AS (
-             INSERT INTO outbox (job_id, publish_at, republish_ms)
+             INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
              SELECT job_id,
                     CASE WHEN run_after > created_at THEN run_after
                          ELSE created_at + interval '1 millisecond' * $2 END,
-                    CASE WHEN run_after > created_at THEN 0 ELSE $2 END
+                    CASE WHEN run_after > created_at THEN 0 ELSE $2 END,
+                    rank_at
              FROM inserted
          )
          SELECT tenant_id, idem_key FROM written"
@@ -142,6 +144,13 @@ pub(crate) async fn submit_in_one_statement(
             .map(|s| Millis(s.run_after))
             .collect::<Vec<_>>(),
     )
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.job.priority.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(ranks)
     .fetch_all(db)
     .await?;
     Ok(written)
@@ -152,24 +161,27 @@ pub(crate) async fn submit_in_one_statement(
 pub(crate) async fn insert_jobs(
     conn: &mut PgConnection,
     submissions: &[&Submission],
+    ranks: &[Millis],
     republish_ms: i64,
 ) -> sqlx::Result<()> {
     sqlx::query(sql!(
         "WITH inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status)
+                               run_after, status, priority, rank_at)
              SELECT job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                    'QUEUED'
+                    'QUEUED', priority, rank_at
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
-                         $7::timestamptz[], $8::timestamptz[])
-                 AS s (job_id, tenant_id, kind, params, max_attempts, created_at, run_after)
-             RETURNING job_id, created_at, run_after
+                         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::timestamptz[])
+                 AS s (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
+                       priority, rank_at)
+             RETURNING job_id, created_at, run_after, rank_at
          )
-         INSERT INTO outbox (job_id, publish_at, republish_ms)
+         INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
          SELECT job_id,
                 CASE WHEN run_after > created_at THEN run_after
                      ELSE created_at + interval '1 millisecond' * $1 END,
-                CASE WHEN run_after > created_at THEN 0 ELSE $1 END
+                CASE WHEN run_after > created_at THEN 0 ELSE $1 END,
+                rank_at
          FROM inserted"
     ))
     .bind(republish_ms)
@@ -215,6 +227,13 @@ pub(crate) async fn insert_jobs(
             .map(|s| Millis(s.run_after))
             .collect::<Vec<_>>(),
     )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| s.job.priority.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(ranks)
     .execute(conn)
     .await?;
     Ok(())

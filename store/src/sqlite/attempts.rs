@@ -1,16 +1,22 @@
 //! Attempts on SQLite.
 
+use std::collections::HashMap;
+
+use shared::{model::Cap, settings::Caps};
 use sqlx::{SqliteConnection, SqliteExecutor};
 
 use super::json_list;
 use crate::{
-    attempts::{AttemptEnd, ClaimRow, LapsedRow, Success},
+    attempts::{AttemptEnd, ClaimRow, LapsedRow, ParkedGroup, Success},
     sql::Millis,
 };
 
 /// Requiring QUEUED is the guard: of two deliveries of one job, in this
 /// batch or in two processes, one finds it RUNNING (as in Postgres's
-/// `claim_jobs`). The claimed jobs' outbox rows go in the same
+/// `claim_jobs`). With caps, each job in rank order is claimed only while
+/// its tenant (and its kind) runs fewer jobs than the cap, and is parked
+/// (`capped`) otherwise: SQLite's one writer makes the count read the
+/// count left. The claimed and parked jobs' outbox rows go in the same
 /// transaction.
 pub(crate) async fn claim(
     conn: &mut SqliteConnection,
@@ -18,9 +24,15 @@ pub(crate) async fn claim(
     now: Millis,
     lease_until: Millis,
     worker_id: &str,
+    caps: &Caps,
 ) -> sqlx::Result<Vec<ClaimRow>> {
+    let (claiming, parked) = if caps.is_none() {
+        (job_ids.to_vec(), Vec::new())
+    } else {
+        sort_under_caps(conn, job_ids, now, caps).await?
+    };
     let claimed: Vec<ClaimRow> = sqlx::query_as(sql!(
-        "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1,
+        "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1, capped = NULL,
              started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
          WHERE job_id IN (SELECT value FROM json_each($4)) AND status = 'QUEUED'
            AND run_after <= $1
@@ -29,18 +41,107 @@ pub(crate) async fn claim(
     .bind(now)
     .bind(lease_until)
     .bind(worker_id)
-    .bind(json_list(job_ids.iter().map(String::as_str)))
+    .bind(json_list(claiming.iter().map(String::as_str)))
     .fetch_all(&mut *conn)
     .await?;
-    if !claimed.is_empty() {
+    let done: Vec<&str> = claimed
+        .iter()
+        .map(|row| row.job_id.as_str())
+        .chain(parked.iter().map(|(job_id, _)| job_id.as_str()))
+        .collect();
+    if !done.is_empty() {
         sqlx::query(sql!(
             "DELETE FROM outbox WHERE job_id IN (SELECT value FROM json_each($1))"
         ))
-        .bind(json_list(claimed.iter().map(|row| row.job_id.as_str())))
+        .bind(json_list(done.iter().copied()))
         .execute(conn)
         .await?;
     }
     Ok(claimed)
+}
+
+/// A due, queued job of a claim's batch and what it is counted against.
+#[derive(sqlx::FromRow)]
+struct Candidate {
+    job_id: String,
+    tenant_id: String,
+    kind: String,
+}
+
+/// Splits the batch's due jobs, in rank order, into those its caps admit
+/// and those they park (marked `capped` here), counting the tenants' and
+/// kinds' running jobs once and each admission as it is made.
+async fn sort_under_caps(
+    conn: &mut SqliteConnection,
+    job_ids: &[String],
+    now: Millis,
+    caps: &Caps,
+) -> sqlx::Result<(Vec<String>, Vec<(String, Cap)>)> {
+    let candidates: Vec<Candidate> = sqlx::query_as(sql!(
+        "SELECT job_id, tenant_id, kind FROM jobs
+         WHERE job_id IN (SELECT value FROM json_each($1)) AND status = 'QUEUED'
+           AND run_after <= $2
+         ORDER BY rank_at, job_id"
+    ))
+    .bind(json_list(job_ids.iter().map(String::as_str)))
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut running: HashMap<(String, Option<String>), i64> = HashMap::new();
+    let (mut admitted, mut parked) = (Vec::new(), Vec::new());
+    for candidate in candidates {
+        let kind_cap = caps.of_kind(&candidate.kind);
+        let tenant_key = (candidate.tenant_id.clone(), None);
+        let kind_key = (candidate.tenant_id.clone(), Some(candidate.kind.clone()));
+        for key in [&tenant_key, &kind_key] {
+            if !running.contains_key(key) {
+                let count = running_count(&mut *conn, &key.0, key.1.as_deref()).await?;
+                running.insert(key.clone(), count);
+            }
+        }
+        let cap = if caps.per_tenant > 0 && running[&tenant_key] >= i64::from(caps.per_tenant) {
+            Some(Cap::Tenant)
+        } else if kind_cap.is_some_and(|cap| running[&kind_key] >= i64::from(cap)) {
+            Some(Cap::Kind)
+        } else {
+            None
+        };
+        match cap {
+            Some(cap) => parked.push((candidate.job_id, cap)),
+            None => {
+                for key in [tenant_key, kind_key] {
+                    *running.entry(key).or_default() += 1;
+                }
+                admitted.push(candidate.job_id);
+            }
+        }
+    }
+    for (job_id, cap) in &parked {
+        sqlx::query(sql!(
+            "UPDATE jobs SET capped = $2 WHERE job_id = $1 AND status = 'QUEUED'"
+        ))
+        .bind(job_id)
+        .bind(cap.as_str())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok((admitted, parked))
+}
+
+/// The tenant's RUNNING jobs, or those of one kind.
+pub(crate) async fn running_count(
+    db: impl SqliteExecutor<'_>,
+    tenant_id: &str,
+    kind: Option<&str>,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(sql!(
+        "SELECT COUNT(*) FROM jobs
+         WHERE tenant_id = $1 AND status = 'RUNNING' AND ($2 IS NULL OR kind = $2)"
+    ))
+    .bind(tenant_id)
+    .bind(kind)
+    .fetch_one(db)
+    .await
 }
 
 pub(crate) async fn held_by(
@@ -125,6 +226,7 @@ pub(crate) async fn end(
 ) -> sqlx::Result<bool> {
     let done = sqlx::query(sql!(
         "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
+             rank_at = COALESCE($5, run_after) + (rank_at - run_after),
              error_type = $6, error_message = $7, lease_expires_at = NULL, worker_id = NULL,
              cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE false END,
              handbacks = handbacks + $8
@@ -279,4 +381,80 @@ pub(crate) async fn hand_back(
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// How many jobs are parked at each cap (as on Postgres).
+pub(crate) async fn parked_groups(db: impl SqliteExecutor<'_>) -> sqlx::Result<Vec<ParkedGroup>> {
+    sqlx::query_as(sql!(
+        "SELECT tenant_id, NULL AS kind, 'tenant' AS capped, COUNT(*) AS parked FROM jobs
+         WHERE capped = 'tenant' AND status = 'QUEUED' GROUP BY tenant_id
+         UNION ALL
+         SELECT tenant_id, kind, 'kind' AS capped, COUNT(*) AS parked FROM jobs
+         WHERE capped = 'kind' AND status = 'QUEUED' GROUP BY tenant_id, kind"
+    ))
+    .fetch_all(db)
+    .await
+}
+
+/// Wakes the first `limit` jobs of the tenant parked at its cap (as on
+/// Postgres): the outbox rows first, then the marks, chosen by the same
+/// query.
+pub(crate) async fn wake_at_tenant_cap(
+    conn: &mut SqliteConnection,
+    tenant_id: &str,
+    limit: i64,
+) -> sqlx::Result<u64> {
+    let woken: Vec<String> = sqlx::query_scalar(sql!(
+        "UPDATE jobs SET capped = NULL
+         WHERE job_id IN (
+             SELECT job_id FROM jobs
+             WHERE tenant_id = $1 AND capped = 'tenant' AND status = 'QUEUED'
+             ORDER BY rank_at, job_id LIMIT $2)
+         RETURNING job_id"
+    ))
+    .bind(tenant_id)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    make_due_at_once(conn, &woken).await
+}
+
+/// [`wake_at_tenant_cap`] for the jobs of one kind parked at its cap.
+pub(crate) async fn wake_at_kind_cap(
+    conn: &mut SqliteConnection,
+    tenant_id: &str,
+    kind: &str,
+    limit: i64,
+) -> sqlx::Result<u64> {
+    let woken: Vec<String> = sqlx::query_scalar(sql!(
+        "UPDATE jobs SET capped = NULL
+         WHERE job_id IN (
+             SELECT job_id FROM jobs
+             WHERE tenant_id = $1 AND kind = $2 AND capped = 'kind' AND status = 'QUEUED'
+             ORDER BY rank_at, job_id LIMIT $3)
+         RETURNING job_id"
+    ))
+    .bind(tenant_id)
+    .bind(kind)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    make_due_at_once(conn, &woken).await
+}
+
+/// Outbox rows for woken jobs, due before anything else, at their ranks.
+async fn make_due_at_once(conn: &mut SqliteConnection, job_ids: &[String]) -> sqlx::Result<u64> {
+    if job_ids.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(sql!(
+        "INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
+         SELECT job_id, 0, COALESCE(rank_at, 0), 0 FROM jobs
+         WHERE job_id IN (SELECT value FROM json_each($1))
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = 0, republish_ms = 0"
+    ))
+    .bind(json_list(job_ids.iter().map(String::as_str)))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

@@ -12,7 +12,7 @@ pub(crate) async fn get(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of, schedule_id
+                cancel_requested, handbacks, retry_of, schedule_id, priority, capped
          FROM jobs WHERE job_id = $1 AND tenant_id = $2"
     ))
     .bind(job_id)
@@ -28,7 +28,7 @@ pub(crate) async fn get_unscoped(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of, schedule_id
+                cancel_requested, handbacks, retry_of, schedule_id, priority, capped
          FROM jobs WHERE job_id = $1"
     ))
     .bind(job_id)
@@ -47,7 +47,7 @@ pub(crate) async fn list_of_schedule(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of, schedule_id
+                cancel_requested, handbacks, retry_of, schedule_id, priority, capped
          FROM jobs WHERE schedule_id = $2 AND tenant_id = $1 AND job_id < $3
          ORDER BY job_id DESC LIMIT $4"
     ))
@@ -74,7 +74,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -88,7 +88,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -103,7 +103,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND kind = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -118,7 +118,7 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4 AND kind = $5
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -150,7 +150,7 @@ pub(crate) async fn ask_to_stop(conn: &mut SqliteConnection, job_id: &str) -> sq
         "UPDATE jobs SET cancel_requested = true WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of, schedule_id"
+                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped"
     ))
     .bind(job_id)
     .fetch_one(conn)
@@ -166,7 +166,7 @@ pub(crate) async fn cancel_queued(
         "UPDATE jobs SET status = 'CANCELLED', finished_at = $2 WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of, schedule_id"
+                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped"
     ))
     .bind(job_id)
     .bind(now)
@@ -183,7 +183,7 @@ pub(crate) async fn mark_retry_of(
         "UPDATE jobs SET retry_of = $2 WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of, schedule_id"
+                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped"
     ))
     .bind(new_job_id)
     .bind(job_id)

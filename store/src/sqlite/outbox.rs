@@ -9,7 +9,10 @@ use crate::{outbox::OutboxRow, sql::Millis};
 /// lock.
 pub(crate) async fn any_due(db: impl SqliteExecutor<'_>, now: Millis) -> sqlx::Result<bool> {
     let due: Option<i64> =
-        sqlx::query_scalar(sql!("SELECT 1 FROM outbox WHERE publish_at <= $1 LIMIT 1"))
+        sqlx::query_scalar(sql!(
+            "SELECT 1 WHERE EXISTS (SELECT 1 FROM outbox WHERE republish_ms > 0 AND publish_at <= $1)
+                         OR EXISTS (SELECT 1 FROM outbox WHERE republish_ms = 0 AND publish_at <= $1)"
+        ))
             .bind(now)
             .fetch_optional(db)
             .await?;
@@ -17,7 +20,8 @@ pub(crate) async fn any_due(db: impl SqliteExecutor<'_>, now: Millis) -> sqlx::R
 }
 
 /// Takes up to `limit` due rows and moves their next publish ahead (the
-/// lease), doubling the wait on each republish up to 32 times the first.
+/// lease), doubling the wait on each republish up to 32 times the first;
+/// in Postgres's order (see its `lease_due`).
 pub(crate) async fn lease_due(
     conn: &mut SqliteConnection,
     now: Millis,
@@ -25,8 +29,16 @@ pub(crate) async fn lease_due(
     republish_after_ms: i64,
 ) -> sqlx::Result<Vec<OutboxRow>> {
     let due: Vec<OutboxRow> = sqlx::query_as(sql!(
-        "SELECT job_id, (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
-         FROM outbox WHERE publish_at <= $1 ORDER BY publish_at LIMIT $2"
+        "SELECT t.job_id, j.tenant_id, COALESCE(j.rank_at, t.rank_at) AS rank_at
+         FROM (SELECT * FROM (
+                   SELECT job_id, rank_at, 0 AS turn FROM outbox
+                   WHERE republish_ms > 0 AND publish_at <= $1 ORDER BY publish_at LIMIT $2)
+               UNION ALL
+               SELECT * FROM (
+                   SELECT job_id, rank_at, 1 AS turn FROM outbox
+                   WHERE republish_ms = 0 AND publish_at <= $1 ORDER BY rank_at LIMIT $2)) t
+         LEFT JOIN jobs j ON j.job_id = t.job_id
+         ORDER BY t.turn, t.rank_at LIMIT $2"
     ))
     .bind(now)
     .bind(limit)
@@ -59,10 +71,10 @@ pub(crate) async fn published_unclaimed(
     limit: i64,
 ) -> sqlx::Result<Vec<OutboxRow>> {
     sqlx::query_as(sql!(
-        "SELECT job_id, (SELECT tenant_id FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant_id
-         FROM outbox
-         WHERE job_id > $1 AND republish_ms > 0 AND publish_at - republish_ms <= $2
-         ORDER BY job_id LIMIT $3"
+        "SELECT o.job_id, j.tenant_id, COALESCE(j.rank_at, o.rank_at) AS rank_at
+         FROM outbox o LEFT JOIN jobs j ON j.job_id = o.job_id
+         WHERE o.job_id > $1 AND o.republish_ms > 0 AND o.publish_at - o.republish_ms <= $2
+         ORDER BY o.job_id LIMIT $3"
     ))
     .bind(after)
     .bind(before)
@@ -124,8 +136,10 @@ pub(crate) async fn upsert(
     at: Millis,
 ) -> sqlx::Result<()> {
     sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at) VALUES ($1, $2)
-         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0"
+        "INSERT INTO outbox (job_id, publish_at, rank_at)
+         SELECT job_id, $2, COALESCE(rank_at, $2) FROM jobs WHERE job_id = $1
+         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at,
+             rank_at = excluded.rank_at, republish_ms = 0"
     ))
     .bind(job_id)
     .bind(at)

@@ -15,8 +15,8 @@ pub(crate) async fn insert(
     sqlx::query(sql!(
         "INSERT INTO schedules (schedule_id, tenant_id, kind, params, cron, timezone, starts_at,
                                 ends_at, misfire, paused, next_fire_at, last_fire_at, created_at,
-                                updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                                updated_at, priority)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
     ))
     .bind(&s.schedule_id)
     .bind(&s.tenant_id)
@@ -32,6 +32,7 @@ pub(crate) async fn insert(
     .bind(ScheduleValues::at(s.last_fire_at))
     .bind(Millis(s.created_at))
     .bind(Millis(s.updated_at))
+    .bind(s.priority.as_str())
     .execute(conn)
     .await?;
     Ok(())
@@ -51,7 +52,7 @@ pub(crate) async fn get(
 ) -> sqlx::Result<Option<ScheduleRow>> {
     sqlx::query_as(sql!(
         "SELECT schedule_id, tenant_id, kind, params, cron, timezone, starts_at, ends_at, misfire,
-                paused, next_fire_at, last_fire_at, created_at, updated_at
+                priority, paused, next_fire_at, last_fire_at, created_at, updated_at
          FROM schedules WHERE schedule_id = $1 AND tenant_id = $2"
     ))
     .bind(schedule_id)
@@ -68,7 +69,7 @@ pub(crate) async fn list(
 ) -> sqlx::Result<Vec<ScheduleRow>> {
     sqlx::query_as(sql!(
         "SELECT schedule_id, tenant_id, kind, params, cron, timezone, starts_at, ends_at, misfire,
-                paused, next_fire_at, last_fire_at, created_at, updated_at
+                priority, paused, next_fire_at, last_fire_at, created_at, updated_at
          FROM schedules WHERE tenant_id = $1 AND schedule_id < $2
          ORDER BY schedule_id DESC LIMIT $3"
     ))
@@ -87,7 +88,7 @@ pub(crate) async fn replace(
     let done = sqlx::query(sql!(
         "UPDATE schedules SET kind = $3, params = $4, cron = $5, timezone = $6, starts_at = $7,
                               ends_at = $8, misfire = $9, paused = $10, next_fire_at = $11,
-                              last_fire_at = $12, updated_at = $13
+                              last_fire_at = $12, updated_at = $13, priority = $14
          WHERE schedule_id = $1 AND tenant_id = $2"
     ))
     .bind(&s.schedule_id)
@@ -103,6 +104,7 @@ pub(crate) async fn replace(
     .bind(ScheduleValues::at(s.next_fire_at))
     .bind(ScheduleValues::at(s.last_fire_at))
     .bind(Millis(s.updated_at))
+    .bind(s.priority.as_str())
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
@@ -131,7 +133,7 @@ pub(crate) async fn due(
 ) -> sqlx::Result<Vec<ScheduleRow>> {
     sqlx::query_as(sql!(
         "SELECT schedule_id, tenant_id, kind, params, cron, timezone, starts_at, ends_at, misfire,
-                paused, next_fire_at, last_fire_at, created_at, updated_at
+                priority, paused, next_fire_at, last_fire_at, created_at, updated_at
          FROM schedules WHERE NOT paused AND next_fire_at IS NOT NULL AND next_fire_at <= $1
          ORDER BY next_fire_at LIMIT $2"
     ))
@@ -147,11 +149,13 @@ pub(crate) async fn due(
 pub(crate) async fn insert_fired_jobs(
     conn: &mut SqliteConnection,
     jobs: &[FiredJob],
+    ranks: &[Millis],
     now: Millis,
 ) -> sqlx::Result<usize> {
     let rows = serde_json::Value::Array(
         jobs.iter()
-            .map(|j| {
+            .zip(ranks)
+            .map(|(j, rank)| {
                 serde_json::json!([
                     j.job.job_id,
                     j.job.tenant_id,
@@ -159,7 +163,9 @@ pub(crate) async fn insert_fired_jobs(
                     j.job.params,
                     j.job.max_attempts,
                     j.schedule_id,
-                    j.fire_at
+                    j.fire_at,
+                    j.job.priority.as_str(),
+                    rank.0
                 ])
             })
             .collect(),
@@ -167,11 +173,12 @@ pub(crate) async fn insert_fired_jobs(
     .to_string();
     let made = sqlx::query(sql!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                           status, schedule_id, fire_at)
+                           status, schedule_id, fire_at, priority, rank_at)
          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
                 json_extract(value, '$[2]'), json_extract(value, '$[3]'),
                 json_extract(value, '$[4]'), $2, MAX(json_extract(value, '$[6]'), $2), 'QUEUED',
-                json_extract(value, '$[5]'), json_extract(value, '$[6]')
+                json_extract(value, '$[5]'), json_extract(value, '$[6]'),
+                json_extract(value, '$[7]'), json_extract(value, '$[8]')
          FROM json_each($1) WHERE true
          ON CONFLICT (schedule_id, fire_at) WHERE schedule_id IS NOT NULL DO NOTHING"
     ))
@@ -182,8 +189,8 @@ pub(crate) async fn insert_fired_jobs(
     .rows_affected();
     // Only the jobs just made carry these ids.
     sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms)
-         SELECT job_id, run_after, 0 FROM jobs
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT job_id, run_after, 0, rank_at FROM jobs
          WHERE job_id IN (SELECT json_extract(value, '$[0]') FROM json_each($1))"
     ))
     .bind(&rows)

@@ -2,19 +2,21 @@
 
 use sqlx::SqliteConnection;
 
-use crate::Submission;
+use crate::{Submission, sql::Millis};
 
 /// Inserts the jobs and their outbox rows, due `republish_ms` after each
 /// job was made, or unpublished at a delayed job's start.
 pub(crate) async fn insert_jobs(
     conn: &mut SqliteConnection,
     submissions: &[&Submission],
+    ranks: &[Millis],
     republish_ms: i64,
 ) -> sqlx::Result<()> {
     let rows = serde_json::Value::Array(
         submissions
             .iter()
-            .map(|s| {
+            .zip(ranks)
+            .map(|(s, rank)| {
                 serde_json::json!([
                     s.job.job_id,
                     s.job.tenant_id,
@@ -22,7 +24,9 @@ pub(crate) async fn insert_jobs(
                     s.job.params,
                     s.job.max_attempts,
                     s.created_at,
-                    s.run_after
+                    s.run_after,
+                    s.job.priority.as_str(),
+                    rank.0
                 ])
             })
             .collect(),
@@ -30,24 +34,26 @@ pub(crate) async fn insert_jobs(
     .to_string();
     sqlx::query(sql!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                           status)
+                           status, priority, rank_at)
          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
                 json_extract(value, '$[2]'), json_extract(value, '$[3]'),
                 json_extract(value, '$[4]'), json_extract(value, '$[5]'),
-                json_extract(value, '$[6]'), 'QUEUED'
+                json_extract(value, '$[6]'), 'QUEUED', json_extract(value, '$[7]'),
+                json_extract(value, '$[8]')
          FROM json_each($1)"
     ))
     .bind(&rows)
     .execute(&mut *conn)
     .await?;
     sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms)
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
          SELECT json_extract(value, '$[0]'),
                 CASE WHEN json_extract(value, '$[6]') > json_extract(value, '$[5]')
                      THEN json_extract(value, '$[6]')
                      ELSE json_extract(value, '$[5]') + $2 END,
                 CASE WHEN json_extract(value, '$[6]') > json_extract(value, '$[5]')
-                     THEN 0 ELSE $2 END
+                     THEN 0 ELSE $2 END,
+                json_extract(value, '$[8]')
          FROM json_each($1)"
     ))
     .bind(&rows)

@@ -26,6 +26,7 @@ fn new_job(tenant: &str) -> NewJob {
         kind: "sleep".into(),
         params: json!({"ms": 1}).to_string(),
         max_attempts: 2,
+        priority: Default::default(),
     }
 }
 
@@ -42,7 +43,7 @@ fn error(kind: &str) -> JobErrorObject {
 
 async fn claim(db: &TestDb, job_id: &str, worker: &str) -> Option<store::Claim> {
     db.store
-        .claim_attempts(&[job_id.to_owned()], worker, lease())
+        .claim_attempts(&[job_id.to_owned()], worker, lease(), &Default::default())
         .await
         .unwrap()
         .pop()

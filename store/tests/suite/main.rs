@@ -5,6 +5,7 @@
 mod harness;
 mod rows;
 
+mod caps;
 mod dashboard;
 mod jobs;
 mod keys;

@@ -20,6 +20,7 @@ fn submission(run_after_ms: i64) -> Submission {
                 kind: "sleep".into(),
                 params: json!({"ms": 1}).to_string(),
                 max_attempts: 2,
+                priority: Default::default(),
             },
             now,
         )
@@ -73,7 +74,8 @@ async fn a_delayed_job_waits_unpublished_in_the_outbox_until_its_start(db: &Test
             .claim_attempts(
                 std::slice::from_ref(&delayed.job.job_id),
                 "w1",
-                now_ms() + 60_000
+                now_ms() + 60_000,
+                &Default::default()
             )
             .await
             .unwrap()

@@ -1,0 +1,186 @@
+//! Concurrency caps and priorities at the claim: jobs over a cap are
+//! parked out of the outbox, a running job's end wakes the first parked
+//! job of its tenant, and the waker wakes what a cap has room for.
+
+use serde_json::json;
+use shared::{
+    ids::new_job_id,
+    model::{AttemptOutcome, Cap, JobErrorObject, Priority, WaitReason},
+    settings::Caps,
+    time::now_ms,
+};
+use store::{Claim, NewJob, QueuedJob, Submission};
+
+use crate::{harness::TestDb, on_both_databases};
+
+on_both_databases!(
+    jobs_over_the_tenant_cap_are_parked_in_rank_order_and_woken_one_by_one,
+    the_cap_of_a_kind_parks_only_that_kind,
+);
+
+fn job(tenant: &str, kind: &str, priority: Priority) -> Submission {
+    Submission::at_once(
+        NewJob {
+            job_id: new_job_id(),
+            tenant_id: tenant.into(),
+            kind: kind.into(),
+            params: json!({"ms": 1}).to_string(),
+            max_attempts: 2,
+            priority,
+        },
+        now_ms(),
+    )
+}
+
+fn ids(jobs: &[&Submission]) -> Vec<String> {
+    jobs.iter().map(|s| s.job.job_id.clone()).collect()
+}
+
+/// The ids `take_due_outbox` publishes now.
+async fn publish_due(db: &TestDb) -> Vec<String> {
+    db.store
+        .take_due_outbox(100, 60_000, async |_| true)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|job: QueuedJob| job.job_id)
+        .collect()
+}
+
+async fn claim(db: &TestDb, jobs: &[&Submission], caps: &Caps) -> Vec<Option<Claim>> {
+    db.store
+        .claim_attempts(&ids(jobs), "w1", now_ms() + 60_000, caps)
+        .await
+        .unwrap()
+}
+
+async fn fail(db: &TestDb, claim: &Claim) {
+    let failed = AttemptOutcome::Failed {
+        error: JobErrorObject {
+            error_type: "test".into(),
+            message: "ends the attempt".into(),
+        },
+    };
+    assert!(
+        db.store
+            .finish_attempt(&claim.job_id, claim.attempt, &failed)
+            .await
+            .unwrap()
+    );
+}
+
+async fn jobs_over_the_tenant_cap_are_parked_in_rank_order_and_woken_one_by_one(db: &TestDb) {
+    let (n1, n2, n3) = (
+        job("acme", "sleep", Priority::Normal),
+        job("acme", "sleep", Priority::Normal),
+        job("acme", "sleep", Priority::Normal),
+    );
+    // Submitted last, ranked first.
+    let high = job("acme", "sleep", Priority::High);
+    let other = job("other", "sleep", Priority::Low);
+    let all = [&n1, &n2, &n3, &high, &other];
+    db.store
+        .submit_batch(&all.map(|s| s.clone()), None)
+        .await
+        .unwrap();
+    let caps = Caps {
+        per_tenant: 2,
+        per_kind: Vec::new(),
+    };
+
+    let claims = claim(db, &all, &caps).await;
+    let claimed: Vec<bool> = claims.iter().map(Option::is_some).collect();
+    assert_eq!(
+        claimed,
+        [true, false, false, true, true],
+        "acme's high job and its first normal one run; the other tenant is not capped by acme"
+    );
+    let parked = db
+        .store
+        .get_job("acme", &n2.job.job_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parked.capped, Some(Cap::Tenant));
+    assert_eq!(
+        parked.waiting_at(now_ms()).map(|(reason, _)| reason),
+        Some(WaitReason::TenantConcurrencyLimit)
+    );
+    assert_eq!(
+        db.store.running_counts("acme", "sleep").await.unwrap(),
+        (2, 2)
+    );
+    assert_eq!(
+        publish_due(db).await,
+        Vec::<String>::new(),
+        "parked jobs are out of the outbox"
+    );
+
+    // A running job's end wakes the first parked job, and only it.
+    fail(db, claims[0].as_ref().unwrap()).await;
+    assert_eq!(publish_due(db).await, ids(&[&n2]));
+    let woken = db
+        .store
+        .get_job("acme", &n2.job.job_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(woken.capped, None);
+    assert!(
+        claim(db, &[&n2], &caps).await[0].is_some(),
+        "the woken job runs"
+    );
+    assert_eq!(
+        db.store.wake_parked(&caps).await.unwrap(),
+        0,
+        "acme runs its cap: nothing to wake"
+    );
+    let n3_parked = db
+        .store
+        .get_job("acme", &n3.job.job_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n3_parked.capped, Some(Cap::Tenant));
+    // The cap raised: the waker wakes what it has room for.
+    let raised = Caps {
+        per_tenant: 3,
+        per_kind: Vec::new(),
+    };
+    assert_eq!(db.store.wake_parked(&raised).await.unwrap(), 1);
+    assert_eq!(publish_due(db).await, ids(&[&n3]));
+}
+
+async fn the_cap_of_a_kind_parks_only_that_kind(db: &TestDb) {
+    let (s1, s2) = (
+        job("acme", "sleep", Priority::Normal),
+        job("acme", "sleep", Priority::Normal),
+    );
+    let flaky = job("acme", "flaky", Priority::Normal);
+    let all = [&s1, &s2, &flaky];
+    db.store
+        .submit_batch(&all.map(|s| s.clone()), None)
+        .await
+        .unwrap();
+    let caps = Caps {
+        per_tenant: 0,
+        per_kind: vec![("sleep".into(), 1)],
+    };
+    let claimed: Vec<bool> = claim(db, &all, &caps)
+        .await
+        .iter()
+        .map(Option::is_some)
+        .collect();
+    assert_eq!(claimed, [true, false, true]);
+    let parked = db
+        .store
+        .get_job("acme", &s2.job.job_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parked.capped, Some(Cap::Kind));
+
+    // A cap removed: the waker wakes what it parked.
+    assert_eq!(db.store.wake_parked(&Caps::default()).await.unwrap(), 1);
+    assert_eq!(publish_due(db).await, ids(&[&s2]));
+}
