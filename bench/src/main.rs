@@ -28,7 +28,8 @@ const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
-    /// default: they wait for jobs' starts and for fires).
+    /// default: they wait for jobs' starts and for fires), priority and caps (not run by
+    /// default: they drain a backlog).
     #[arg(
         long,
         default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq"
@@ -82,6 +83,19 @@ struct Args {
     schedules: usize,
     #[arg(long, default_value_t = 2)]
     schedule_minutes: i64,
+    /// The priority scenario: a tenant's backlog of low-priority 20 ms
+    /// sleeps, then high-priority jobs of the same tenant one at a time.
+    #[arg(long, default_value_t = 10_000)]
+    priority_backlog: usize,
+    #[arg(long, default_value_t = 50)]
+    priority_jobs: usize,
+    /// The caps scenario: each of two tenants submits this many 50 ms
+    /// sleeps, under MAX_RUNNING_PER_TENANT=`caps_limit`, on `workers`
+    /// pools (production) of `concurrency` slots.
+    #[arg(long, default_value_t = 1_000)]
+    caps_jobs: usize,
+    #[arg(long, default_value_t = 2)]
+    caps_limit: usize,
     /// Alternating rounds of Receipt and BullMQ in the side-by-side run.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -165,6 +179,17 @@ impl Service {
         concurrency: usize,
         warm_up: usize,
     ) -> Result<Self> {
+        Self::start_with(shape, workers, concurrency, warm_up, &[]).await
+    }
+
+    /// [`Service::start`] with `extra` settings on every process.
+    async fn start_with(
+        shape: Shape,
+        workers: usize,
+        concurrency: usize,
+        warm_up: usize,
+        extra: &[(&str, &str)],
+    ) -> Result<Self> {
         for binary in ["api", "worker"] {
             testkit::binary(binary).context("scripts/bench builds the release binaries")?;
         }
@@ -183,6 +208,7 @@ impl Service {
         if shape == Shape::Production {
             settings.push(("EMBEDDED_WORKER", "false"));
         }
+        settings.extend_from_slice(extra);
         let env = TestEnv::new(backend).await.settings(&settings);
         let mut api = env.start_api(&[]).await;
         api.key = KEY.to_owned();
@@ -702,6 +728,140 @@ async fn delayed(service: &Service, args: &Args) -> Result<Value> {
         "lateness_p99_ms": percentile(&lateness, 0.99),
         "lateness_max_ms": lateness.last().copied().unwrap_or(f64::NAN),
         "early": lateness.iter().filter(|ms| **ms < 0.0).count(),
+    }))
+}
+
+/// Scenario: priority. `--priority-backlog` low-priority 20 ms sleeps of
+/// one tenant, then `--priority-jobs` high-priority jobs of the same tenant
+/// one at a time while that backlog waits: `started_at - created_at` of
+/// each high job, and how much of the backlog was still waiting at the end.
+async fn priority(service: &Service, args: &Args) -> Result<Value> {
+    use futures::StreamExt;
+    let api = &service.api;
+    let backlog_started = Instant::now();
+    let submitted: Vec<Result<()>> = futures::stream::iter(0..args.priority_backlog)
+        .map(|_| async move {
+            submit_at(api, "priority=low", &json!({"ms": 20}))
+                .await
+                .map(drop)
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    for result in submitted {
+        result?;
+    }
+    let backlog_secs = backlog_started.elapsed().as_secs_f64();
+    let mut latencies = Vec::with_capacity(args.priority_jobs);
+    for _ in 0..args.priority_jobs {
+        let job = submit_at(api, "priority=high", &json!({"ms": 0})).await?;
+        let id = job["job_id"].as_str().context("job_id")?;
+        let done: Value = api
+            .request(reqwest::Method::GET, &format!("/v1/jobs/{id}?wait=60"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let Some(ms) = millis_between(&done, "created_at", "started_at") {
+            latencies.push(ms);
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    let pool = service.pool().await?;
+    let waiting: i64 = sqlx::query(
+        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'QUEUED'",
+    )
+    .fetch_one(&pool)
+    .await?
+    .try_get("n")?;
+    pool.close().await;
+    Ok(json!({
+        "backlog": args.priority_backlog,
+        "backlog_submit_s": backlog_secs,
+        "backlog_still_queued": waiting,
+        "jobs": latencies.len(),
+        "p50_ms": percentile(&latencies, 0.5),
+        "p99_ms": percentile(&latencies, 0.99),
+        "max_ms": latencies.last().copied().unwrap_or(f64::NAN),
+    }))
+}
+
+/// A sleep submitted with `query`, under a fresh idempotency key.
+async fn submit_at(api: &Api, query: &str, body: &Value) -> Result<Value> {
+    let request = api
+        .request(reqwest::Method::POST, &format!("/v1/reports/sleep?{query}"))
+        .header("idempotency-key", uuid::Uuid::now_v7().to_string())
+        .json(body);
+    let reply = Api::try_read(request).await?;
+    anyhow::ensure!(
+        reply.status == reqwest::StatusCode::ACCEPTED,
+        "submit answered {}: {}",
+        reply.status,
+        reply.text
+    );
+    Ok(reply.json())
+}
+
+/// Scenario: concurrency caps under contention. Two tenants each submit
+/// `--caps-jobs` 50 ms sleeps at once into a service whose every process
+/// caps a tenant at `--caps-limit` running jobs; a watcher samples each
+/// tenant's RUNNING jobs every 5 ms until all are done. The highest count
+/// ever sampled, how often a tenant ran at its cap, and the throughput.
+async fn caps(service: &Service, args: &Args) -> Result<Value> {
+    use futures::StreamExt;
+    let apis = [service.api.with_key(KEY), service.api.with_key(QUIET_KEY)];
+    let started = Instant::now();
+    let submitted: Vec<Result<()>> = futures::stream::iter(0..args.caps_jobs * 2)
+        .map(|i| {
+            let api = &apis[i % 2];
+            async move { submit_at(api, "", &json!({"ms": 50})).await.map(drop) }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    for result in submitted {
+        result?;
+    }
+    let pool = service.pool().await?;
+    let limit = i64::try_from(args.caps_limit)?;
+    let (mut most, mut samples, mut at_cap) = (0_i64, 0_u64, 0_u64);
+    loop {
+        let rows = sqlx::query(
+            "SELECT tenant_id, COUNT(*) AS n FROM jobs WHERE status = 'RUNNING' GROUP BY tenant_id",
+        )
+        .fetch_all(&pool)
+        .await?;
+        for row in &rows {
+            let n: i64 = row.try_get("n")?;
+            most = most.max(n);
+            at_cap += u64::from(n == limit);
+        }
+        samples += 1;
+        let left: i64 =
+            sqlx::query("SELECT COUNT(*) AS n FROM jobs WHERE status IN ('QUEUED', 'RUNNING')")
+                .fetch_one(&pool)
+                .await?
+                .try_get("n")?;
+        if left == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(1_800),
+            "{left} jobs still unfinished after 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = started.elapsed().as_secs_f64();
+    pool.close().await;
+    Ok(json!({
+        "jobs": args.caps_jobs * 2,
+        "limit": limit,
+        "most_running_sampled": most,
+        "samples": samples,
+        "share_of_samples_at_cap": at_cap as f64 / (2 * samples).max(1) as f64,
+        "took_s": took,
+        "jobs_per_s": (args.caps_jobs * 2) as f64 / took,
+        "ideal_jobs_per_s": 2.0 * args.caps_limit as f64 / 0.05,
     }))
 }
 
@@ -1339,6 +1499,46 @@ async fn main() -> Result<()> {
                 result["started_early"],
             );
             print_result("schedules", shape.name(), result, &summary);
+        }
+        if wants("priority") {
+            let service =
+                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let result = priority(&service, &args).await?;
+            service.stop().await?;
+            let summary = format!(
+                "pickup of a high job p50 {:.1} ms  p99 {:.1} ms  behind {} queued low jobs of its tenant (of {})",
+                result["p50_ms"].as_f64().unwrap_or_default(),
+                result["p99_ms"].as_f64().unwrap_or_default(),
+                result["backlog_still_queued"],
+                result["backlog"],
+            );
+            print_result("priority", shape.name(), result, &summary);
+        }
+        if wants("caps") {
+            let cap = args.caps_limit.to_string();
+            let service = Service::start_with(
+                shape,
+                args.workers,
+                args.concurrency,
+                args.warm_up,
+                &[("MAX_RUNNING_PER_TENANT", cap.as_str())],
+            )
+            .await?;
+            let result = caps(&service, &args).await?;
+            service.stop().await?;
+            let summary = format!(
+                "cap {}: most RUNNING of one tenant ever sampled {} ({} samples, {:.0}% at the cap), {:.0} jobs/s of {:.0} the caps allow",
+                result["limit"],
+                result["most_running_sampled"],
+                result["samples"],
+                100.0
+                    * result["share_of_samples_at_cap"]
+                        .as_f64()
+                        .unwrap_or_default(),
+                result["jobs_per_s"].as_f64().unwrap_or_default(),
+                result["ideal_jobs_per_s"].as_f64().unwrap_or_default(),
+            );
+            print_result("caps", shape.name(), result, &summary);
         }
         if wants("report") {
             let service =
