@@ -1,7 +1,5 @@
-//! The Prometheus recorder `/metrics` renders, and the middleware that
-//! counts and times every request.
-
-use std::sync::OnceLock;
+//! The middleware that counts and times every request; the recorder
+//! `/metrics` renders is `telemetry::metrics`'s.
 
 use actix_web::{
     body::MessageBody,
@@ -9,22 +7,6 @@ use actix_web::{
     http::Method,
     middleware::Next,
 };
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-
-/// The process's recorder, installed at the first call. Installing is
-/// once per process; a later call (a second server in one process) gets a
-/// handle to the same recorder, or to a private one if another library
-/// installed its own first.
-pub fn prometheus() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            PrometheusBuilder::new()
-                .install_recorder()
-                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder().handle())
-        })
-        .clone()
-}
 
 /// The `method` label of a request: one of the standard methods, or
 /// `other`. A client chooses the method, and each label value is a series

@@ -78,7 +78,7 @@ impl Application {
             signals: signals.clone(),
             keys: keys.clone(),
             limits: Limits::new(&settings),
-            metrics: metrics::prometheus(),
+            metrics: telemetry::metrics::install(settings.metrics_sample_interval),
             idempotency_ttl: settings.idempotency_ttl,
             caps: settings.caps(),
             webhook_allow_private: settings.webhook_allow_private,

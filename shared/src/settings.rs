@@ -17,6 +17,18 @@ pub struct Settings {
     #[arg(long, env = "METRICS_ADDR")]
     pub metrics_addr: Option<String>,
 
+    /// How often a worker pool that exports metrics reads the queue's
+    /// depth and age, the running jobs and the outbox from the database
+    /// (at least 100ms).
+    #[arg(long, env = "METRICS_SAMPLE_INTERVAL", default_value = "15s", value_parser = parse_sample_interval)]
+    pub metrics_sample_interval: Duration,
+
+    /// Tenants given series of their own (`receipt_tenant_jobs_queued`,
+    /// `receipt_tenant_jobs_running`): the N with the most queued jobs at
+    /// each sample, 0 (none, the default) to 100.
+    #[arg(long, env = "METRICS_TENANTS", default_value = "0", value_parser = clap::value_parser!(u16).range(0..=100))]
+    pub metrics_tenants: u16,
+
     /// `sqlite://...` (embedded) or `postgres://...`.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://data/jobs.db")]
     pub database_url: String,
@@ -191,6 +203,14 @@ fn parse_schedule(text: &str) -> Result<Schedule, String> {
         .map(|part| humantime::parse_duration(part.trim()).map_err(|e| format!("{part:?}: {e}")))
         .collect::<Result<Vec<_>, _>>()
         .map(Schedule)
+}
+
+fn parse_sample_interval(text: &str) -> Result<Duration, String> {
+    let interval = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if interval < Duration::from_millis(100) {
+        return Err("at least 100ms".into());
+    }
+    Ok(interval)
 }
 
 /// `MAX_RUNNING_PER_KIND`: caps per kind, each at least 1.

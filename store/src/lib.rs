@@ -24,6 +24,7 @@ mod attempts;
 pub mod batch;
 mod dashboard;
 mod error;
+mod gauges;
 mod idempotency;
 mod jobs;
 mod keys;
@@ -58,6 +59,7 @@ pub use dashboard::{
     check_session_token,
 };
 pub use error::{Error, Result, lose_answer, lost_answer};
+pub use gauges::{KindSample, OUTBOX_COUNT_LIMIT, QueueSample, TenantSample};
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, JobFilter, NewJob, RetryOutcome};
 pub use keys::{ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key};

@@ -1,6 +1,8 @@
 //! How both binaries log: human-readable lines by default, coloured only
 //! when they go to a terminal, or one JSON object per line for log
-//! shippers (`LOG_FORMAT=json`).
+//! shippers (`LOG_FORMAT=json`); and the metrics they export ([`metrics`]).
+
+pub mod metrics;
 
 use std::io::IsTerminal;
 

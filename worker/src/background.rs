@@ -1,6 +1,7 @@
 //! What a worker pool runs beside its apalis workers: the outbox relay, the
 //! lease sweeper, the webhook dispatcher, the retention pruner, the queue
-//! vacuum and the scheduler of recurring schedules. Each is safe to run in many processes at once, and runs
+//! vacuum, the scheduler of recurring schedules and the queue sampler of
+//! the metrics. Each is safe to run in many processes at once, and runs
 //! until the pool stops it, after its apalis workers have stopped.
 
 use std::time::Duration;
@@ -14,6 +15,7 @@ use tracing::warn;
 
 use crate::{
     Dispatcher,
+    gauges::run_queue_sampler,
     retention::{run_pruner, run_queue_vacuum},
     scheduler::run_scheduler,
     sweeper::{run_parked_waker, run_sweeper},
@@ -29,6 +31,8 @@ pub struct BackgroundTasks {
     dispatcher: Dispatcher,
     registry: reports::Registry,
     caps: shared::settings::Caps,
+    sample_every: Duration,
+    metrics_tenants: u16,
 }
 
 impl BackgroundTasks {
@@ -51,6 +55,8 @@ impl BackgroundTasks {
             job_retention: settings.job_retention,
             registry: reports::Registry::new(settings.enable_diagnostic_kinds),
             caps: settings.caps(),
+            sample_every: settings.metrics_sample_interval,
+            metrics_tenants: settings.metrics_tenants,
         }
     }
 
@@ -98,9 +104,18 @@ impl BackgroundTasks {
             self.caps.clone(),
             background.clone(),
         ));
+        let sampler = tokio::spawn(run_queue_sampler(
+            store.clone(),
+            self.registry.clone(),
+            self.metrics_tenants,
+            self.sample_every,
+            background.clone(),
+        ));
         Running {
             background,
-            tasks: [relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker],
+            tasks: [
+                relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker, sampler,
+            ],
         }
     }
 }
@@ -108,14 +123,25 @@ impl BackgroundTasks {
 /// The running background tasks of a pool.
 pub struct Running {
     background: CancellationToken,
-    tasks: [JoinHandle<()>; 7],
+    tasks: [JoinHandle<()>; 8],
 }
 
 impl Running {
     /// Stops every task and waits for each to end.
     pub async fn stop(self) {
         self.background.cancel();
-        let [relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker] = self.tasks;
-        let _ = tokio::join!(relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker);
+        let [
+            relay,
+            sweeper,
+            dispatcher,
+            pruner,
+            vacuum,
+            scheduler,
+            waker,
+            sampler,
+        ] = self.tasks;
+        let _ = tokio::join!(
+            relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker, sampler
+        );
     }
 }

@@ -113,10 +113,12 @@ impl Dispatcher {
             Some(delay) if !delivered && !gone => Some(now_ms() + duration_ms(jittered(*delay))),
             _ => None,
         };
+        let took = started.elapsed();
+        record_delivery(delivered, gone, next_attempt_at.is_some(), took);
         let record = DeliveryRecord {
             response_status: status,
             error,
-            duration_ms: duration_ms(started.elapsed()),
+            duration_ms: duration_ms(took),
             next_attempt_at,
             delivered,
             gone,
@@ -144,6 +146,25 @@ impl Dispatcher {
         .await?;
         Ok(answer.status)
     }
+}
+
+/// Every outcome [`record_delivery`] counts.
+pub(crate) const DELIVERY_OUTCOMES: [&str; 4] = ["delivered", "retry", "gone", "exhausted"];
+
+/// Counts a delivery attempt by its outcome, from a fixed set whatever a
+/// receiver answers, and times it.
+fn record_delivery(delivered: bool, gone: bool, retried: bool, took: Duration) {
+    let outcome = if delivered {
+        "delivered"
+    } else if gone {
+        "gone"
+    } else if retried {
+        "retry"
+    } else {
+        "exhausted"
+    };
+    metrics::counter!("receipt_webhook_deliveries_total", "outcome" => outcome).increment(1);
+    metrics::histogram!("receipt_webhook_delivery_seconds").record(took.as_secs_f64());
 }
 
 /// ±10% around the scheduled delay, so retries of many events spread out.

@@ -8,6 +8,7 @@ mod background;
 mod dispatcher;
 pub mod drive;
 mod error;
+mod gauges;
 mod poll;
 mod pool;
 mod process;

@@ -39,7 +39,7 @@ pub async fn run_worker_process(settings: Settings) -> Result<()> {
         )
         .await?;
     let metrics = match &settings.metrics_addr {
-        Some(addr) => Some(serve_metrics(addr)?),
+        Some(addr) => Some(serve_metrics(addr, settings.metrics_sample_interval)?),
         None => None,
     };
     let pool = WorkerPool::new(store, queue, Signals::default(), &settings);
@@ -52,14 +52,9 @@ pub async fn run_worker_process(settings: Settings) -> Result<()> {
 
 /// Serves `GET /metrics` (Prometheus text) on `addr` and prints
 /// `metrics on http://{addr}` once it listens.
-fn serve_metrics(addr: &str) -> Result<actix_web::dev::ServerHandle> {
+fn serve_metrics(addr: &str, sample_every: Duration) -> Result<actix_web::dev::ServerHandle> {
     use actix_web::{App, HttpResponse, HttpServer, http::header, web};
-    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| Error::Metrics {
-            addr: addr.to_owned(),
-            detail: format!("cannot install the recorder: {e}"),
-        })?;
+    let handle = telemetry::metrics::install(sample_every);
     let metrics_error = |e: std::io::Error| Error::Metrics {
         addr: addr.to_owned(),
         detail: e.to_string(),

@@ -42,9 +42,12 @@ pub async fn run_scheduler(
     loop {
         let now = now_ms();
         let until = now + shared::time::duration_ms(FIRE_AHEAD);
+        let mut fire_times = Vec::new();
         let pause = match store
             .fire_due_schedules(now, until, FIRE_BATCH, |schedule| {
-                plan(&registry, &mut crons, schedule, now)
+                let fire = plan(&registry, &mut crons, schedule, now);
+                fire_times.extend(fire.job.as_ref().map(|job| job.fire_at));
+                fire
             })
             .await
         {
@@ -52,6 +55,13 @@ pub async fn run_scheduler(
                 if fired.jobs > 0 {
                     metrics::counter!("receipt_schedule_fires_total").increment(fired.jobs as u64);
                     signals.outbox_changed();
+                }
+                // How late each fire's job was made: 0 when made ahead of
+                // its fire, as it is while the scheduler keeps up.
+                for fire_at in fire_times {
+                    let late_ms = (now - fire_at).max(0);
+                    metrics::histogram!("receipt_schedule_lateness_seconds")
+                        .record(late_ms as f64 / 1000.0);
                 }
                 // A full batch may have left more due.
                 if fired.schedules as i64 >= FIRE_BATCH {

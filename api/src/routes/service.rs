@@ -28,17 +28,34 @@ pub async fn healthz() -> HttpResponse {
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     // Which dependency is down is for the caller; why (a driver's error
     // text, addresses) is for the log only.
-    let database = within(PING_TIMEOUT, state.store.ping()).await;
+    let (database, queue) = readiness(&state).await;
     if let Err(error) = database {
         tracing::warn!(%error, "readiness: the database does not answer");
         return Err(ApiError::Unavailable("the database does not answer".into()));
     }
-    let queue = within(PING_TIMEOUT, state.queue.ping()).await;
     if let Err(error) = queue {
         tracing::warn!(%error, "readiness: the queue does not answer");
         return Err(ApiError::Unavailable("the queue does not answer".into()));
     }
     Ok(HttpResponse::Ok().json(json!({"status": "ready", "database": "ok", "queue": "ok"})))
+}
+
+/// Pings the database and the queue at once, each within
+/// [`PING_TIMEOUT`], and sets `receipt_ready{dependency}` to what each
+/// answered (1 or 0), so that a scrape carries what `/readyz` would say.
+async fn readiness(state: &AppState) -> (Result<(), String>, Result<(), String>) {
+    let (database, queue) = tokio::join!(
+        within(PING_TIMEOUT, state.store.ping()),
+        within(PING_TIMEOUT, state.queue.ping()),
+    );
+    for (dependency, answer) in [("database", &database), ("queue", &queue)] {
+        ::metrics::gauge!("receipt_ready", "dependency" => dependency).set(if answer.is_ok() {
+            1.0
+        } else {
+            0.0
+        });
+    }
+    (database, queue)
 }
 
 /// How long a readiness check waits for each dependency.
@@ -59,6 +76,8 @@ async fn within<E: std::fmt::Display>(
 #[utoipa::path(get, path = "/metrics", tag = "service", operation_id = "metrics",
     responses((status = 200, content_type = "text/plain", body = String, description = "Prometheus text format 0.0.4")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    // For `receipt_ready`; a failure is the gauge's to report, not the log's.
+    let _ = readiness(&state).await;
     HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/plain; version=0.0.4"))
         .body(state.metrics.render())

@@ -8,6 +8,7 @@ mod common;
 mod dashboard;
 mod dashboard_browser;
 mod delayed;
+mod deploy;
 mod errors;
 mod exactly_once;
 mod failover;

@@ -1,20 +1,25 @@
-//! What operators read: `/metrics` stays bounded whatever clients send, and
-//! the log is plain text without colour codes when it is not a terminal, or
+//! What operators read: `/metrics` stays bounded whatever clients send,
+//! its gauges follow the queue and its latencies are histograms; and the
+//! log is plain text without colour codes when it is not a terminal, or
 //! JSON lines with `LOG_FORMAT=json`.
 
 use std::{
     process::{Command, Stdio},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
 
-use crate::common::{Api, Backend, TestEnv, bin_path};
+use crate::{
+    common::{Api, Backend, QueueShape, Running, TestEnv, bin_path, metrics_url, wait},
+    deploy::{page, value_of},
+    on_every_queue_shape,
+};
 
 /// The `receipt_http_requests_total` series of a scrape, one line each.
 async fn request_series(api: &Api) -> Vec<String> {
@@ -224,3 +229,94 @@ fn logs_are_json_lines_with_log_format_json_and_never_coloured_into_a_pipe() {
         assert!(last["timestamp"].is_string(), "{binary}: {last}");
     }
 }
+
+/// The `/metrics` page of the process that runs the worker pool.
+fn pool_metrics_url(running: &Running) -> String {
+    match &running.worker {
+        Some(worker) => metrics_url(worker),
+        None => running.api.url("/metrics"),
+    }
+}
+
+/// Waits until the pool's page shows `series` (exactly, labels and all)
+/// with a value that `wanted` accepts; returns the page.
+async fn wait_for_series(url: &str, series: &str, wanted: impl Fn(f64) -> bool) -> String {
+    wait::until_true(
+        &format!("{series} as wanted"),
+        Duration::from_secs(30),
+        async || value_of(&page(url).await, &format!("{series} ")).is_some_and(&wanted),
+    )
+    .await;
+    page(url).await
+}
+
+async fn the_queue_gauges_follow_the_jobs_and_latencies_are_histograms(shape: QueueShape) {
+    // Arrange: one `sleep` job at a time, sampled every 100 ms.
+    let running = shape
+        .start(&[
+            ("MAX_RUNNING_PER_KIND", "sleep=1"),
+            ("METRICS_SAMPLE_INTERVAL", "100ms"),
+        ])
+        .await;
+    let api = &running.api;
+    let url = pool_metrics_url(&running);
+
+    // Act: a long job runs, and a second waits behind the cap.
+    let long = api.submit("sleep", json!({"ms": 3000})).await;
+    let long_id = long["job_id"].as_str().expect("job_id");
+    api.wait_status(long_id, "RUNNING").await;
+    let short = api.submit("sleep", json!({"ms": 1})).await;
+
+    // Assert: one running, one queued, and the queued one ages.
+    wait_for_series(&url, r#"receipt_jobs_running{kind="sleep"}"#, |n| n == 1.0).await;
+    wait_for_series(&url, r#"receipt_jobs_queued{kind="sleep"}"#, |n| n == 1.0).await;
+    wait_for_series(&url, r#"receipt_queue_oldest_seconds{kind="sleep"}"#, |s| {
+        (0.5..30.0).contains(&s)
+    })
+    .await;
+
+    // Act: both end.
+    for job in [long_id, short["job_id"].as_str().expect("job_id")] {
+        assert_eq!(api.wait_final(job).await["status"], "SUCCEEDED");
+    }
+
+    // Assert: the gauges go back to 0 ...
+    wait_for_series(&url, r#"receipt_jobs_running{kind="sleep"}"#, |n| n == 0.0).await;
+    wait_for_series(&url, r#"receipt_jobs_queued{kind="sleep"}"#, |n| n == 0.0).await;
+    wait_for_series(&url, r#"receipt_queue_oldest_seconds{kind="sleep"}"#, |s| {
+        s == 0.0
+    })
+    .await;
+    let pool = wait_for_series(&url, "receipt_outbox_backlog", |n| n == 0.0).await;
+    // ... and the attempts' durations fall in their buckets: the long one
+    // above 2.5 s, the short one below.
+    assert!(
+        pool.contains("# TYPE receipt_job_attempt_seconds histogram"),
+        "{pool}"
+    );
+    assert!(!pool.contains("quantile="), "a summary is left:\n{pool}");
+    let bucket = |le: &str| {
+        value_of(
+            &pool,
+            &format!(r#"receipt_job_attempt_seconds_bucket{{kind="sleep",le="{le}"}} "#),
+        )
+    };
+    assert_eq!(bucket("0.5"), Some(1.0), "{pool}");
+    assert_eq!(bucket("2.5"), Some(1.0), "{pool}");
+    assert_eq!(bucket("5"), Some(2.0), "{pool}");
+    assert_eq!(bucket("+Inf"), Some(2.0), "{pool}");
+    // The api's request latencies are a histogram too.
+    let api_page = page(&api.url("/metrics")).await;
+    let submits = value_of(
+        &api_page,
+        r#"receipt_http_request_seconds_bucket{method="POST",route="/v1/jobs",le="+Inf"} "#,
+    );
+    assert_eq!(submits, Some(2.0), "{api_page}");
+    assert_eq!(
+        value_of(&api_page, r#"receipt_ready{dependency="database"} "#),
+        Some(1.0),
+        "{api_page}"
+    );
+}
+
+on_every_queue_shape!(the_queue_gauges_follow_the_jobs_and_latencies_are_histograms);

@@ -5,6 +5,7 @@
 
 pub(crate) mod attempts;
 pub(crate) mod dashboard;
+pub(crate) mod gauges;
 pub(crate) mod idempotency;
 pub(crate) mod jobs;
 pub(crate) mod keys;

@@ -7,6 +7,7 @@ mod rows;
 
 mod caps;
 mod dashboard;
+mod gauges;
 mod jobs;
 mod keys;
 mod ledger;
