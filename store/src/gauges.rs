@@ -23,7 +23,8 @@ pub struct QueueSample {
     pub busiest_tenants: Vec<TenantSample>,
     /// Outbox rows due and not yet published, up to [`OUTBOX_COUNT_LIMIT`].
     pub outbox_backlog: i64,
-    /// Seconds the oldest of them has been due; 0 when there is none.
+    /// Seconds the oldest of them has waited to be published (since it was
+    /// written, or a delayed job's since its time); 0 when there is none.
     pub outbox_oldest_seconds: f64,
 }
 

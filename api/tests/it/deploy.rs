@@ -168,7 +168,12 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
         .expect("schedule_id")
         .to_owned();
 
-    // Act: a job runs and is announced; the schedule fires.
+    // Act: a job runs and is announced; another waits an hour (its tenant
+    // is then among the busiest); the schedule fires.
+    let delayed = api
+        .post("/v1/reports/sleep?delay=3600", &json!({"ms": 1}))
+        .await;
+    assert_eq!(delayed.status, 202, "{}", delayed.text);
     let job = api.submit("sleep", json!({"ms": 1})).await;
     let done = api
         .wait_final(job["job_id"].as_str().expect("job_id"))
@@ -195,7 +200,7 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
             )
             .is_some_and(|n| n >= 1.0)
                 && value_of(&page, "receipt_schedule_lateness_seconds_count").is_some()
-                && value_of(&page, r#"receipt_jobs_queued{kind="sleep"}"#).is_some()
+                && value_of(&page, r#"receipt_tenant_jobs_queued{tenant="tenant-a"}"#).is_some()
         },
     )
     .await;

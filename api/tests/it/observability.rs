@@ -309,7 +309,7 @@ async fn the_queue_gauges_follow_the_jobs_and_latencies_are_histograms(shape: Qu
     let api_page = page(&api.url("/metrics")).await;
     let submits = value_of(
         &api_page,
-        r#"receipt_http_request_seconds_bucket{method="POST",route="/v1/jobs",le="+Inf"} "#,
+        r#"receipt_http_request_seconds_bucket{method="POST",route="/v1/reports/{kind}",le="+Inf"} "#,
     );
     assert_eq!(submits, Some(2.0), "{api_page}");
     assert_eq!(

@@ -3,9 +3,9 @@
 
 use serde_json::json;
 use shared::{ids::new_job_id, time::now_ms};
-use store::{KindSample, NewJob, Submission, TenantSample};
+use store::{Dialect, KindSample, NewJob, Submission, TenantSample};
 
-use crate::{harness::TestDb, on_both_databases};
+use crate::{harness::TestDb, on_both_databases, rows::execute};
 
 on_both_databases!(a_sample_counts_the_queue_and_ages_what_waits_past_its_time);
 
@@ -68,6 +68,18 @@ async fn a_sample_counts_the_queue_and_ages_what_waits_past_its_time(db: &TestDb
         .await
         .unwrap();
     assert!(matches!(claimed.as_slice(), [Some(_)]), "globex's job runs");
+    // A row waits in the outbox from when it was written (or, delayed,
+    // from its time): these were written 30 s ago.
+    execute(
+        db,
+        match db.store.dialect() {
+            Dialect::Postgres => {
+                "UPDATE outbox SET publish_at = publish_at - interval '30 seconds'"
+            }
+            Dialect::Sqlite => "UPDATE outbox SET publish_at = publish_at - 30000",
+        },
+    )
+    .await;
 
     // Act
     let sample = db
