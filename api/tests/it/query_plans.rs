@@ -3,7 +3,9 @@
 //! made then (a sequential scan) and would read the whole backlog, dead
 //! rows and all, on every job; the statements that touch it on every job
 //! are planned for the rows it holds when they run (the claim's delete runs
-//! as dynamic SQL inside `claim_jobs`, the relay's are not prepared).
+//! as dynamic SQL inside `claim_jobs`, the relay's are not prepared). The
+//! metrics' sample of the queue's age reads the first entry of an index
+//! per kind, whatever the backlog.
 
 use std::time::Duration;
 
@@ -97,6 +99,56 @@ async fn a_claim_behind_a_backlog_reads_the_outbox_by_key() {
         env.count("SELECT COUNT(*) FROM outbox").await,
         BACKLOG - 1,
         "the claim deleted its job's outbox row and no other"
+    );
+    store.close().await;
+}
+
+/// Entries of `jobs_queued_by_kind` read so far, once the statistics count
+/// at least `scans` scans of it.
+async fn queued_by_kind_reads(env: &TestEnv, scans: i64) -> i64 {
+    wait::until_ok(
+        &format!("the statistics count {scans} scans of jobs_queued_by_kind"),
+        Duration::from_secs(20),
+        async || {
+            let seen = env
+                .count(
+                    "SELECT idx_scan FROM pg_stat_user_indexes
+                     WHERE indexrelname = 'jobs_queued_by_kind'",
+                )
+                .await;
+            if seen >= scans { Ok(()) } else { Err(seen) }
+        },
+    )
+    .await;
+    env.count(
+        "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_queued_by_kind'",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_queue_age_gauge_reads_one_entry_per_kind_behind_a_backlog() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let store = env.store().await;
+    store.migrate().await.expect("migrate");
+    env.execute_sql(&format!(
+        "{} ANALYZE outbox; ANALYZE jobs;",
+        queued_jobs("backlog", BACKLOG)
+    ))
+    .await;
+
+    let sample = store.sample_queue(&["sleep"], 0).await.expect("sample");
+
+    let sleep = &sample.by_kind[0];
+    assert_eq!((sleep.kind.as_str(), sleep.queued), ("sleep", BACKLOG));
+    assert!(
+        sleep.oldest_queued_seconds > 1e9,
+        "due since the epoch: {sample:?}"
+    );
+    let read = queued_by_kind_reads(&env, 1).await;
+    assert!(
+        read <= 2,
+        "the age of the oldest queued job read {read} index entries, behind a backlog of {BACKLOG}"
     );
     store.close().await;
 }
