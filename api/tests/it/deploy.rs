@@ -2,7 +2,7 @@
 //! `promtool`'s checks and their unit tests, the Grafana dashboard is JSON
 //! whose every query is valid PromQL, and every metric either names is
 //! one a running api or worker exports, so neither can drift from the
-//! binaries.
+//! binaries; and each alert has its runbook in `docs/observability.md`.
 
 use std::{
     collections::BTreeSet,
@@ -224,4 +224,26 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_exported() {
         missing.is_empty(),
         "named in deploy/ but exported by neither process: {missing:?}\nexported: {names:?}"
     );
+}
+
+#[test]
+fn every_alert_has_a_runbook_in_the_docs() {
+    let rules = std::fs::read_to_string(deploy("prometheus/alerts.yml")).expect("the alert rules");
+    let docs = std::fs::read_to_string(deploy("../docs/observability.md")).expect("the docs");
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 6, "{alerts:?}");
+    for alert in alerts {
+        assert!(
+            docs.contains(&format!("\n### {alert}\n")),
+            "no runbook heading for {alert} in docs/observability.md"
+        );
+        let link = format!(
+            "runbook: docs/observability.md#{}",
+            alert.to_ascii_lowercase()
+        );
+        assert!(rules.contains(&link), "{alert} does not link its runbook");
+    }
 }
