@@ -41,6 +41,12 @@ pub enum ApiError {
         detail: String,
         ids: Option<Vec<String>>,
     },
+    /// 409, with `Retry-After: 1`: the first request under this
+    /// `Idempotency-Key` is still being processed. Unlike a conflict with
+    /// the resource's state, sending the same request again will succeed,
+    /// and the header is how a client tells the two apart.
+    #[error("{0}")]
+    InProgress(String),
     /// 415: the body is not `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -81,7 +87,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "malformed-request",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::NotFound(_) => "not-found",
-            ApiError::Conflict { .. } => "conflict",
+            ApiError::Conflict { .. } | ApiError::InProgress(_) => "conflict",
             ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
             ApiError::Validation { .. } => "validation-error",
             ApiError::TooManyRequests { .. } => "too-many-requests",
@@ -153,7 +159,7 @@ impl ResponseError for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Conflict { .. } | ApiError::InProgress(_) => StatusCode::CONFLICT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -197,6 +203,9 @@ impl ApiError {
             }
             ApiError::Unavailable(_) => {
                 headers.push((header::RETRY_AFTER.to_string(), "5".to_owned()));
+            }
+            ApiError::InProgress(_) => {
+                headers.push((header::RETRY_AFTER.to_string(), "1".to_owned()));
             }
             ApiError::TooManyRequests {
                 retry_after_secs, ..
