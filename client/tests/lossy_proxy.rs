@@ -15,7 +15,10 @@ use std::{
 };
 
 use futures::{StreamExt, TryStreamExt, stream};
-use receipt_client::{Client, Job, JobFilter, JobStatus, LedgerEntry, RetryPolicy, Sleep, Submit};
+use receipt_client::{
+    Client, Job, JobFilter, JobStatus, LedgerEntry, NewSchedule, NewWebhook, RetryPolicy, Sleep,
+    Submit,
+};
 use testkit::{Backend, KEY_A, TestEnv};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -142,11 +145,11 @@ fn entry(id: &str) -> LedgerEntry {
     .expect("an entry")
 }
 
-async fn every_intent_makes_one_job_through_a_lossy_proxy(backend: Backend) {
+async fn every_intent_takes_effect_once_through_a_lossy_proxy(backend: Backend) {
     // Arrange: the service, the proxy in front of it, a direct client to
     // check what was made and a lossy one to act.
     let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
+    let api = env.start_embedded_with_local_receivers().await;
     let upstream: SocketAddr = api
         .base
         .trim_start_matches("http://")
@@ -216,6 +219,26 @@ async fn every_intent_makes_one_job_through_a_lossy_proxy(backend: Backend) {
         imports.push(lossy.import_ledger(&entries).await.expect("import"));
     }
 
+    let mut webhooks = BTreeSet::new();
+    let mut schedules = BTreeSet::new();
+    for i in 0..3 {
+        let hook = NewWebhook::to(format!("http://127.0.0.1:9/hook-{i}"));
+        webhooks.insert(lossy.register_webhook(&hook).await.expect("register").id);
+        let monthly = NewSchedule::new(
+            "gst-summary",
+            serde_json::json!({"month": {"$fire": "previous_month"}}),
+            "0 6 1 * *",
+            "Asia/Kolkata",
+        );
+        schedules.insert(
+            lossy
+                .create_schedule(&monthly)
+                .await
+                .expect("create")
+                .schedule_id,
+        );
+    }
+
     // Assert: the proxy did lose answers and cut connections ...
     let (lost, cut) = (
         proxy.lost.load(Ordering::Relaxed),
@@ -278,6 +301,21 @@ async fn every_intent_makes_one_job_through_a_lossy_proxy(backend: Backend) {
         submits + 2 * failed.len() as u64 + 1,
         "jobs made in all"
     );
+    // ... and so did each registration of a webhook and each schedule ...
+    let listed: BTreeSet<String> = direct
+        .webhooks()
+        .map_ok(|webhook| webhook.id)
+        .try_collect()
+        .await
+        .expect("webhooks");
+    assert_eq!(listed, webhooks);
+    let listed: BTreeSet<String> = direct
+        .schedules()
+        .map_ok(|schedule| schedule.schedule_id)
+        .try_collect()
+        .await
+        .expect("schedules");
+    assert_eq!(listed, schedules);
     // ... and the cancel and the imports answered as their first try did.
     assert_eq!(cancelled.status, JobStatus::Cancelled);
     for import in &imports {
@@ -286,11 +324,11 @@ async fn every_intent_makes_one_job_through_a_lossy_proxy(backend: Backend) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_intent_makes_one_job_through_a_lossy_proxy_on_sqlite() {
-    every_intent_makes_one_job_through_a_lossy_proxy(Backend::Sqlite).await;
+async fn every_intent_takes_effect_once_through_a_lossy_proxy_on_sqlite() {
+    every_intent_takes_effect_once_through_a_lossy_proxy(Backend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_intent_makes_one_job_through_a_lossy_proxy_on_postgres() {
-    every_intent_makes_one_job_through_a_lossy_proxy(Backend::PgRedis).await;
+async fn every_intent_takes_effect_once_through_a_lossy_proxy_on_postgres() {
+    every_intent_takes_effect_once_through_a_lossy_proxy(Backend::PgRedis).await;
 }
