@@ -19,6 +19,7 @@ pub struct Problem {
     pub problem_type: String,
     /// The status's reason phrase.
     pub title: String,
+    /// The HTTP status.
     pub status: u16,
     /// What was wrong with this request, in words.
     pub detail: String,
@@ -60,6 +61,7 @@ pub enum Error {
     /// 409 in progress) that outlasted the call's deadline.
     #[error("{} {}: {}", .problem.status, .problem.title, .problem.detail)]
     Api {
+        /// The problem document of the answer.
         problem: Box<Problem>,
         /// The answer's `Retry-After`, when it had one.
         retry_after: Option<Duration>,
@@ -72,7 +74,9 @@ pub enum Error {
     /// the writer: ask again, into a fresh writer.
     #[error("the result was cut short after {written} bytes: {source}")]
     Interrupted {
+        /// Bytes written before the cut.
         written: u64,
+        /// What cut it.
         #[source]
         source: reqwest::Error,
     },
@@ -118,4 +122,5 @@ impl Error {
     }
 }
 
+/// What the client's calls return.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

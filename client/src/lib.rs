@@ -36,6 +36,7 @@
 //!
 //! Receivers of webhooks check them with [`WebhookVerifier`].
 
+#![warn(missing_docs)]
 mod error;
 mod objects;
 mod reports;
@@ -81,6 +82,7 @@ pub struct RetryPolicy {
     /// equal jitter (half fixed, half random), up to `max_backoff`. An
     /// answer's `Retry-After` makes the pause at least that long.
     pub first_backoff: Duration,
+    /// The longest pause between two tries.
     pub max_backoff: Duration,
     /// How long one try may wait for its whole answer (a long poll gets
     /// its `?wait=` on top).
@@ -101,6 +103,7 @@ impl Default for RetryPolicy {
 /// The format of a result streamed with [`Client::stream_result`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResultFormat {
+    /// JSON, which every kind answers.
     Json,
     /// CSV, for a tabular kind (`ledger-export`); other kinds answer JSON
     /// whatever is asked.
@@ -110,7 +113,9 @@ pub enum ResultFormat {
 /// Which jobs [`Client::jobs`] lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobFilter {
+    /// Only jobs in this status.
     pub status: Option<JobStatus>,
+    /// Only jobs of this kind (an unknown kind lists nothing).
     pub kind: Option<String>,
     /// Only the jobs this schedule made (not combined with the others).
     pub schedule_id: Option<String>,
@@ -147,11 +152,14 @@ impl ClientBuilder {
         self
     }
 
+    /// How calls are tried again ([`RetryPolicy::default`] otherwise).
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
 
+    /// The client; [`Error::Invalid`] for a base URL that is not an http
+    /// or https URL, or a key that cannot be a header.
     pub fn build(self) -> Result<Client> {
         let mut base = Url::parse(&self.base_url)
             .map_err(|e| Error::Invalid(format!("the URL {:?} is not one: {e}", self.base_url)))?;
@@ -220,6 +228,19 @@ impl Client {
         Self::builder(base_url, api_key).build()
     }
 
+    /// A client of `base_url` sending `api_key`, with settings of the
+    /// caller's.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use receipt_client::{Client, RetryPolicy};
+    ///
+    /// let client = Client::builder("http://127.0.0.1:8080", "rk_...")
+    ///     .retry(RetryPolicy { deadline: Duration::from_secs(30), ..RetryPolicy::default() })
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), receipt_client::Error>(())
+    /// ```
     pub fn builder(base_url: &str, api_key: &str) -> ClientBuilder {
         ClientBuilder {
             base_url: base_url.to_owned(),
@@ -497,6 +518,7 @@ impl Client {
             .await
     }
 
+    /// One webhook (without its secret).
     pub async fn webhook(&self, webhook_id: &str) -> Result<Webhook> {
         self.json(Call::new(
             Method::GET,
@@ -558,6 +580,8 @@ impl Client {
         .await
     }
 
+    /// The filing endpoint (without its secret); 404 before the first
+    /// [`Client::put_filing_endpoint`].
     pub async fn filing_endpoint(&self) -> Result<FilingEndpoint> {
         self.json(Call::new(Method::GET, self.url(&["v1", "filing-endpoint"])))
             .await
@@ -581,11 +605,15 @@ impl Client {
 
     // ----- schedules -----
 
+    /// Creates a schedule; each of its fires makes exactly one job. A
+    /// schedule the service refuses (a bad cron, zone or params template)
+    /// is a 422 naming the member.
     pub async fn create_schedule(&self, schedule: &NewSchedule) -> Result<Schedule> {
         self.change(Method::POST, &["v1", "schedules"], Some(schedule))
             .await
     }
 
+    /// One schedule, with its next fires.
     pub async fn schedule(&self, schedule_id: &str) -> Result<Schedule> {
         self.json(Call::new(
             Method::GET,
@@ -608,6 +636,7 @@ impl Client {
         self.json(call).await
     }
 
+    /// Pauses a schedule: no fire makes a job until it is resumed.
     pub async fn pause_schedule(&self, schedule_id: &str) -> Result<Schedule> {
         self.change(
             Method::POST,
@@ -617,6 +646,7 @@ impl Client {
         .await
     }
 
+    /// Resumes a schedule from its first fire after now.
     pub async fn resume_schedule(&self, schedule_id: &str) -> Result<Schedule> {
         self.change(
             Method::POST,

@@ -32,7 +32,9 @@ impl Report for GstSummary {
 /// inclusive, `YYYY-MM-DD`), with its taxes; JSON or CSV.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LedgerExport {
+    /// The first day, `YYYY-MM-DD`.
     pub from: String,
+    /// The last day, `YYYY-MM-DD`, not before `from`.
     pub to: String,
 }
 
@@ -58,8 +60,11 @@ impl Report for PeriodClose {
 /// `fail_times` attempts, retryably or, with `permanent`, for good.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Sleep {
+    /// Milliseconds to sleep, 0 to 600,000.
     pub ms: u64,
+    /// How many of the first attempts fail.
     pub fail_times: u64,
+    /// Whether those failures are permanent (no retry).
     pub permanent: bool,
 }
 

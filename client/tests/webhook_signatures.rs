@@ -1,12 +1,14 @@
 //! The client's webhook check against the official `standardwebhooks`
 //! crate: what one signs the other accepts, and what one refuses (a
 //! changed body, an old timestamp, a secret it does not hold) the other
-//! refuses too.
+//! refuses too; and both against the service's own deliveries, across a
+//! rotation of the secret.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use receipt_client::{Error, Rejection, WebhookVerifier};
+use receipt_client::{Client, Error, NewWebhook, Rejection, Sleep, WebhookVerifier};
 use reqwest::header::{HeaderMap, HeaderValue};
+use testkit::{Backend, KEY_A, Record, TestEnv, headers_of, serve_on_loopback};
 
 const NEW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const OLD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -152,4 +154,63 @@ fn missing_headers_and_bad_secrets_are_named() {
         WebhookVerifier::new("whsec_not base64!"),
         Err(Error::Invalid(_))
     ));
+}
+
+type Delivered = (HeaderMap, Vec<u8>);
+
+async fn receive(
+    record: actix_web::web::Data<Record<Delivered>>,
+    request: actix_web::HttpRequest,
+    body: actix_web::web::Bytes,
+) -> actix_web::HttpResponse {
+    record.push((headers_of(&request), body.to_vec()));
+    actix_web::HttpResponse::Ok().finish()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_deliveries_verify_and_during_a_rotation_both_secrets_do() {
+    // Arrange: the service, a receiver on loopback, and a webhook to it.
+    let env = TestEnv::new(Backend::Sqlite).await;
+    let api = env.start_embedded_with_local_receivers().await;
+    let client = Client::new(&api.base, KEY_A).expect("client");
+    let record = actix_web::web::Data::new(Record::<Delivered>::default());
+    let (addr, _server) = serve_on_loopback(record.clone(), receive);
+    let webhook = client
+        .register_webhook(&NewWebhook::to(format!("http://{addr}/hooks")))
+        .await
+        .expect("register");
+    let first_secret = webhook.secret.expect("the secret");
+
+    // Act: a job's event before a rotation, and one after it.
+    let job = client.submit(Sleep::default()).await.expect("submit");
+    let before = record.wait_for(1, Duration::from_secs(30)).await;
+    let rotated = client
+        .rotate_webhook_secret(&webhook.id)
+        .await
+        .expect("rotate");
+    let second_secret = rotated.secret.expect("the new secret");
+    client.submit(Sleep::default()).await.expect("submit");
+    let after = record.wait_for(2, Duration::from_secs(30)).await;
+
+    // Assert: each delivery verifies with its secret, as the official
+    // library says; during the rotation a verifier holding both accepts
+    // both, and one holding only the old secret refuses the new.
+    let (headers, body) = &before[0];
+    assert!(String::from_utf8_lossy(body).contains(&job.job_id));
+    assert!(official_accepts(&first_secret, headers, body));
+    let old_only = WebhookVerifier::new(&first_secret).expect("verifier");
+    assert_eq!(rejection(old_only.verify(headers, body)), None);
+    let (headers, body) = &after[1];
+    assert!(official_accepts(&second_secret, headers, body));
+    assert_eq!(
+        rejection(old_only.verify(headers, body)),
+        Some(Rejection::NoMatchingSignature)
+    );
+    let both = WebhookVerifier::new(&second_secret)
+        .expect("verifier")
+        .also_accept(&first_secret)
+        .expect("old secret");
+    for (headers, body) in &after {
+        assert_eq!(rejection(both.verify(headers, body)), None);
+    }
 }
