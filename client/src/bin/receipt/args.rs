@@ -2,15 +2,20 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// How a run ended, for `--help` (`docs/clients.md` has the same table).
+const EXIT_CODES: &str = "Exit codes:
+  0  done; with --wait or `jobs wait`, the job SUCCEEDED
+  1  the job FAILED
+  2  bad input (an unknown command or option, a malformed --param, an unreadable file, no API key)
+  3  the job was CANCELLED
+  4  Receipt refused the request (a 4xx: not found, invalid, conflict, unauthorized)
+  5  Receipt did not answer, or answered 5xx or 429, until --deadline
+  6  the wait's --timeout passed before the job ended";
+
 /// Receipt from the command line: submit reports, follow and fetch them,
 /// import the ledger, manage webhooks and schedules.
-///
-/// Exit codes: 0 done (with --wait: the job SUCCEEDED); 1 the job FAILED;
-/// 2 bad input; 3 the job was CANCELLED; 4 Receipt refused the request
-/// (a 4xx); 5 Receipt did not answer, or answered with an error, until
-/// the deadline; 6 the wait's deadline passed before the job ended.
 #[derive(Debug, Parser)]
-#[command(name = "receipt", version)]
+#[command(name = "receipt", version, after_help = EXIT_CODES)]
 pub struct Cli {
     /// The service's base URL.
     #[arg(
