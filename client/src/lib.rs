@@ -396,35 +396,33 @@ impl Client {
         let written = self
             .tries(async |remaining, _| {
                 let request = self.request(&call, remaining);
-                {
-                    let mut response = match request.send().await {
-                        Ok(response) => response,
-                        Err(e) => return Try::Again(Error::Transport(e), None),
+                let mut response = match request.send().await {
+                    Ok(response) => response,
+                    Err(e) => return Try::Again(Error::Transport(e), None),
+                };
+                if !response.status().is_success() {
+                    let status = response.status();
+                    let retry_after = retry_after(response.headers());
+                    return match response.bytes().await {
+                        Ok(body) => refusal(status, &body, retry_after),
+                        Err(e) => Try::Again(Error::Transport(e), None),
                     };
-                    if !response.status().is_success() {
-                        let status = response.status();
-                        let retry_after = retry_after(response.headers());
-                        return match response.bytes().await {
-                            Ok(body) => refusal(status, &body, retry_after),
-                            Err(e) => Try::Again(Error::Transport(e), None),
-                        };
-                    }
-                    let mut written = 0u64;
-                    loop {
-                        match response.chunk().await {
-                            Ok(Some(chunk)) => {
-                                if let Err(e) = writer.write_all(&chunk).await {
-                                    return Try::Fail(Error::Io(e));
-                                }
-                                written += chunk.len() as u64;
+                }
+                let mut written = 0u64;
+                loop {
+                    match response.chunk().await {
+                        Ok(Some(chunk)) => {
+                            if let Err(e) = writer.write_all(&chunk).await {
+                                return Try::Fail(Error::Io(e));
                             }
-                            Ok(None) => return Try::Done(written),
-                            Err(e) if written == 0 => {
-                                return Try::Again(Error::Transport(e), None);
-                            }
-                            Err(source) => {
-                                return Try::Fail(Error::Interrupted { written, source });
-                            }
+                            written += chunk.len() as u64;
+                        }
+                        Ok(None) => return Try::Done(written),
+                        Err(e) if written == 0 => {
+                            return Try::Again(Error::Transport(e), None);
+                        }
+                        Err(source) => {
+                            return Try::Fail(Error::Interrupted { written, source });
                         }
                     }
                 }
@@ -732,27 +730,25 @@ impl Client {
     async fn answer(&self, call: Call) -> Result<Answer> {
         self.tries(async |remaining, tries| {
             let request = self.request(&call, remaining);
-            {
-                let response = match request.send().await {
-                    Ok(response) => response,
-                    Err(e) => return Try::Again(Error::Transport(e), None),
-                };
-                let status = response.status();
-                let retry_after = retry_after(response.headers());
-                match response.bytes().await {
-                    Ok(body) => judge(
-                        &call,
-                        tries,
-                        Answer {
-                            status,
-                            body: body.to_vec(),
-                        },
-                        retry_after,
-                    ),
-                    // Cut while the answer was read: it may have been a
-                    // success, which the same key makes safe to ask again.
-                    Err(e) => Try::Again(Error::Transport(e), None),
-                }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) => return Try::Again(Error::Transport(e), None),
+            };
+            let status = response.status();
+            let retry_after = retry_after(response.headers());
+            match response.bytes().await {
+                Ok(body) => judge(
+                    &call,
+                    tries,
+                    Answer {
+                        status,
+                        body: body.to_vec(),
+                    },
+                    retry_after,
+                ),
+                // Cut while the answer was read: it may have been a
+                // success, which the same key makes safe to ask again.
+                Err(e) => Try::Again(Error::Transport(e), None),
             }
         })
         .await
