@@ -13,62 +13,30 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Command,
 };
 
-use testkit::{Api, Backend, KEY_A, TestEnv};
+use testkit::{
+    Api, Backend, KEY_A, TestEnv,
+    tools::{self, run},
+};
 
 const PACKAGE: &str = include_str!("typescript/package.json");
 const LOCK: &str = include_str!("typescript/package-lock.json");
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/typescript");
 
-/// Runs a command to its end; panics with `what` and its output if it
-/// cannot start or fails.
-fn run(what: &str, command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("{what}: could not run {command:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-/// The directory with the pinned packages installed, made on first use. A
-/// marker holding the lock it was made from is written last, so a half-made
-/// install (an interrupted one) is made again.
+/// The directory with the pinned packages installed, made on first use.
 fn tools() -> PathBuf {
-    // target/debug/api -> target/typescript-client
-    let target = testkit::binary("api")
-        .expect("the api binary")
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target dir")
-        .to_owned();
-    let dir = target.join("typescript-client");
-    let marker = dir.join("receipt-package-lock.json");
-    // One installer at a time, should two test processes get here together.
-    let lock = fs::File::create(target.join("typescript-client.lock")).expect("the lock file");
-    lock.lock().expect("lock the tools dir");
-    if fs::read_to_string(&marker).is_ok_and(|made_from| made_from == LOCK) {
-        return dir;
-    }
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("the tools dir");
-    fs::write(dir.join("package.json"), PACKAGE).expect("package.json");
-    fs::write(dir.join("package-lock.json"), LOCK).expect("package-lock.json");
-    run(
-        "installing openapi-typescript, openapi-fetch and typescript with npm ci (this test needs node and npm)",
-        Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir),
-    );
-    fs::write(&marker, LOCK).expect("the marker");
-    dir
+    tools::installed("typescript-client", LOCK, |dir| {
+        fs::write(dir.join("package.json"), PACKAGE).expect("package.json");
+        fs::write(dir.join("package-lock.json"), LOCK).expect("package-lock.json");
+        run(
+            "installing openapi-typescript, openapi-fetch and typescript with npm ci (this test needs node and npm)",
+            Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                .current_dir(dir),
+        );
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
