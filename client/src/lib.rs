@@ -57,15 +57,17 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 pub use error::{Error, FieldError, Problem, Result};
-pub use objects::{
-    Delivery, FilingEndpoint, ImportOutcome, NewSchedule, NewWebhook, Page, Period, Schedule,
-    Webhook,
-};
+pub use objects::{NewSchedule, NewWebhook, Page};
 pub use reports::{GstSummary, LedgerExport, PeriodClose, Report, Sleep, Submit};
 pub use shared::ledger::LedgerEntryInput as LedgerEntry;
 pub use shared::model::{
     JobErrorObject as JobError, JobObject as Job, JobStatus, Priority, StepObject, WaitReason,
     WaitingObject,
+};
+pub use shared::objects::{
+    DeliveryObject as Delivery, FilingEndpointObject as FilingEndpoint,
+    ImportResponse as ImportOutcome, PeriodObject as Period, ScheduleObject as Schedule,
+    WebhookObject as Webhook,
 };
 pub use webhooks::{Rejection, WebhookVerifier};
 
