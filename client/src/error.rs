@@ -3,52 +3,25 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-pub use shared::ledger::FieldError;
+pub use shared::{ledger::FieldError, objects::Problem};
 
 use crate::Job;
 
-/// An `application/problem+json` document (RFC 9457), as every error
-/// answer of Receipt carries (`docs/api.md`, Errors).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    /// A relative URI naming the problem, such as `/problems/not-found`;
-    /// safe to branch on.
-    #[serde(rename = "type")]
-    pub problem_type: String,
-    /// The status's reason phrase.
-    pub title: String,
-    /// The HTTP status.
-    pub status: u16,
-    /// What was wrong with this request, in words.
-    pub detail: String,
-    /// A 422's list of fields and what is wrong with each.
-    #[serde(default)]
-    pub errors: Vec<FieldError>,
-    /// A ledger import's conflicting entry ids (409).
-    #[serde(default)]
-    pub ids: Vec<String>,
-}
-
-impl Problem {
-    /// The problem of an answer that carried no problem document (a proxy
-    /// in between answered, say): named by its status alone.
-    pub(crate) fn of_status(status: u16, text: &str) -> Self {
-        let title = reqwest::StatusCode::from_u16(status)
-            .ok()
-            .and_then(|s| s.canonical_reason())
-            .unwrap_or("Error")
-            .to_owned();
-        let detail: String = text.chars().take(500).collect();
-        Problem {
-            problem_type: "/problems/http-error".to_owned(),
-            title,
-            status,
-            detail,
-            errors: Vec::new(),
-            ids: Vec::new(),
-        }
+/// The problem of an answer that carried no problem document (a proxy in
+/// between answered, say): named by its status alone.
+pub(crate) fn problem_of_status(status: u16, text: &str) -> Problem {
+    let title = reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error")
+        .to_owned();
+    Problem {
+        problem_type: "/problems/http-error".to_owned(),
+        title,
+        status,
+        detail: text.chars().take(500).collect(),
+        errors: None,
+        ids: None,
     }
 }
 
@@ -113,6 +86,13 @@ impl Error {
     /// The HTTP status, when Receipt answered.
     pub fn status(&self) -> Option<u16> {
         self.problem().map(|p| p.status)
+    }
+
+    /// A 422's fields and what is wrong with each; empty otherwise.
+    pub fn field_errors(&self) -> &[FieldError] {
+        self.problem()
+            .and_then(|p| p.errors.as_deref())
+            .unwrap_or_default()
     }
 
     /// Whether Receipt answered 404: the job, webhook, schedule or kind

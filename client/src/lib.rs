@@ -840,8 +840,9 @@ fn judge(call: &Call, tries: u32, answer: Answer, retry_after: Option<Duration>)
 
 /// A refusal's error, and whether it is worth another try.
 fn refusal<T>(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> Try<T> {
-    let problem = serde_json::from_slice::<Problem>(body)
-        .unwrap_or_else(|_| Problem::of_status(status.as_u16(), &String::from_utf8_lossy(body)));
+    let problem = serde_json::from_slice::<Problem>(body).unwrap_or_else(|_| {
+        error::problem_of_status(status.as_u16(), &String::from_utf8_lossy(body))
+    });
     let error = Error::Api {
         problem: Box::new(problem),
         retry_after,

@@ -102,8 +102,7 @@ async fn a_refusal_that_needs_another_request_is_not_tried_again() {
         assert_eq!(error.status(), Some(status), "{error}");
         assert_eq!(keys(&script).len(), 1, "a {status} was sent again");
         if status == 422 {
-            let problem = error.problem().expect("the problem");
-            assert_eq!(problem.errors[0].field, "ms");
+            assert_eq!(error.field_errors()[0].field, "ms");
         }
     }
 }

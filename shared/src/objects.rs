@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::Priority;
+use crate::{ledger::FieldError, model::Priority};
 
 /// A webhook; `secret` only in the answer to its registration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,4 +113,35 @@ pub struct ScheduleObject {
 pub struct ImportResponse {
     pub inserted: usize,
     pub skipped: usize,
+}
+
+/// An error answer (RFC 9457), sent as `application/problem+json`: every
+/// error the service returns is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Problem {
+    /// Names the problem: `/problems/{slug}` (`docs/api.md`, Errors).
+    #[serde(rename = "type")]
+    #[cfg_attr(feature = "openapi", schema(example = "/problems/not-found"))]
+    pub problem_type: String,
+    /// The status's reason phrase.
+    #[cfg_attr(feature = "openapi", schema(example = "Not Found"))]
+    pub title: String,
+    /// The HTTP status.
+    #[cfg_attr(feature = "openapi", schema(example = 404))]
+    pub status: u16,
+    /// What was wrong with this request, in words.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(example = "there is no job job_019ad5a1c2e37b40a0c2f1d3e4b5a697")
+    )]
+    pub detail: String,
+    /// 422 only: one entry per invalid field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub errors: Option<Vec<FieldError>>,
+    /// A ledger import's 409 only: the ids stored with different content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub ids: Option<Vec<String>>,
 }

@@ -50,13 +50,11 @@ impl From<Error> for Failure {
             _ => Exit::Unavailable,
         };
         let mut line = error.to_string();
-        if let Some(problem) = error.problem() {
-            for field in &problem.errors {
-                line += &format!("; {}: {}", field.field, field.message);
-            }
-            if !problem.ids.is_empty() {
-                line += &format!("; ids: {}", problem.ids.join(", "));
-            }
+        for field in error.field_errors() {
+            line += &format!("; {}: {}", field.field, field.message);
+        }
+        if let Some(ids) = error.problem().and_then(|p| p.ids.as_ref()) {
+            line += &format!("; ids: {}", ids.join(", "));
         }
         Failure(exit, line)
     }
