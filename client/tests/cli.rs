@@ -211,7 +211,7 @@ async fn a_ledger_imported_from_a_file_exports_as_csv() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webhooks_and_schedules_are_managed_from_the_command_line() {
+async fn webhooks_schedules_months_and_the_filing_endpoint_are_managed_from_the_command_line() {
     let env = TestEnv::new(Backend::Sqlite).await;
     let api = env.start_embedded_with_local_receivers().await;
 
@@ -294,6 +294,33 @@ async fn webhooks_and_schedules_are_managed_from_the_command_line() {
     assert_eq!(json(&got)["cron"], "0 6 1 * *");
     assert_exit(&deleted, 0);
     assert_exit(&gone, 4);
+
+    let set = receipt(
+        &api,
+        &[
+            "filing-endpoint",
+            "set",
+            "http://127.0.0.1:9/returns",
+            "--output",
+            "json",
+        ],
+    );
+    let read = receipt(&api, &["filing-endpoint", "get", "--output", "json"]);
+    let month = receipt(&api, &["periods", "get", "2026-10", "--output", "json"]);
+    let no_month = receipt(&api, &["periods", "reopen", "2026-13"]);
+
+    assert_exit(&set, 0);
+    assert!(
+        json(&set)["secret"]
+            .as_str()
+            .expect("secret")
+            .starts_with("whsec_")
+    );
+    assert_eq!(json(&read)["url"], "http://127.0.0.1:9/returns");
+    assert_eq!(json(&read).get("secret"), None);
+    assert_eq!(json(&month)["state"], "open");
+    assert_exit(&no_month, 4);
+    assert!(assert_one_line(&no_month).contains("month:"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
