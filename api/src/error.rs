@@ -13,9 +13,8 @@ use actix_web::{
     },
     middleware::ErrorHandlerResponse,
 };
-use serde::Serialize;
 use shared::ledger::FieldError;
-use utoipa::ToSchema;
+pub use shared::objects::Problem;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -41,6 +40,12 @@ pub enum ApiError {
         detail: String,
         ids: Option<Vec<String>>,
     },
+    /// 409, with `Retry-After: 1`: the first request under this
+    /// `Idempotency-Key` is still being processed. Unlike a conflict with
+    /// the resource's state, sending the same request again will succeed,
+    /// and the header is how a client tells the two apart.
+    #[error("{0}")]
+    InProgress(String),
     /// 415: the body is not `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -81,7 +86,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "malformed-request",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::NotFound(_) => "not-found",
-            ApiError::Conflict { .. } => "conflict",
+            ApiError::Conflict { .. } | ApiError::InProgress(_) => "conflict",
             ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
             ApiError::Validation { .. } => "validation-error",
             ApiError::TooManyRequests { .. } => "too-many-requests",
@@ -102,49 +107,21 @@ impl From<store::Error> for ApiError {
     }
 }
 
-/// An error answer (RFC 9457), sent as `application/problem+json`: every
-/// error the service returns is one.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Problem {
-    /// Names the problem: `/problems/{slug}` (`docs/api.md`, Errors).
-    #[serde(rename = "type")]
-    #[schema(example = "/problems/not-found")]
-    pub problem_type: String,
-    /// The status's reason phrase.
-    #[schema(example = "Not Found")]
-    pub title: String,
-    /// The HTTP status.
-    #[schema(example = 404)]
-    pub status: u16,
-    /// What was wrong with this request, in words.
-    #[schema(example = "there is no job job_019ad5a1c2e37b40a0c2f1d3e4b5a697")]
-    pub detail: String,
-    /// 422 only: one entry per invalid field.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub errors: Option<Vec<FieldError>>,
-    /// A ledger import's 409 only: the ids stored with different content.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub ids: Option<Vec<String>>,
+/// The problem document of an error answer with this status.
+fn problem(status: StatusCode, slug: &str, detail: impl Into<String>) -> Problem {
+    Problem {
+        problem_type: format!("/problems/{slug}"),
+        title: status.canonical_reason().unwrap_or("Error").to_owned(),
+        status: status.as_u16(),
+        detail: detail.into(),
+        errors: None,
+        ids: None,
+    }
 }
 
-impl Problem {
-    pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
-        Problem {
-            problem_type: format!("/problems/{slug}"),
-            title: status.canonical_reason().unwrap_or("Error").to_owned(),
-            status: status.as_u16(),
-            detail: detail.into(),
-            errors: None,
-            ids: None,
-        }
-    }
-
-    pub fn to_bytes(&self) -> Vec<u8> {
-        // A struct of strings, numbers and lists always serializes.
-        serde_json::to_vec(self).unwrap_or_default()
-    }
+fn to_bytes(problem: &Problem) -> Vec<u8> {
+    // A struct of strings, numbers and lists always serializes.
+    serde_json::to_vec(problem).unwrap_or_default()
 }
 
 impl ResponseError for ApiError {
@@ -153,7 +130,7 @@ impl ResponseError for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Conflict { .. } | ApiError::InProgress(_) => StatusCode::CONFLICT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -184,7 +161,7 @@ impl ApiError {
             }
             other => other.to_string(),
         };
-        let mut problem = Problem::new(status, self.slug(), detail);
+        let mut problem = problem(status, self.slug(), detail);
         match self {
             ApiError::Validation { errors, .. } => problem.errors = Some(errors.clone()),
             ApiError::Conflict { ids, .. } => problem.ids.clone_from(ids),
@@ -198,6 +175,9 @@ impl ApiError {
             ApiError::Unavailable(_) => {
                 headers.push((header::RETRY_AFTER.to_string(), "5".to_owned()));
             }
+            ApiError::InProgress(_) => {
+                headers.push((header::RETRY_AFTER.to_string(), "1".to_owned()));
+            }
             ApiError::TooManyRequests {
                 retry_after_secs, ..
             } => {
@@ -206,7 +186,7 @@ impl ApiError {
             }
             _ => {}
         }
-        (status, headers, problem.to_bytes())
+        (status, headers, to_bytes(&problem))
     }
 }
 
@@ -250,7 +230,7 @@ pub fn problem_fallback<B>(
         s if s.is_server_error() => "internal-error",
         _ => "http-error",
     };
-    let body = Problem::new(status, slug, detail).to_bytes();
+    let body = to_bytes(&problem(status, slug, detail));
     let (request, mut response) = response.into_parts();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));

@@ -233,10 +233,9 @@ impl NextStep {
         match self {
             NextStep::Replay(stored) => Ok(Answer(stored).into_response(true)),
             NextStep::Refuse(problem) => Err(problem),
-            NextStep::Run => Err(ApiError::Conflict {
-                detail: format!("the Idempotency-Key {key:?} is being processed; retry"),
-                ids: None,
-            }),
+            NextStep::Run => Err(ApiError::InProgress(format!(
+                "the Idempotency-Key {key:?} is being processed; retry"
+            ))),
         }
     }
 }

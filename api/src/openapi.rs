@@ -187,7 +187,8 @@ impl Modify for ReportKinds {
         }
         submit.description = Some(description);
 
-        let mut conflict = String::from("the Idempotency-Key is still in progress");
+        let mut conflict =
+            String::from("the Idempotency-Key is still in progress (with `Retry-After`)");
         for kind in registry.kinds() {
             if let Some(when) = kind.refused_when() {
                 conflict += &format!("; or, for {}, {when}", kind.name());

@@ -1,4 +1,5 @@
-//! Receipt's vocabulary: the job and its states, attempt outcomes, ids,
+//! Receipt's vocabulary: the job and its states, the API's objects,
+//! attempt outcomes, ids,
 //! time, dates and months, money and ledger entries, the settings each
 //! binary reads, failpoints, in-process signals and the retry loop. No I/O: every crate
 //! may depend on this one, and it depends on none of them.
@@ -9,6 +10,7 @@ pub mod ids;
 pub mod ledger;
 pub mod model;
 pub mod notify;
+pub mod objects;
 pub mod retry;
 pub mod schedule;
 pub mod settings;

@@ -4,8 +4,9 @@
 //! started on it ([`Process`]), an HTTP client of the api ([`Api`]),
 //! receivers of the test's own on loopback (one that records each
 //! job's announcements: [`Announcements`]), Postgres, PgBouncer, Redis and
-//! Sentinel servers of a run's own ([`servers`]), and waiting for events
-//! with a deadline ([`wait`]). It talks HTTP and SQL only: it depends on
+//! Sentinel servers of a run's own ([`servers`]), tools installed from
+//! package registries ([`tools`]), and waiting for events with a deadline
+//! ([`wait`]). It talks HTTP and SQL only: it depends on
 //! no crate of the workspace.
 
 pub mod announcements;
@@ -14,6 +15,7 @@ pub mod env;
 pub mod process;
 pub mod receiver;
 pub mod servers;
+pub mod tools;
 pub mod wait;
 
 pub use announcements::{Announcement, Announcements};

@@ -51,6 +51,10 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
     // and share no code with the service.
     ("testkit", 0, &[]),
     ("bench", 1, &["testkit"]),
+    // The client speaks the API's vocabulary and checks signatures with
+    // the service's own signing; its tests drive the binaries through
+    // testkit.
+    ("client", 2, &["shared", "outbound", "testkit"]),
 ];
 
 fn workspace_dependencies() -> BTreeMap<String, BTreeSet<String>> {

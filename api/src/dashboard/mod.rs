@@ -34,7 +34,7 @@ use crate::{
     routes::{
         jobs::{cancel_job, is_job_id, job_result, retry_job},
         paging::{cut, is_id, limit_and_cursor},
-        schedules::{Change, ScheduleObject, change_schedule},
+        schedules::{Change, change_schedule, schedule_object},
         webhooks::{WebhookChange, change_webhook},
     },
     state::AppState,
@@ -740,7 +740,7 @@ async fn schedules(state: web::Data<AppState>, request: HttpRequest) -> HttpResp
         let rows: Vec<pages::ScheduleRow> = found
             .iter()
             .map(|schedule| pages::ScheduleRow {
-                schedule: ScheduleObject::of(schedule),
+                schedule: schedule_object(schedule),
                 toggle_key: fresh_key(),
             })
             .collect();
@@ -779,7 +779,7 @@ async fn schedule(
         let mut jobs = state.store.list_jobs(&viewer.tenant_id, &filter).await?;
         jobs.truncate(20);
         let row = pages::ScheduleRow {
-            schedule: ScheduleObject::of(&found),
+            schedule: schedule_object(&found),
             toggle_key: fresh_key(),
         };
         let notice = query_of(&request)

@@ -6,7 +6,7 @@ use std::{
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use reports::ObjectOnly;
 use serde::{
-    Deserialize, Deserializer, Serialize,
+    Deserialize, Deserializer,
     de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
 };
 use shared::{
@@ -15,6 +15,8 @@ use shared::{
 };
 use store::{ImportOutcome, WriteTx};
 use utoipa::ToSchema;
+
+pub use shared::objects::ImportResponse;
 
 use crate::{
     auth::Tenant,
@@ -31,12 +33,6 @@ pub const MAX_ENTRIES: usize = 10_000;
 #[serde(deny_unknown_fields)]
 pub struct ImportRequest {
     pub entries: Vec<LedgerEntryInput>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ImportResponse {
-    pub inserted: usize,
-    pub skipped: usize,
 }
 
 /// Import ledger entries, all or nothing; naturally idempotent by `id`.

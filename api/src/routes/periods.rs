@@ -3,10 +3,12 @@
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use outbound::check_url;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use shared::{calendar::Month, ledger::FieldError, time::to_rfc3339};
 use store::{FilingEndpoint, Period, ReopenOutcome};
 use utoipa::ToSchema;
+
+pub use shared::objects::{FilingEndpointObject, PeriodObject};
 
 use crate::{
     auth::Tenant,
@@ -24,66 +26,36 @@ pub struct PutFilingEndpoint {
     pub url: String,
 }
 
-/// The tenant's filing endpoint; `secret` only in the answer to a `PUT`.
-#[derive(Serialize, ToSchema)]
-pub struct FilingEndpointObject {
-    pub url: String,
-    /// `whsec_` + base64: filings and withdrawals are signed with it as
-    /// webhooks are. Made at the first `PUT` and kept when the URL changes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
-impl FilingEndpointObject {
-    fn of(endpoint: &FilingEndpoint, with_secret: bool) -> Self {
-        Self {
-            url: endpoint.url.clone(),
-            secret: with_secret.then(|| endpoint.secret.clone()),
-            created_at: to_rfc3339(endpoint.created_at),
-            updated_at: to_rfc3339(endpoint.updated_at),
-        }
+/// The filing endpoint as the API shows it; its secret only with
+/// `with_secret` (the answer to a `PUT`).
+fn filing_endpoint_object(endpoint: &FilingEndpoint, with_secret: bool) -> FilingEndpointObject {
+    FilingEndpointObject {
+        url: endpoint.url.clone(),
+        secret: with_secret.then(|| endpoint.secret.clone()),
+        created_at: to_rfc3339(endpoint.created_at),
+        updated_at: to_rfc3339(endpoint.updated_at),
     }
 }
 
-/// A month of the ledger.
-#[derive(Serialize, ToSchema)]
-pub struct PeriodObject {
-    #[schema(example = "2026-10")]
-    pub month: String,
-    /// `open`, `locked` (a period-close job is running: imports dated in
-    /// the month are refused) or `closed` (refused until it is reopened).
-    #[schema(example = "closed")]
-    pub state: String,
-    /// The period-close job that locked (and closed) it; null when open.
-    pub job_id: Option<String>,
-    pub locked_at: Option<String>,
-    pub closed_at: Option<String>,
-    /// The filing endpoint's reference for the filing, when it gave one.
-    pub filing_reference: Option<String>,
-}
-
-impl PeriodObject {
-    fn of(month: &str, period: Option<&Period>) -> Self {
-        match period {
-            None => Self {
-                month: month.to_owned(),
-                state: "open".into(),
-                job_id: None,
-                locked_at: None,
-                closed_at: None,
-                filing_reference: None,
-            },
-            Some(p) => Self {
-                month: p.month.clone(),
-                state: p.state.clone(),
-                job_id: Some(p.job_id.clone()),
-                locked_at: Some(to_rfc3339(p.locked_at)),
-                closed_at: p.closed_at.map(to_rfc3339),
-                filing_reference: p.filing_reference.clone(),
-            },
-        }
+/// A month as the API shows it: `open` when nothing is stored of it.
+fn period_object(month: &str, period: Option<&Period>) -> PeriodObject {
+    match period {
+        None => PeriodObject {
+            month: month.to_owned(),
+            state: "open".into(),
+            job_id: None,
+            locked_at: None,
+            closed_at: None,
+            filing_reference: None,
+        },
+        Some(p) => PeriodObject {
+            month: p.month.clone(),
+            state: p.state.clone(),
+            job_id: Some(p.job_id.clone()),
+            locked_at: Some(to_rfc3339(p.locked_at)),
+            closed_at: p.closed_at.map(to_rfc3339),
+            filing_reference: p.filing_reference.clone(),
+        },
     }
 }
 
@@ -115,7 +87,7 @@ pub async fn put_filing_endpoint(
         });
     }
     let endpoint = state.store.put_filing_endpoint(&tenant.0, &put.url).await?;
-    Ok(HttpResponse::Ok().json(FilingEndpointObject::of(&endpoint, true)))
+    Ok(HttpResponse::Ok().json(filing_endpoint_object(&endpoint, true)))
 }
 
 /// The tenant's filing endpoint (without its secret).
@@ -136,7 +108,7 @@ pub async fn get_filing_endpoint(
         .get_filing_endpoint(&tenant.0)
         .await?
         .ok_or_else(|| ApiError::NotFound("no filing endpoint is registered".into()))?;
-    Ok(HttpResponse::Ok().json(FilingEndpointObject::of(&endpoint, false)))
+    Ok(HttpResponse::Ok().json(filing_endpoint_object(&endpoint, false)))
 }
 
 /// The month of a path, in its canonical text.
@@ -163,7 +135,7 @@ pub async fn get_period(
 ) -> ApiResult<HttpResponse> {
     let month = checked_month(&month)?;
     let period = state.store.get_period(&tenant.0, &month).await?;
-    Ok(HttpResponse::Ok().json(PeriodObject::of(&month, period.as_ref())))
+    Ok(HttpResponse::Ok().json(period_object(&month, period.as_ref())))
 }
 
 /// Reopen a closed month: imports into it are accepted again, and it may
@@ -197,7 +169,7 @@ pub async fn reopen_period(
         &[],
         async |tx| match state.store.reopen_period(tx, &tenant.0, month).await? {
             ReopenOutcome::Open => {
-                Answer::json(StatusCode::OK, &PeriodObject::of(month, None), Vec::new())
+                Answer::json(StatusCode::OK, &period_object(month, None), Vec::new())
             }
             ReopenOutcome::Locked(period) => Err(ApiError::Conflict {
                 detail: format!(

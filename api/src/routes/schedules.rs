@@ -20,6 +20,8 @@ use shared::{
 use store::Schedule;
 use utoipa::ToSchema;
 
+pub use shared::objects::ScheduleObject;
+
 use super::paging::{cut, is_id, limit_and_cursor};
 use crate::{
     auth::Tenant,
@@ -87,61 +89,33 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<S
     Option::<String>::deserialize(deserializer).map(Some)
 }
 
-/// A schedule as the API shows it.
-#[derive(Serialize, ToSchema)]
-pub struct ScheduleObject {
-    #[schema(example = "sch_019ad5a1c2e37b40a0c2f1d3e4b5a697")]
-    pub schedule_id: String,
-    pub kind: String,
-    /// The template, as given.
-    #[schema(value_type = Object)]
-    pub params: Value,
-    pub cron: String,
-    pub timezone: String,
-    pub starts_at: Option<String>,
-    pub ends_at: Option<String>,
-    /// `run_once` or `skip`.
-    pub misfire: String,
-    /// The priority of the jobs it makes.
-    pub priority: Priority,
-    pub paused: bool,
-    /// The next fires (up to five), null-free; empty once none is left or
-    /// while paused.
-    pub next_fires: Vec<String>,
-    /// The fire that made the latest job.
-    pub last_fire_at: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-}
-
-impl ScheduleObject {
-    pub fn of(schedule: &Schedule) -> Self {
-        let next_fires = match (schedule.paused, schedule.next_fire_at) {
-            (false, Some(next)) => {
-                let mut fires = vec![next];
-                if let Ok(cron) = CronSchedule::parse(&schedule.cron, &schedule.timezone) {
-                    fires.extend(cron.upcoming(next, schedule.ends_at, NEXT_FIRES_SHOWN - 1));
-                }
-                fires.into_iter().map(to_rfc3339).collect()
+/// A schedule as the API shows it, with its next fires.
+pub fn schedule_object(schedule: &Schedule) -> ScheduleObject {
+    let next_fires = match (schedule.paused, schedule.next_fire_at) {
+        (false, Some(next)) => {
+            let mut fires = vec![next];
+            if let Ok(cron) = CronSchedule::parse(&schedule.cron, &schedule.timezone) {
+                fires.extend(cron.upcoming(next, schedule.ends_at, NEXT_FIRES_SHOWN - 1));
             }
-            _ => Vec::new(),
-        };
-        Self {
-            schedule_id: schedule.schedule_id.clone(),
-            kind: schedule.kind.clone(),
-            params: serde_json::from_str(&schedule.params).unwrap_or(Value::Null),
-            cron: schedule.cron.clone(),
-            timezone: schedule.timezone.clone(),
-            starts_at: schedule.starts_at.map(to_rfc3339),
-            ends_at: schedule.ends_at.map(to_rfc3339),
-            misfire: schedule.misfire.as_str().to_owned(),
-            priority: schedule.priority,
-            paused: schedule.paused,
-            next_fires,
-            last_fire_at: schedule.last_fire_at.map(to_rfc3339),
-            created_at: to_rfc3339(schedule.created_at),
-            updated_at: to_rfc3339(schedule.updated_at),
+            fires.into_iter().map(to_rfc3339).collect()
         }
+        _ => Vec::new(),
+    };
+    ScheduleObject {
+        schedule_id: schedule.schedule_id.clone(),
+        kind: schedule.kind.clone(),
+        params: serde_json::from_str(&schedule.params).unwrap_or(Value::Null),
+        cron: schedule.cron.clone(),
+        timezone: schedule.timezone.clone(),
+        starts_at: schedule.starts_at.map(to_rfc3339),
+        ends_at: schedule.ends_at.map(to_rfc3339),
+        misfire: schedule.misfire.as_str().to_owned(),
+        priority: schedule.priority,
+        paused: schedule.paused,
+        next_fires,
+        last_fire_at: schedule.last_fire_at.map(to_rfc3339),
+        created_at: to_rfc3339(schedule.created_at),
+        updated_at: to_rfc3339(schedule.updated_at),
     }
 }
 
@@ -282,7 +256,7 @@ fn answer(status: StatusCode, schedule: &Schedule) -> ApiResult<Answer> {
     } else {
         Vec::new()
     };
-    Answer::json(status, &ScheduleObject::of(schedule), headers)
+    Answer::json(status, &schedule_object(schedule), headers)
 }
 
 /// Create a schedule.
@@ -373,7 +347,7 @@ pub async fn list(
         .await?;
     let (schedules, next_cursor) = cut(schedules, limit, |s| s.schedule_id.clone());
     Ok(HttpResponse::Ok().json(SchedulePage {
-        data: schedules.iter().map(ScheduleObject::of).collect(),
+        data: schedules.iter().map(schedule_object).collect(),
         next_cursor,
     }))
 }
@@ -401,7 +375,7 @@ pub async fn get(
         .get_schedule(&tenant.0, &schedule_id)
         .await?
         .ok_or_else(|| not_found(&schedule_id))?;
-    Ok(HttpResponse::Ok().json(ScheduleObject::of(&schedule)))
+    Ok(HttpResponse::Ok().json(schedule_object(&schedule)))
 }
 
 /// What a change does to a schedule.

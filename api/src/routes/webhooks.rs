@@ -12,6 +12,8 @@ use shared::{ledger::FieldError, time::to_rfc3339};
 use store::{Delivery, NewWebhook, Registration, Webhook};
 use utoipa::ToSchema;
 
+pub use shared::objects::{DeliveryObject, WebhookObject};
+
 use super::paging::{cut, is_id, limit_and_cursor};
 use crate::{
     auth::Tenant,
@@ -34,33 +36,17 @@ pub struct RegisterWebhook {
     pub job_id: Option<String>,
 }
 
-/// A webhook; `secret` only in the answer to its registration.
-#[derive(Serialize, ToSchema)]
-pub struct WebhookObject {
-    #[schema(example = "wh_019ad5a1c2e37b40a0c2f1d3e4b5a697")]
-    pub id: String,
-    pub url: String,
-    pub events: Vec<String>,
-    pub job_id: Option<String>,
-    /// False after a receiver answered 410.
-    pub enabled: bool,
-    /// `whsec_` + base64: the HMAC key is the base64 part.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
-    pub created_at: String,
-}
-
-impl WebhookObject {
-    pub fn of(webhook: &Webhook, with_secret: bool) -> Self {
-        Self {
-            id: webhook.webhook_id.clone(),
-            url: webhook.url.clone(),
-            events: webhook.events.clone(),
-            job_id: webhook.job_id.clone(),
-            enabled: webhook.enabled,
-            secret: with_secret.then(|| webhook.secret.clone()),
-            created_at: to_rfc3339(webhook.created_at),
-        }
+/// A webhook as the API shows it; its secret only with `with_secret`
+/// (the answers to a registration and a rotation).
+pub fn webhook_object(webhook: &Webhook, with_secret: bool) -> WebhookObject {
+    WebhookObject {
+        id: webhook.webhook_id.clone(),
+        url: webhook.url.clone(),
+        events: webhook.events.clone(),
+        job_id: webhook.job_id.clone(),
+        enabled: webhook.enabled,
+        secret: with_secret.then(|| webhook.secret.clone()),
+        created_at: to_rfc3339(webhook.created_at),
     }
 }
 
@@ -70,33 +56,17 @@ pub struct WebhookPage {
     pub next_cursor: Option<String>,
 }
 
-#[derive(Serialize, ToSchema)]
-pub struct DeliveryObject {
-    pub event_id: String,
-    pub event_type: String,
-    /// 1 for the first attempt of this event.
-    pub attempt: i64,
-    pub response_status: Option<i64>,
-    pub error: Option<String>,
-    /// How long the attempt took, in milliseconds.
-    pub duration_ms: i64,
-    pub attempted_at: String,
-    /// When the next attempt is due; null when none will follow.
-    pub next_attempt_at: Option<String>,
-}
-
-impl From<&Delivery> for DeliveryObject {
-    fn from(d: &Delivery) -> Self {
-        Self {
-            event_id: d.event_id.clone(),
-            event_type: d.event_type.clone(),
-            attempt: d.attempt,
-            response_status: d.response_status,
-            error: d.error.clone(),
-            duration_ms: d.duration_ms,
-            attempted_at: to_rfc3339(d.attempted_at),
-            next_attempt_at: d.next_attempt_at.map(to_rfc3339),
-        }
+/// A delivery attempt as the API shows it.
+pub fn delivery_object(d: &Delivery) -> DeliveryObject {
+    DeliveryObject {
+        event_id: d.event_id.clone(),
+        event_type: d.event_type.clone(),
+        attempt: d.attempt,
+        response_status: d.response_status,
+        error: d.error.clone(),
+        duration_ms: d.duration_ms,
+        attempted_at: to_rfc3339(d.attempted_at),
+        next_attempt_at: d.next_attempt_at.map(to_rfc3339),
     }
 }
 
@@ -203,7 +173,7 @@ pub async fn register(
         };
         Answer::json(
             StatusCode::CREATED,
-            &WebhookObject::of(&webhook, true),
+            &webhook_object(&webhook, true),
             vec![(
                 header::LOCATION.to_string(),
                 format!("/v1/webhooks/{}", webhook.webhook_id),
@@ -248,10 +218,7 @@ pub async fn list(
         .await?;
     let (webhooks, next_cursor) = cut(webhooks, limit, |w| w.webhook_id.clone());
     Ok(HttpResponse::Ok().json(WebhookPage {
-        data: webhooks
-            .iter()
-            .map(|w| WebhookObject::of(w, false))
-            .collect(),
+        data: webhooks.iter().map(|w| webhook_object(w, false)).collect(),
         next_cursor,
     }))
 }
@@ -283,7 +250,7 @@ pub async fn get(
     webhook_id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     let webhook = find(&state, &tenant, &webhook_id).await?;
-    Ok(HttpResponse::Ok().json(WebhookObject::of(&webhook, false)))
+    Ok(HttpResponse::Ok().json(webhook_object(&webhook, false)))
 }
 
 /// Delete a webhook: nothing further is sent to it.
@@ -343,7 +310,7 @@ pub async fn deliveries(
         .await?;
     let (deliveries, next_cursor) = cut(deliveries, limit, |d| d.delivery_id.clone());
     Ok(HttpResponse::Ok().json(DeliveryPage {
-        data: deliveries.iter().map(DeliveryObject::from).collect(),
+        data: deliveries.iter().map(delivery_object).collect(),
         next_cursor,
     }))
 }
@@ -432,7 +399,7 @@ pub async fn change_webhook(
         let with_secret = change == WebhookChange::RotateSecret;
         Answer::json(
             StatusCode::OK,
-            &WebhookObject::of(&webhook, with_secret),
+            &webhook_object(&webhook, with_secret),
             vec![],
         )
     })

@@ -173,6 +173,8 @@ async fn fifty_concurrent_requests_with_one_key_do_the_work_once(backend: Backen
             );
             if reply.status == StatusCode::CONFLICT {
                 reply.assert_problem(409);
+                // What tells a client that the same request may be sent again.
+                assert_eq!(reply.header("retry-after"), Some("1"), "{path}");
             } else {
                 assert_eq!(
                     reply.text, originals[0].text,

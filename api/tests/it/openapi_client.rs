@@ -8,68 +8,32 @@
 //! Without `python3` (3.10 or newer, with `venv`) or PyPI this test fails
 //! and says so; it is never skipped.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::{fs, path::PathBuf, process::Command};
 
 use reqwest::StatusCode;
+use testkit::tools::{self, run};
 
-use crate::common::{Api, Backend, KEY_A, TestEnv, bin_path};
+use crate::common::{Api, Backend, KEY_A, TestEnv};
 
 const REQUIREMENTS: &str = include_str!("../openapi/requirements.txt");
 const ROUNDTRIP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openapi/roundtrip.py");
 
-/// Runs a command to its end; panics with `what` and its output if it
-/// cannot start or fails.
-fn run(what: &str, command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("{what}: could not run {command:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-/// The virtualenv with the tools, made on first use. A marker holding the
-/// requirements it was made from is written last, so a half-made venv (an
-/// interrupted install) is made again.
+/// The virtualenv with the tools, made on first use.
 fn tools_venv() -> PathBuf {
-    // target/debug/api -> target/openapi-venv
-    let target = bin_path("api")
-        .parent()
-        .and_then(Path::parent)
-        .expect("the target dir")
-        .to_owned();
-    let venv = target.join("openapi-venv");
-    let marker = venv.join("receipt-requirements.txt");
-    // One maker at a time, should two test processes get here together.
-    let lock = fs::File::create(target.join("openapi-venv.lock")).expect("the venv lock file");
-    lock.lock().expect("lock the venv");
-    if fs::read_to_string(&marker).is_ok_and(|made_from| made_from == REQUIREMENTS) {
-        return venv;
-    }
-    let _ = fs::remove_dir_all(&venv);
-    run(
-        "making a virtualenv (this test needs python3 with venv, 3.10 or newer)",
-        Command::new("python3").arg("-m").arg("venv").arg(&venv),
-    );
-    let requirements = target.join("openapi-requirements.txt");
-    fs::write(&requirements, REQUIREMENTS).expect("write the requirements");
-    run(
-        "installing openapi-spec-validator and openapi-python-client from PyPI",
-        Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(&requirements),
-    );
-    fs::write(&marker, REQUIREMENTS).expect("write the venv marker");
-    venv
+    tools::installed("openapi-venv", REQUIREMENTS, |venv| {
+        run(
+            "making a virtualenv (this test needs python3 with venv, 3.10 or newer)",
+            Command::new("python3").arg("-m").arg("venv").arg(venv),
+        );
+        let requirements = venv.join("receipt-requirements.txt");
+        fs::write(&requirements, REQUIREMENTS).expect("write the requirements");
+        run(
+            "installing openapi-spec-validator and openapi-python-client from PyPI",
+            Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+                .arg(&requirements),
+        );
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,171 @@
+//! Which answers the client tries again and which it does not, against a
+//! server on loopback that answers from a script: a retry only where the
+//! same request can succeed, always under the intent's one key, no sooner
+//! than `Retry-After`, and never past the call's deadline.
+
+use std::{
+    collections::VecDeque,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use receipt_client::{Client, Error, RetryPolicy, Sleep};
+use serde_json::json;
+use testkit::serve_on_loopback;
+
+/// An answer of the script: status, `Retry-After`, body.
+type Scripted = (u16, Option<&'static str>, serde_json::Value);
+
+#[derive(Default)]
+struct Script {
+    answers: Mutex<VecDeque<Scripted>>,
+    /// Each request's `Idempotency-Key`, in order.
+    keys: Mutex<Vec<Option<String>>>,
+}
+
+async fn answer(script: web::Data<Script>, request: HttpRequest) -> HttpResponse {
+    let key = request
+        .headers()
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    script.keys.lock().unwrap().push(key);
+    let next = script.answers.lock().unwrap().pop_front();
+    // The last answer stands once the script runs out.
+    let (status, retry_after, body) = match next {
+        Some(answer) => {
+            if script.answers.lock().unwrap().is_empty() {
+                script.answers.lock().unwrap().push_back(answer.clone());
+            }
+            answer
+        }
+        None => (500, None, json!({})),
+    };
+    let mut response = HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap());
+    if let Some(seconds) = retry_after {
+        response.insert_header(("retry-after", seconds));
+    }
+    let content_type = if status >= 400 {
+        "application/problem+json"
+    } else {
+        "application/json"
+    };
+    response.content_type(content_type).body(body.to_string())
+}
+
+fn problem(status: u16, detail: &str) -> serde_json::Value {
+    json!({"type": "/problems/x", "title": "T", "status": status, "detail": detail})
+}
+
+fn job() -> serde_json::Value {
+    json!({"job_id": "job_1", "kind": "sleep", "params": {}, "status": "QUEUED", "attempts": 0,
+           "created_at": "2026-10-03T09:15:00.123Z", "cancel_requested": false, "priority": "normal"})
+}
+
+/// A client of a server answering `answers` in turn, and the script.
+fn scripted(answers: Vec<Scripted>, deadline: Duration) -> (Client, web::Data<Script>) {
+    let script = web::Data::new(Script::default());
+    script.answers.lock().unwrap().extend(answers);
+    let (addr, _handle) = serve_on_loopback(script.clone(), answer);
+    let client = Client::builder(&format!("http://{addr}"), "key")
+        .retry(RetryPolicy {
+            deadline,
+            first_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+            try_timeout: Duration::from_secs(5),
+        })
+        .build()
+        .expect("client");
+    (client, script)
+}
+
+fn keys(script: &Script) -> Vec<Option<String>> {
+    script.keys.lock().unwrap().clone()
+}
+
+#[actix_web::test]
+async fn a_refusal_that_needs_another_request_is_not_tried_again() {
+    let mut invalid = problem(422, "the parameters are not valid");
+    invalid["errors"] = json!([{"field": "ms", "message": "must be at most 600000"}]);
+    for answer in [
+        (422, None, invalid),
+        (409, None, problem(409, "job job_1 is SUCCEEDED")),
+        (404, None, problem(404, "there is no job job_1")),
+        (400, None, problem(400, "unknown field")),
+    ] {
+        let status = answer.0;
+        let (client, script) = scripted(vec![answer], Duration::from_secs(30));
+
+        let error = client.submit(Sleep::default()).await.unwrap_err();
+
+        assert_eq!(error.status(), Some(status), "{error}");
+        assert_eq!(keys(&script).len(), 1, "a {status} was sent again");
+        if status == 422 {
+            assert_eq!(error.field_errors()[0].field, "ms");
+        }
+    }
+}
+
+#[actix_web::test]
+async fn answers_a_retry_can_change_are_tried_again_under_the_same_key() {
+    for first in [
+        (503, Some("1"), problem(503, "the database is unavailable")),
+        (429, Some("1"), problem(429, "over RATE_LIMIT")),
+        (
+            409,
+            Some("1"),
+            problem(409, "the Idempotency-Key is being processed"),
+        ),
+        (500, None, problem(500, "an unexpected error occurred")),
+    ] {
+        let (status, retry_after) = (first.0, first.1);
+        let (client, script) = scripted(vec![first, (202, None, job())], Duration::from_secs(30));
+        let started = Instant::now();
+
+        let job = client.submit(Sleep::default()).await.expect("the job");
+
+        let sent = keys(&script);
+        assert_eq!(job.job_id, "job_1");
+        assert_eq!(sent.len(), 2, "after a {status}");
+        assert!(sent[0].is_some() && sent[0] == sent[1], "keys {sent:?}");
+        if retry_after.is_some() {
+            assert!(
+                started.elapsed() >= Duration::from_secs(1),
+                "a {status}'s Retry-After was not waited for"
+            );
+        }
+    }
+}
+
+#[actix_web::test]
+async fn each_intent_has_its_own_key_unless_the_caller_names_one() {
+    let (client, script) = scripted(vec![(202, None, job())], Duration::from_secs(30));
+
+    client.submit(Sleep::default()).await.expect("first");
+    client.submit(Sleep::default()).await.expect("second");
+    let named = client.with_idempotency_key("order-1234");
+    named.cancel("job_1").await.expect("cancel");
+    named.cancel("job_1").await.expect("cancel again");
+
+    let sent = keys(&script);
+    assert_ne!(sent[0], sent[1], "two intents shared a key");
+    assert_eq!(sent[2].as_deref(), Some("order-1234"));
+    assert_eq!(sent[3].as_deref(), Some("order-1234"));
+}
+
+#[actix_web::test]
+async fn tries_stop_at_the_deadline_with_the_last_answer() {
+    let (client, script) = scripted(
+        vec![(503, None, problem(503, "the database is unavailable"))],
+        Duration::from_millis(600),
+    );
+    let started = Instant::now();
+
+    let error = client.job("job_1").await.unwrap_err();
+
+    assert!(matches!(error, Error::Api { .. }), "{error}");
+    assert_eq!(error.status(), Some(503));
+    assert!(keys(&script).len() >= 2, "tried once only");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
