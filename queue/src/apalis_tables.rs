@@ -1,6 +1,7 @@
-//! SQL on apalis's own queue tables (its SQLite and Postgres storages),
-//! which keep a row for every acknowledged message unless someone deletes
-//! it. apalis owns these tables; Receipt only indexes and prunes them.
+//! SQL on apalis's own queue tables: its SQLite storage's, which keeps a
+//! row for every acknowledged message unless someone deletes it, and what
+//! its Postgres storage, used by earlier versions, left behind. apalis
+//! owns these tables; Receipt only prunes them.
 
 use crate::Result;
 
@@ -32,39 +33,37 @@ pub async fn delete_finished_sqlite_messages(
     Ok(deleted)
 }
 
-/// apalis's Postgres storage (Postgres without Redis): an index on its
-/// finished rows, which it has none of, so deleting them reads nothing
-/// else. Made after apalis's own setup (it owns the `apalis` schema);
-/// processes starting together take turns on an advisory lock, as a
-/// concurrent `CREATE INDEX IF NOT EXISTS` of one name can fail.
-pub async fn index_finished_postgres_messages(pool: &sqlx::PgPool) -> Result<()> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('receipt_apalis_jobs_finished'))")
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(
-        "CREATE INDEX IF NOT EXISTS receipt_apalis_jobs_finished ON apalis.jobs (job_type, done_at)
-         WHERE status IN ('Done', 'Failed', 'Killed')",
+/// Whether apalis's Postgres storage, which earlier versions queued in
+/// on Postgres without Redis, left messages of `queue` that had not run:
+/// nothing reads them now, so their jobs must be published again.
+pub async fn left_unrun_postgres_messages(pool: &sqlx::PgPool, queue: &str) -> Result<bool> {
+    if !apalis_postgres_table_exists(pool).await? {
+        return Ok(false);
+    }
+    let left: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM apalis.jobs
+                        WHERE job_type = $1 AND status NOT IN ('Done', 'Killed'))",
     )
-    .execute(&mut *tx)
+    .bind(queue)
+    .fetch_one(pool)
     .await?;
-    tx.commit().await?;
-    Ok(())
+    Ok(left)
 }
 
-/// apalis's Postgres storage: [`delete_finished_sqlite_messages`] there.
-/// `SKIP LOCKED`, so processes doing this at once take different rows and
-/// none waits on an acknowledgement in progress.
-pub async fn delete_finished_postgres_messages(
+/// Deletes up to `limit` rows of `queue` that apalis's Postgres storage
+/// left (see [`left_unrun_postgres_messages`]), whatever their status:
+/// nothing reads them any more. Returns how many.
+pub async fn delete_left_postgres_messages(
     pool: &sqlx::PgPool,
     queue: &str,
     limit: i64,
 ) -> Result<u64> {
+    if !apalis_postgres_table_exists(pool).await? {
+        return Ok(0);
+    }
     let deleted = sqlx::query(
         "DELETE FROM apalis.jobs WHERE id IN (
-             SELECT id FROM apalis.jobs
-             WHERE status IN ('Done', 'Failed', 'Killed') AND job_type = $1
-               AND (status <> 'Failed' OR attempts >= max_attempts)
+             SELECT id FROM apalis.jobs WHERE job_type = $1
              LIMIT $2 FOR UPDATE SKIP LOCKED)",
     )
     .bind(queue)
@@ -73,4 +72,11 @@ pub async fn delete_finished_postgres_messages(
     .await?
     .rows_affected();
     Ok(deleted)
+}
+
+async fn apalis_postgres_table_exists(pool: &sqlx::PgPool) -> Result<bool> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('apalis.jobs') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    Ok(exists)
 }

@@ -10,11 +10,11 @@ pub enum Error {
     /// Redis, as the queue.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// The database: the outbox through the store, or the tables of
-    /// apalis's SQL storages.
+    /// The database: the outbox and the database queue through the store,
+    /// or apalis's tables.
     #[error(transparent)]
     Database(#[from] store::Error),
-    /// apalis's SQL storage refused a push or its setup for a reason other
+    /// apalis's SQLite storage refused a push or its setup for a reason other
     /// than the database's.
     #[error("queue storage: {0}")]
     Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -38,16 +38,6 @@ impl From<apalis_sqlite::Error> for Error {
         match error {
             apalis_sqlite::Error::Database(error) => error.into(),
             apalis_sqlite::Error::JsonError(error) => Error::Encode(Box::new(error)),
-            other => Error::Storage(Box::new(other)),
-        }
-    }
-}
-
-impl From<apalis_postgres::Error> for Error {
-    fn from(error: apalis_postgres::Error) -> Self {
-        match error {
-            apalis_postgres::Error::Database(error) => error.into(),
-            apalis_postgres::Error::JsonError(error) => Error::Encode(Box::new(error)),
             other => Error::Storage(Box::new(other)),
         }
     }

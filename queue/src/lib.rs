@@ -1,13 +1,17 @@
 //! The queue both binaries share: Redis when `REDIS_URL` is set, else the
-//! database (apalis's SQLite or Postgres storage), or, for the embedded
-//! default, a queue inside the process. A message is
-//! `{"job_id": "...", "rank_at": ..., "tenant_id": "..."}`; the Redis and
-//! in-process queues hand messages out fairly between tenants, and each
-//! tenant's in rank order (`docs/design.md`, Fair scheduling and
-//! Priorities); apalis's Postgres and SQLite storages in rank order. Also here: the one path that hands committed jobs to the
-//! queue ([`Handoff`]), and the outbox relay.
+//! database (the database queue on Postgres, apalis's SQLite storage for
+//! separate processes on SQLite), or, for the embedded default, a queue
+//! inside the process. A message is
+//! `{"job_id": "...", "rank_at": ..., "tenant_id": "..."}`; the Redis,
+//! database and in-process queues hand messages out fairly between
+//! tenants, and each tenant's in rank order (`docs/design.md`, Fair
+//! scheduling and Priorities); apalis's SQLite storage in rank order. Also
+//! here: the one path that hands committed jobs to the queue
+//! ([`Handoff`]), and the outbox relay.
 
 mod apalis_tables;
+mod consumer;
+mod database;
 mod error;
 mod memory;
 mod primary;
@@ -17,17 +21,18 @@ mod relay;
 use std::time::Duration;
 
 use apalis::prelude::TaskSink;
-use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
 use serde_json::{Value, json};
 use shared::{retry::Retry, settings::Settings};
 use store::{Dialect, QueuedJob, Store};
 use tracing::warn;
 
+pub use consumer::{Consumer, Delivery};
+pub use database::DatabaseQueue;
 pub use error::{Error, Result};
 pub use memory::{FAIR_SHARE, FairQueue, MEMORY_QUEUE_CAPACITY, MemoryQueue, Room};
 pub use primary::{Primary, SENTINEL_SCHEME};
-pub use redis::{ALIVE, Consumer, Delivery, RedisQueue};
+pub use redis::{ALIVE, RedisQueue};
 pub use relay::run_relay;
 
 /// How [`Queue::recover`] waits for a database that is busy or down.
@@ -43,7 +48,7 @@ pub fn message(job: &QueuedJob) -> Message {
     json!({ "job_id": job.job_id, "tenant_id": job.tenant_id, "rank_at": job.rank_at })
 }
 
-/// A task for apalis's SQL storages, which fetch by `priority`, highest
+/// A task for apalis's SQLite storage, which fetches by `priority`, highest
 /// first (then oldest first): the job's rank in seconds counted down from
 /// `i32::MAX` (what apalis stores) at 2026-01-01, so an earlier rank is a
 /// higher priority until 2094.
@@ -60,7 +65,7 @@ fn apalis_task(job: &QueuedJob) -> apalis::prelude::Task<Message> {
 pub enum Queue {
     Redis(RedisQueue),
     Sqlite(SqliteStorage<Message>),
-    Postgres(PostgresStorage<Message>),
+    Postgres(DatabaseQueue),
     Memory(MemoryQueue),
 }
 
@@ -133,23 +138,10 @@ impl Queue {
                     ),
                 ))
             }
-            Dialect::Postgres => {
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(8)
-                    .connect(store.session_url())
-                    .await?;
-                PostgresStorage::setup(&pool).await?;
-                apalis_tables::index_finished_postgres_messages(&pool).await?;
-                Ok(Queue::Postgres(
-                    PostgresStorage::new(&pool).with_config(
-                        apalis_postgres::Config::default()
-                            .queue(&queue_name)
-                            .batch_size(usize::from(settings.queue_prefetch))
-                            .heartbeat_interval(HEARTBEAT)
-                            .missed_heartbeats(MISSED_HEARTBEATS),
-                    ),
-                ))
-            }
+            Dialect::Postgres => Ok(Queue::Postgres(DatabaseQueue::new(
+                store.clone(),
+                queue_name,
+            )?)),
         }
     }
 
@@ -160,7 +152,7 @@ impl Queue {
         match self.clone() {
             Queue::Redis(queue) => queue.push(jobs).await?,
             Queue::Sqlite(mut storage) => storage.push_all(tasks()).await?,
-            Queue::Postgres(mut storage) => storage.push_all(tasks()).await?,
+            Queue::Postgres(queue) => queue.push(jobs).await?,
             Queue::Memory(queue) => queue.push(jobs),
         }
         Ok(())
@@ -228,26 +220,49 @@ impl Queue {
         }
     }
 
-    /// Returns the messages of Redis consumers that died (see
-    /// [`RedisQueue::return_abandoned`]); nothing to do for the other
-    /// queues, whose worker pools recover their own.
+    /// Returns the messages of consumers that died (see
+    /// [`RedisQueue::return_abandoned`], [`DatabaseQueue::return_abandoned`]);
+    /// nothing to do for the other queues, whose worker pools recover
+    /// their own.
     pub async fn return_abandoned(&self) -> Result<u64> {
         match self {
             Queue::Redis(queue) => queue.return_abandoned().await,
+            Queue::Postgres(queue) => queue.return_abandoned().await,
             _ => Ok(0),
+        }
+    }
+
+    /// A consumer of `slots` slots named `name`, for the queues that feed
+    /// apalis through one (Redis and the database queue); `None` for the
+    /// others.
+    pub fn consumer(&self, name: String, slots: usize) -> Option<Consumer> {
+        match self {
+            Queue::Redis(queue) => Some(queue.consumer(name, slots)),
+            Queue::Postgres(queue) => Some(queue.consumer(name, slots)),
+            _ => None,
         }
     }
 
     /// After a start, makes jobs whose messages only this queue could have
     /// held due for publishing again: an in-process queue starts empty, so
-    /// messages a previous process published into it died with it.
+    /// messages a previous process published into it died with it; and on
+    /// Postgres, messages left in apalis's queue table by an earlier
+    /// version are read by no one.
     ///
     /// A database that is busy or briefly down is waited for (a long
     /// write, such as a large ledger import, can hold SQLite's one writer
     /// past its busy timeout), for about a minute and a half at most, so a
     /// pool does not fail to start on a transient outage.
     pub async fn recover(&self, store: &Store) -> Result<()> {
-        if let Queue::Memory(_) = self {
+        let lost_with = match self {
+            Queue::Memory(_) => true,
+            Queue::Postgres(queue) => {
+                apalis_tables::left_unrun_postgres_messages(queue.apalis_pool(), queue.name())
+                    .await?
+            }
+            _ => false,
+        };
+        if lost_with {
             let due = RECOVER
                 .run(
                     |_| store.make_outbox_due_now(),
@@ -301,11 +316,12 @@ impl Queue {
 
     /// Deletes what the queue keeps of up to `limit` finished messages;
     /// returns how many it looked at, so a caller knows whether more wait.
-    /// apalis's SQLite and Postgres storages keep a row per acknowledged
-    /// message until someone deletes it; only rows whose handler has
-    /// returned and been acknowledged are touched, never one waiting or in
-    /// flight. The Redis and in-process queues keep nothing of a message
-    /// once it is acknowledged.
+    /// apalis's SQLite storage keeps a row per acknowledged message until
+    /// someone deletes it; only rows whose handler has returned and been
+    /// acknowledged are touched, never one waiting or in flight. The Redis,
+    /// database and in-process queues keep nothing of a message once it is
+    /// acknowledged; on Postgres, this deletes what apalis's storage of an
+    /// earlier version left (after [`Queue::recover`] republished its jobs).
     ///
     /// apalis's own `Vacuum` is not used: on SQLite it deletes every
     /// finished row in one statement and then rebuilds the file (`VACUUM`);
@@ -322,9 +338,9 @@ impl Queue {
                 )
                 .await?
             }
-            Queue::Postgres(storage) => {
-                apalis_tables::delete_finished_postgres_messages(
-                    storage.pool(),
+            Queue::Postgres(queue) => {
+                apalis_tables::delete_left_postgres_messages(
+                    queue.apalis_pool(),
                     queue_name,
                     limit_sql,
                 )
@@ -344,9 +360,7 @@ impl Queue {
             Queue::Sqlite(storage) => {
                 sqlx::query("SELECT 1").execute(storage.pool()).await?;
             }
-            Queue::Postgres(storage) => {
-                sqlx::query("SELECT 1").execute(storage.pool()).await?;
-            }
+            Queue::Postgres(queue) => queue.ping().await?,
             Queue::Memory(_) => {}
         }
         Ok(())

@@ -26,25 +26,23 @@
 //! `REPUBLISH_AFTER`.
 
 use std::{
-    collections::VecDeque,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
+    sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
 
-use apalis::prelude::{MemorySink, MemoryStorage, MemoryStorageError, Task};
-use futures::{Sink, SinkExt, StreamExt, lock::Mutex as AsyncMutex};
+use futures::lock::Mutex as AsyncMutex;
 use redis::{
     AsyncConnectionConfig,
     aio::{ConnectionManagerConfig, MultiplexedConnection},
 };
 use store::QueuedJob;
-use tokio::sync::Semaphore;
 use tracing::warn;
 
-use crate::{Message, Result, primary::Primary};
+use crate::{
+    Result,
+    consumer::{Consumer, Source},
+    primary::Primary,
+};
 
 static PUSH: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/push.lua")));
@@ -136,7 +134,7 @@ impl RedisQueue {
     }
 
     /// A consumer with `slots` slots, under a name no other consumer uses.
-    /// Its heartbeat runs until it is dropped.
+    /// Its heartbeat runs until it is released or dropped.
     pub fn consumer(&self, name: String, slots: usize) -> Consumer {
         let heartbeat = {
             let (queue, name) = (self.clone(), name.clone());
@@ -157,117 +155,41 @@ impl RedisQueue {
                 }
             })
         };
-        Consumer(Arc::new(ConsumerInner {
+        let fetcher = RedisFetcher {
             queue: self.clone(),
             name,
-            free: Arc::new(Semaphore::new(slots)),
-            acks: Mutex::new(Vec::new()),
             fetch_number: AtomicU64::new(1),
-            heartbeat,
-        }))
+            blocking: AsyncMutex::new(None),
+        };
+        Consumer::new(Source::Redis(fetcher), slots, heartbeat)
     }
 }
 
-struct ConsumerInner {
+/// A [`Consumer`]'s fetches from Redis (`lua/fetch.lua`).
+pub(crate) struct RedisFetcher {
     queue: RedisQueue,
     name: String,
-    /// Slots not holding a message: a fetch takes at most this many.
-    free: Arc<Semaphore>,
-    /// Messages whose handlers returned, acknowledged with the next fetch
-    /// (one round trip for both: a finished handler frees the slot that
-    /// fetch fills) or, for a consumer that stops, by its release.
-    acks: Mutex<Vec<String>>,
     /// The number of the next fetch: the same until a fetch is answered,
     /// so a fetch whose answer was lost gets its messages when tried again.
     fetch_number: AtomicU64,
-    heartbeat: tokio::task::JoinHandle<()>,
+    /// The connection an idle consumer blocks on, and the primary's
+    /// generation it was made under.
+    blocking: AsyncMutex<Option<(u64, MultiplexedConnection)>>,
 }
 
-impl Drop for ConsumerInner {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-    }
-}
-
-/// One worker's view of the queue: fetches into its in-flight list, at
-/// most as many messages as it has free slots.
-#[derive(Clone)]
-pub struct Consumer(Arc<ConsumerInner>);
-
-type BoxedMemorySink =
-    Box<dyn Sink<Task<Message>, Error = MemoryStorageError> + Send + Sync + Unpin>;
-
-impl Consumer {
-    /// An apalis backend fetching for this consumer: apalis runs the
-    /// handlers; each handler's [`Delivery`] frees its slot.
-    pub fn storage(&self) -> MemoryStorage<Message> {
-        let unused_sink: BoxedMemorySink =
-            Box::new(futures::sink::drain().sink_map_err(|never| match never {}));
-        let start = (self.clone(), VecDeque::new(), None);
-        let messages =
-            futures::stream::unfold(start, |(consumer, mut fetched, mut blocking)| async move {
-                loop {
-                    if let Some(message) = fetched.pop_front() {
-                        return Some((Task::new(message), (consumer, fetched, blocking)));
-                    }
-                    fetched = consumer.fetch(&mut blocking).await;
-                }
-            });
-        MemoryStorage::new_with(
-            MemorySink::new(Arc::new(AsyncMutex::new(unused_sink))),
-            messages.boxed(),
-        )
-    }
-
-    /// Waits for a free slot, then fetches as many messages as there are
-    /// free slots (at least one), blocking on the wake-up list while the
-    /// queue is empty.
-    async fn fetch(
-        &self,
-        blocking: &mut Option<(u64, MultiplexedConnection)>,
-    ) -> VecDeque<Message> {
-        let Ok(first) = self.0.free.clone().acquire_owned().await else {
-            return VecDeque::new();
-        };
-        first.forget();
-        let mut slots = 1;
-        while let Ok(more) = self.0.free.try_acquire() {
-            more.forget();
-            slots += 1;
-        }
-        loop {
-            match self.fetch_and_acknowledge(slots).await {
-                Ok(raw) if !raw.is_empty() => {
-                    self.0.free.add_permits(slots - raw.len());
-                    let mut messages = VecDeque::with_capacity(raw.len());
-                    for raw in raw {
-                        messages.push_back(self.decode(raw).await);
-                    }
-                    return messages;
-                }
-                Ok(_) => self.wait_for_push(blocking).await,
-                Err(error) => {
-                    warn!(%error, "fetching from the Redis queue failed; trying again");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-    }
-
-    /// One fetch of up to `slots` messages, carrying the acknowledgements
-    /// waiting since the last; they wait for the next one if it fails, and
-    /// the next one asks again under the same number.
-    async fn fetch_and_acknowledge(&self, slots: usize) -> Result<Vec<Vec<u8>>> {
-        let acks = std::mem::take(&mut *self.lock_acks());
-        let number = self.0.fetch_number.load(Ordering::Relaxed);
+impl RedisFetcher {
+    /// One fetch of up to `slots` messages, carrying acknowledgements; the
+    /// next one after a failure asks again under the same number.
+    pub(crate) async fn fetch(&self, slots: usize, acks: &[String]) -> Result<Vec<Vec<u8>>> {
+        let number = self.fetch_number.load(Ordering::Relaxed);
         let fetched: std::result::Result<Vec<Vec<u8>>, redis::RedisError> = FETCH
-            .key(&self.0.queue.prefix)
-            .arg(&self.0.name)
+            .key(&self.queue.prefix)
+            .arg(&self.name)
             .arg(slots)
             .arg(ALIVE.as_millis() as u64)
             .arg(number)
-            .arg(&acks)
-            .invoke_async(&mut self.0.queue.conn.clone())
+            .arg(acks)
+            .invoke_async(&mut self.queue.conn.clone())
             .await;
         // The window this number closes: the script ran, its answer never came.
         let fetched = if shared::failpoints::armed("queue::fetch_answer_lost") {
@@ -278,43 +200,14 @@ impl Consumer {
         } else {
             fetched
         };
-        match fetched {
-            Ok(messages) => {
-                self.0.fetch_number.fetch_add(1, Ordering::Relaxed);
-                Ok(messages)
-            }
-            Err(error) => {
-                self.lock_acks().extend(acks);
-                Err(error.into())
-            }
-        }
+        let messages = fetched?;
+        self.fetch_number.fetch_add(1, Ordering::Relaxed);
+        Ok(messages)
     }
 
-    fn lock_acks(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
-        self.0
-            .acks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A message as JSON. One that does not read back as the same bytes
-    /// (not JSON, or not as we write it) could not be acknowledged by its
-    /// value later: it is acknowledged now, and its handler drops it.
-    async fn decode(&self, raw: Vec<u8>) -> Message {
-        let value: Option<Message> = serde_json::from_slice(&raw).ok();
-        if let Some(value) = value
-            && value.to_string().as_bytes() == raw.as_slice()
-        {
-            return value;
-        }
-        if let Err(error) = self.acknowledge_raw(&raw).await {
-            warn!(%error, "could not drop an unreadable queue message");
-        }
-        Message::String(String::from_utf8_lossy(&raw).into_owned())
-    }
-
-    async fn wait_for_push(&self, blocking: &mut Option<(u64, MultiplexedConnection)>) {
-        let primary = &self.0.queue.conn;
+    pub(crate) async fn wait_for_push(&self) {
+        let mut blocking = self.blocking.lock().await;
+        let primary = &self.queue.conn;
         // One made before a failover may be to a replica now, where no
         // push ever lands.
         if blocking
@@ -342,7 +235,7 @@ impl Consumer {
             return;
         };
         let woken: Result<Option<(String, String)>, _> = redis::cmd("BLPOP")
-            .arg(self.0.queue.key("wake"))
+            .arg(self.queue.key("wake"))
             .arg(BLOCK.as_secs_f64())
             .query_async(conn)
             .await;
@@ -354,66 +247,23 @@ impl Consumer {
         }
     }
 
-    async fn acknowledge_raw(&self, raw: &[u8]) -> Result<()> {
-        let key = self.0.queue.key(&format!("inflight:{}", self.0.name));
+    pub(crate) async fn drop_unreadable(&self, raw: &[u8]) -> Result<()> {
+        let key = self.queue.key(&format!("inflight:{}", self.name));
         redis::cmd("LREM")
             .arg(key)
             .arg(1)
             .arg(raw)
-            .query_async::<i64>(&mut self.0.queue.conn.clone())
+            .query_async::<i64>(&mut self.queue.conn.clone())
             .await?;
         Ok(())
     }
 
-    /// A handler's hold on its message and slot (see [`Delivery`]).
-    pub fn delivery(&self, message: &Message) -> Delivery {
-        Delivery {
-            consumer: self.clone(),
-            raw: message.to_string(),
-            finished: AtomicBool::new(false),
-        }
-    }
-
-    /// Returns whatever this consumer still holds to the queue and stops
-    /// its heartbeat: for a consumer that stops (its handlers are done, or
-    /// were abandoned at the end of the shutdown grace).
-    pub async fn release(&self) -> Result<u64> {
-        self.0.heartbeat.abort();
-        // Finished messages must not go back with the unfinished ones.
-        self.fetch_and_acknowledge(0).await?;
+    pub(crate) async fn release(&self, acks: &[String]) -> Result<u64> {
+        self.fetch(0, acks).await?;
         Ok(REAP
-            .key(&self.0.queue.prefix)
-            .arg(&self.0.name)
-            .invoke_async(&mut self.0.queue.conn.clone())
+            .key(&self.queue.prefix)
+            .arg(&self.name)
+            .invoke_async(&mut self.queue.conn.clone())
             .await?)
-    }
-}
-
-/// A message a handler holds. When the handler finished with it, dropping
-/// this acknowledges the message (with the consumer's next fetch); dropped
-/// unfinished (the handler was
-/// abandoned), the message stays in flight until its consumer is released
-/// or reaped, and then runs again. Either way its slot is free.
-pub struct Delivery {
-    consumer: Consumer,
-    raw: String,
-    finished: AtomicBool,
-}
-
-impl Delivery {
-    pub fn finished(&self) {
-        self.finished.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Delivery {
-    fn drop(&mut self) {
-        if self.finished.load(Ordering::Relaxed) {
-            let raw = std::mem::take(&mut self.raw);
-            self.consumer.lock_acks().push(raw);
-        }
-        // After the acknowledgement is queued, so the fetch this slot
-        // wakes carries it.
-        self.consumer.0.free.add_permits(1);
     }
 }

@@ -32,6 +32,7 @@ mod ledger;
 mod outbox;
 mod periods;
 mod postgres;
+pub mod queue;
 mod results;
 mod retention;
 mod sagas;
@@ -66,6 +67,7 @@ pub use keys::{ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, Vali
 pub use ledger::{GstRow, ImportOutcome};
 pub use outbox::QueuedJob;
 pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
+pub use queue::{QUEUE_CHANNEL, QueueFetch, QueueMessage};
 pub use results::StoredResult;
 pub use retention::Pruned;
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};

@@ -190,10 +190,15 @@ impl TestEnv {
         self
     }
 
-    /// Postgres without Redis: the queue is apalis's Postgres storage.
+    /// Postgres without Redis: the queue is the database queue.
     pub fn without_redis(mut self) -> Self {
         self.redis = false;
         self
+    }
+
+    /// Whether the processes started from this environment use Redis.
+    pub fn uses_redis(&self) -> bool {
+        self.redis
     }
 
     /// A setting for every process started from now on (after the

@@ -37,7 +37,7 @@ async fn handle_message(
     consumer: Data<Option<Consumer>>,
 ) -> Result<(), BoxDynError> {
     // Frees the message's slot however the handler ends, and acknowledges
-    // the message once it has run (the Redis queue).
+    // the message once it has run (the Redis and database queues).
     let delivery = consumer
         .as_ref()
         .map(|consumer| consumer.delivery(&message));
@@ -111,13 +111,11 @@ impl ApalisWorkers {
         let runner = self.runner.clone();
         let concurrency = self.concurrency;
         let published = self.runner.signals.published_notify();
-        // One Redis consumer per generation: a generation that ends hands
-        // back what it still holds (below), and a process that dies stops
-        // its heartbeat, so its messages return to the queue.
-        let consumer = self
-            .queue
-            .redis()
-            .map(|queue| queue.consumer(base.clone(), concurrency));
+        // One consumer per generation (Redis, the database queue): a
+        // generation that ends hands back what it still holds (below), and
+        // a process that dies stops its heartbeat, so its messages return
+        // to the queue.
+        let consumer = self.queue.consumer(base.clone(), concurrency);
         let signal = async move {
             shutdown.cancelled().await;
             Ok(())
@@ -151,18 +149,14 @@ impl ApalisWorkers {
             }};
         }
         let result = match self.queue.clone() {
-            // Fetches block on Redis for a push: no polling.
-            Queue::Redis(_) => {
+            // Fetches wait for a push (Redis's BLPOP, Postgres's NOTIFY).
+            Queue::Redis(_) | Queue::Postgres(_) => {
                 let consumer = consumer
                     .clone()
-                    .ok_or_else(|| Error::Apalis("a Redis queue has a consumer".into()))?;
+                    .ok_or_else(|| Error::Apalis("a shared queue has a consumer".into()))?;
                 run_monitor!(move || consumer.storage())
             }
             Queue::Sqlite(storage) => {
-                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
-                run_monitor!(move || backend.clone())
-            }
-            Queue::Postgres(storage) => {
                 let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
                 run_monitor!(move || backend.clone())
             }

@@ -211,7 +211,7 @@ pub enum QueueShape {
     Embedded,
     /// Postgres, a `worker` process, the Redis queue.
     Redis,
-    /// Postgres, a `worker` process, apalis's Postgres storage (no Redis).
+    /// Postgres, a `worker` process, the database queue (no Redis).
     PostgresQueue,
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, TestEnv, wait, wait_for_a_blocked_statement};
+use crate::common::{Backend, QueueShape, TestEnv, wait, wait_for_a_blocked_statement};
 
 const BACKLOG: usize = 2_000;
 
@@ -20,25 +20,9 @@ fn millis(job: &Value, field: &str) -> i64 {
         .timestamp_millis()
 }
 
-/// The api and the worker pool of the shape: in one process (embedded), or
-/// an api and a worker process.
-async fn start(env: &TestEnv, extra: &[(&str, &str)]) -> (Api, Option<crate::common::Process>) {
-    match env.backend {
-        Backend::Sqlite => {
-            let embedded = [extra, &[("EMBEDDED_WORKER", "true")]].concat();
-            (env.start_api(&embedded).await, None)
-        }
-        Backend::PgRedis => {
-            let api_only = [extra, &[("EMBEDDED_WORKER", "false")]].concat();
-            let api = env.start_api(&api_only).await;
-            (api, Some(env.start_worker(extra)))
-        }
-    }
-}
-
-async fn a_tenants_job_starts_within_a_second_behind_another_tenants_backlog(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let (api, _worker) = start(&env, &[("WORKER_CONCURRENCY", "2")]).await;
+async fn a_tenants_job_starts_within_a_second_behind_another_tenants_backlog(shape: QueueShape) {
+    let running = shape.start(&[("WORKER_CONCURRENCY", "2")]).await;
+    let (env, api) = (&running.env, &running.api);
     // Tenant A: 2,000 sleeps of 50 ms, two at a time: 50 s of work in FIFO.
     futures::stream::iter(0..BACKLOG)
         .map(|_| api.submit("sleep", json!({"ms": 50})))
@@ -65,7 +49,7 @@ async fn a_tenants_job_starts_within_a_second_behind_another_tenants_backlog(bac
     );
 }
 
-crate::on_both_backends!(a_tenants_job_starts_within_a_second_behind_another_tenants_backlog);
+crate::on_every_queue_shape!(a_tenants_job_starts_within_a_second_behind_another_tenants_backlog);
 
 /// Blocks claims of the job: its row is locked by a transaction of the
 /// test's until the returned connection is dropped.
@@ -94,8 +78,15 @@ async fn end_statements_blocked_by(conn: &mut sqlx::PgConnection) {
     .expect("end the blocked statements");
 }
 
-/// Messages held in flight by this test's Redis consumers.
+/// Messages held in flight by this test's consumers: in Redis, or in the
+/// database queue when the test runs without Redis.
 async fn in_flight(env: &TestEnv) -> usize {
+    if !env.uses_redis() {
+        let held = env
+            .count("SELECT COUNT(*) FROM queue_messages WHERE consumer IS NOT NULL")
+            .await;
+        return usize::try_from(held).unwrap_or(0);
+    }
     let mut conn = env.redis().await;
     let lists: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{}:jobs:inflight:*", env.queue_name))
@@ -117,9 +108,7 @@ async fn in_flight(env: &TestEnv) -> usize {
 /// A worker killed (-9) after it fetched a message and before it claimed
 /// the job: the message is back in the queue once its heartbeat lapses
 /// (seconds), not after `REPUBLISH_AFTER` (five minutes here).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
-    let env = TestEnv::new(Backend::PgRedis).await;
+async fn messages_of_a_killed_worker_come_back_within_seconds(env: TestEnv) {
     let api = env
         .start_api(&[("EMBEDDED_WORKER", "false"), ("REPUBLISH_AFTER", "5m")])
         .await;
@@ -162,6 +151,22 @@ async fn messages_of_a_killed_redis_worker_come_back_within_seconds() {
         async || in_flight(&env).await == 0,
     )
     .await;
+}
+
+mod killed_worker {
+    use crate::common::{Backend, TestEnv};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_queue_messages_come_back_within_seconds() {
+        let env = TestEnv::new(Backend::PgRedis).await;
+        super::messages_of_a_killed_worker_come_back_within_seconds(env).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn database_queue_messages_come_back_within_seconds() {
+        let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+        super::messages_of_a_killed_worker_come_back_within_seconds(env).await;
+    }
 }
 
 /// Messages waiting in this test's Redis queue (all tenants).

@@ -490,8 +490,9 @@ async fn redis_keeps_nothing_per_job_once_the_jobs_are_done() {
     );
 }
 
-/// apalis's own table on the queue's database: its rows for this queue.
-async fn apalis_rows(env: &TestEnv) -> i64 {
+/// The rows the queue keeps on the queue's database: apalis's own table
+/// (SQLite), the database queue's (Postgres).
+async fn queue_rows(env: &TestEnv) -> i64 {
     match env.backend {
         Backend::Sqlite => {
             let queue_db = env.database_url.replace("/jobs.db", "/jobs.queue.db");
@@ -506,7 +507,7 @@ async fn apalis_rows(env: &TestEnv) -> i64 {
         }
         Backend::PgRedis => {
             env.count(&format!(
-                "SELECT COUNT(*) FROM apalis.jobs WHERE job_type = '{}:jobs'",
+                "SELECT COUNT(*) FROM queue_messages WHERE queue = '{}:jobs'",
                 env.queue_name
             ))
             .await
@@ -516,9 +517,9 @@ async fn apalis_rows(env: &TestEnv) -> i64 {
 
 const SQL_QUEUE_JOBS: usize = 300;
 
-/// apalis's SQLite storage (separate worker processes on SQLite) and its
-/// Postgres storage (Postgres without Redis).
-async fn apalis_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
+/// apalis's SQLite storage (separate worker processes on SQLite) and the
+/// database queue (Postgres without Redis).
+async fn sql_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
     let env = TestEnv::new(backend).await.without_redis();
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let _worker = env.start_worker(&[]);
@@ -526,9 +527,9 @@ async fn apalis_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
     run_jobs(&env, &api, SQL_QUEUE_JOBS).await;
 
     wait::until_ok(
-        &format!("apalis's table empty after {SQL_QUEUE_JOBS} finished jobs"),
+        &format!("the queue's table empty after {SQL_QUEUE_JOBS} finished jobs"),
         Duration::from_secs(30),
-        async || match apalis_rows(&env).await {
+        async || match queue_rows(&env).await {
             0 => Ok(()),
             rows => Err(format!("{rows} rows")),
         },
@@ -539,13 +540,11 @@ async fn apalis_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
 mod sql_queue {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn apalis_sqlite_queue_keeps_no_row_per_finished_job() {
-        super::apalis_queue_tables_keep_no_row_per_finished_job(crate::common::Backend::Sqlite)
-            .await;
+        super::sql_queue_tables_keep_no_row_per_finished_job(crate::common::Backend::Sqlite).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn apalis_postgres_queue_keeps_no_row_per_finished_job() {
-        super::apalis_queue_tables_keep_no_row_per_finished_job(crate::common::Backend::PgRedis)
-            .await;
+    async fn database_queue_keeps_no_row_per_finished_job() {
+        super::sql_queue_tables_keep_no_row_per_finished_job(crate::common::Backend::PgRedis).await;
     }
 }

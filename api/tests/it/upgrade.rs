@@ -173,3 +173,45 @@ async fn a_database_of_the_release_before_keeps_working_after_the_upgrade() {
         1
     );
 }
+
+/// Messages that apalis's Postgres storage held when a version that queued
+/// there (Postgres without Redis) stopped: nothing reads that table now, so
+/// a worker that starts publishes their jobs again at once, not after
+/// `REPUBLISH_AFTER`, and the vacuum deletes what the table kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_whose_messages_apalis_held_run_after_the_upgrade() {
+    let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "false"), ("REPUBLISH_AFTER", "5m")])
+        .await;
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let job_id = job_id(&job).to_owned();
+    let queued = format!("SELECT COUNT(*) FROM queue_messages WHERE job_id = '{job_id}'");
+    crate::common::wait::until_true(
+        "the relay published the job",
+        std::time::Duration::from_secs(30),
+        async || env.count(&queued).await == 1,
+    )
+    .await;
+    // As the earlier version left it: the message in apalis's table, none
+    // in the database queue.
+    let queue = format!("{}:jobs", env.queue_name);
+    env.execute_sql(&format!(
+        "CREATE SCHEMA apalis;
+         CREATE TABLE apalis.jobs (id TEXT PRIMARY KEY, job_type TEXT NOT NULL, status TEXT NOT NULL);
+         INSERT INTO apalis.jobs VALUES ('m1', '{queue}', 'Pending'), ('m0', '{queue}', 'Done');
+         DELETE FROM queue_messages;"
+    ))
+    .await;
+
+    let _worker = env.start_worker(&[("REPUBLISH_AFTER", "5m")]);
+    let done = api.wait_final(&job_id).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["attempts"], 1, "{done}");
+    crate::common::wait::until_true(
+        "apalis's leftover rows deleted",
+        std::time::Duration::from_secs(30),
+        async || env.count("SELECT COUNT(*) FROM apalis.jobs").await == 0,
+    )
+    .await;
+}

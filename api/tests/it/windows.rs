@@ -107,20 +107,37 @@ async fn a_submit_whose_commit_answer_was_lost_runs_within_seconds() {
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_whose_fetch_answer_was_lost_still_runs() {
-    let env = TestEnv::new(Backend::PgRedis).await;
+/// The worker's first fetch takes the waiting message into its hold (the
+/// Redis consumer's in-flight list, or the database queue's row naming
+/// it); the answer never reaches it. Its heartbeat goes on, so nothing
+/// hands the message back on its behalf: the consumer must.
+async fn a_message_whose_fetch_answer_was_lost_still_runs(env: TestEnv) {
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let submitted = post_sleep(&api.base, "fetch-lost").await.expect("answered");
     assert_eq!(submitted.status(), StatusCode::ACCEPTED);
     let job: Value = submitted.json().await.expect("a job");
     let job_id = job["job_id"].as_str().expect("job_id").to_owned();
 
-    // The worker's first fetch takes the waiting message into its
-    // in-flight list; the answer never reaches it. Its heartbeat goes on,
-    // so nothing hands the message back on its behalf.
     let _worker = env.start_worker(&[("FAILPOINTS", "queue::fetch_answer_lost=1*return")]);
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+}
+
+mod fetch_answer_lost {
+    use crate::common::{Backend, TestEnv};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_queue() {
+        super::a_message_whose_fetch_answer_was_lost_still_runs(
+            TestEnv::new(Backend::PgRedis).await,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn database_queue() {
+        let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+        super::a_message_whose_fetch_answer_was_lost_still_runs(env).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
