@@ -1,6 +1,7 @@
 //! Receipt's benchmark: starts the service as users run it (the embedded
-//! default, or `api` + `worker` on Postgres and Redis), drives it over HTTP
-//! like real clients, and prints a table plus one JSON line per scenario.
+//! default, or `api` + `worker` on Postgres and Redis), drives it through
+//! Receipt's own client (`receipt_client`) like real clients, and prints a
+//! table plus one JSON line per scenario.
 //! Everything runs on this machine; every process it starts is stopped and
 //! every database and Redis key it makes is removed.
 
@@ -12,6 +13,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use receipt_client::{Client, GstSummary, JobStatus, NewSchedule, Priority, RetryPolicy, Submit};
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
@@ -165,8 +167,11 @@ fn print_result(scenario: &str, shape: &str, line: Value, summary: &str) {
 /// scenario fails part way.
 struct Service {
     shape: Shape,
-    /// The api process, and a client of it with the bench tenant's key.
+    /// The api process.
     api: Api,
+    /// Clients of the api as the bench tenant and as the quiet one.
+    client: Client,
+    quiet: Client,
     workers: Vec<Process>,
     /// Dropped last: the processes stop before their database goes.
     env: TestEnv,
@@ -210,11 +215,12 @@ impl Service {
         }
         settings.extend_from_slice(extra);
         let env = TestEnv::new(backend).await.settings(&settings);
-        let mut api = env.start_api(&[]).await;
-        api.key = KEY.to_owned();
-        api.client = reqwest::Client::builder()
+        let api = env.start_api(&[]).await;
+        let http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .build()?;
+        let client = bench_client(&api.base, KEY, http.clone())?;
+        let quiet = bench_client(&api.base, QUIET_KEY, http)?;
         let workers = match shape {
             Shape::Production => (0..workers).map(|_| env.start_worker(&[])).collect(),
             Shape::Embedded => Vec::new(),
@@ -226,6 +232,8 @@ impl Service {
         let service = Service {
             shape,
             api,
+            client,
+            quiet,
             workers,
             env,
         };
@@ -288,12 +296,21 @@ impl Service {
     }
 }
 
-/// A `sleep` job submitted with the key of `api`, under a key of its own.
-async fn submit(api: &Api, body: &Value) -> Result<Value> {
-    let idempotency_key = uuid::Uuid::now_v7().to_string();
-    api.try_submit("sleep", body, &idempotency_key)
-        .await
-        .map_err(anyhow::Error::msg)
+/// A client of the api at `base` as the tenant of `key`. It sends each
+/// request once: the bench measures the service, and a retry would hide a
+/// failure inside a slower answer, so a failure is counted (the open-loop
+/// scenarios) or ends the run.
+fn bench_client(base: &str, key: &str, http: reqwest::Client) -> Result<Client> {
+    Ok(Client::builder(base, key)
+        .http_client(http)
+        .retry(RetryPolicy::single_try())
+        .build()?)
+}
+
+/// A `sleep` job of `ms` milliseconds, its body `ms` alone: the least a
+/// job can give the service to parse and store.
+fn sleep(ms: u64) -> Submit {
+    Submit::json("sleep", json!({ "ms": ms }))
 }
 
 /// What one end-to-end run measured.
@@ -308,16 +325,15 @@ struct Run {
 async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<Run> {
     let pool = service.pool().await?;
     let meter = CpuMeter::start(service, &pool).await?;
-    let api = &service.api;
-    let first = submit(api, &json!({"ms": 0})).await?;
-    let first_id = first["job_id"].as_str().context("job_id")?.to_owned();
+    let client = &service.client;
+    let first_id = client.submit(sleep(0)).await?.job_id;
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
     let clients = (0..concurrency).map(|_| {
         let next = next.clone();
         async move {
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < jobs {
-                submit(api, &json!({"ms": 0})).await?;
+                client.submit(sleep(0)).await?;
             }
             anyhow::Ok(())
         }
@@ -519,11 +535,11 @@ async fn submit_only(service: &Service, rate: u64, secs: u64) -> Result<Value> {
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
     let tasks: Vec<_> = (0..total)
         .map(|i| {
-            let api = service.api.with_key(KEY);
+            let client = service.client.clone();
             let scheduled = start + Duration::from_secs_f64(i as f64 / rate as f64);
             tokio::spawn(async move {
                 tokio::time::sleep_until(scheduled).await;
-                let answer = submit(&api, &json!({"ms": 0})).await;
+                let answer = client.submit(sleep(0)).await;
                 if let Err(error) = &answer {
                     eprintln!("# submit failed: {error:#}");
                 }
@@ -561,9 +577,9 @@ async fn submit_only(service: &Service, rate: u64, secs: u64) -> Result<Value> {
     }))
 }
 
-fn millis_between(job: &Value, from: &str, to: &str) -> Option<f64> {
-    let parse = |f: &str| job[f].as_str().and_then(rfc3339_ms);
-    Some(parse(to)? - parse(from)?)
+/// Milliseconds from one RFC 3339 time of a job to another.
+fn millis_between(from: &str, to: Option<&str>) -> Option<f64> {
+    Some(rfc3339_ms(to?)? - rfc3339_ms(from)?)
 }
 
 fn rfc3339_ms(text: &str) -> Option<f64> {
@@ -572,21 +588,23 @@ fn rfc3339_ms(text: &str) -> Option<f64> {
         .map(|t| t.timestamp_micros() as f64 / 1000.0)
 }
 
-/// `started_at - created_at` of `count` jobs of the tenant of `key`,
-/// submitted one at a time, each after the one before finished; sorted.
-async fn pickup_latencies(api: &Api, key: &str, count: usize) -> Result<Vec<f64>> {
+/// `started_at - created_at` of `count` jobs `job` makes, submitted by
+/// `client` one at a time, each after the one before finished (or was
+/// waited for a minute); sorted.
+async fn pickup_latencies(client: &Client, job: &Submit, count: usize) -> Result<Vec<f64>> {
     let mut latencies = Vec::with_capacity(count);
-    let api = api.with_key(key);
     for _ in 0..count {
-        let job = submit(&api, &json!({"ms": 0})).await?;
-        let id = job["job_id"].as_str().context("job_id")?;
-        let done: Value = api
-            .request(reqwest::Method::GET, &format!("/v1/jobs/{id}?wait=30"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        if let Some(ms) = millis_between(&done, "created_at", "started_at") {
+        let submitted = client.submit(job.clone()).await?;
+        let done = match client
+            .wait(&submitted.job_id, Duration::from_secs(60))
+            .await
+        {
+            Ok(done) => done,
+            // Still running: it has started all the same.
+            Err(receipt_client::Error::WaitTimedOut(seen)) => *seen,
+            Err(error) => return Err(error.into()),
+        };
+        if let Some(ms) = millis_between(&done.created_at, done.started_at.as_deref()) {
             latencies.push(ms);
         }
     }
@@ -596,7 +614,7 @@ async fn pickup_latencies(api: &Api, key: &str, count: usize) -> Result<Vec<f64>
 
 /// Scenario 3: an idle system, jobs one at a time: `started_at - created_at`.
 async fn pickup(service: &Service, count: usize) -> Result<Value> {
-    let latencies = pickup_latencies(&service.api, KEY, count).await?;
+    let latencies = pickup_latencies(&service.client, &sleep(0), count).await?;
     Ok(
         json!({"jobs": count, "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99)}),
     )
@@ -610,9 +628,8 @@ async fn pickup(service: &Service, count: usize) -> Result<Value> {
 async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Value> {
     use futures::StreamExt;
     let backlog_started = Instant::now();
-    let sleep_50ms = json!({"ms": 50});
-    let submitted: Vec<Result<Value>> = futures::stream::iter(0..backlog)
-        .map(|_| submit(&service.api, &sleep_50ms))
+    let submitted: Vec<_> = futures::stream::iter(0..backlog)
+        .map(|_| service.client.submit(sleep(50)))
         .buffer_unordered(32)
         .collect()
         .await;
@@ -620,7 +637,7 @@ async fn fairness(service: &Service, backlog: usize, count: usize) -> Result<Val
         result?;
     }
     let backlog_secs = backlog_started.elapsed().as_secs_f64();
-    let latencies = pickup_latencies(&service.api, QUIET_KEY, count).await?;
+    let latencies = pickup_latencies(&service.quiet, &sleep(0), count).await?;
     let pool = service.pool().await?;
     let waiting: i64 = sqlx::query(
         "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'QUEUED'",
@@ -653,7 +670,7 @@ async fn delayed(service: &Service, args: &Args) -> Result<Value> {
     let first_start =
         chrono::Utc::now().timestamp_millis() + i64::try_from(args.delayed_lead_secs * 1000)?;
     let spacing = (args.delayed_window_secs * 1000) as f64 / count.max(1) as f64;
-    let api = &service.api.with_key(QUIET_KEY);
+    let client = &service.quiet;
     let fill_started = Instant::now();
     let submitted: Vec<Result<()>> = futures::stream::iter(0..count)
         .map(|i| async move {
@@ -661,20 +678,7 @@ async fn delayed(service: &Service, args: &Args) -> Result<Value> {
             let at = chrono::DateTime::from_timestamp_millis(at)
                 .context("a time")?
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-            let request = api
-                .request(
-                    reqwest::Method::POST,
-                    &format!("/v1/reports/sleep?run_at={at}"),
-                )
-                .header("idempotency-key", uuid::Uuid::now_v7().to_string())
-                .json(&json!({"ms": 0}));
-            let reply = Api::try_read(request).await?;
-            anyhow::ensure!(
-                reply.status == reqwest::StatusCode::ACCEPTED,
-                "delayed submit answered {}: {}",
-                reply.status,
-                reply.text
-            );
+            client.submit(sleep(0).run_at(at)).await?;
             Ok(())
         })
         .buffer_unordered(32)
@@ -737,14 +741,10 @@ async fn delayed(service: &Service, args: &Args) -> Result<Value> {
 /// each high job, and how much of the backlog was still waiting at the end.
 async fn priority(service: &Service, args: &Args) -> Result<Value> {
     use futures::StreamExt;
-    let api = &service.api;
+    let client = &service.client;
     let backlog_started = Instant::now();
-    let submitted: Vec<Result<()>> = futures::stream::iter(0..args.priority_backlog)
-        .map(|_| async move {
-            submit_at(api, "priority=low", &json!({"ms": 20}))
-                .await
-                .map(drop)
-        })
+    let submitted: Vec<_> = futures::stream::iter(0..args.priority_backlog)
+        .map(|_| client.submit(sleep(20).priority(Priority::Low)))
         .buffer_unordered(32)
         .collect()
         .await;
@@ -752,21 +752,8 @@ async fn priority(service: &Service, args: &Args) -> Result<Value> {
         result?;
     }
     let backlog_secs = backlog_started.elapsed().as_secs_f64();
-    let mut latencies = Vec::with_capacity(args.priority_jobs);
-    for _ in 0..args.priority_jobs {
-        let job = submit_at(api, "priority=high", &json!({"ms": 0})).await?;
-        let id = job["job_id"].as_str().context("job_id")?;
-        let done: Value = api
-            .request(reqwest::Method::GET, &format!("/v1/jobs/{id}?wait=60"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        if let Some(ms) = millis_between(&done, "created_at", "started_at") {
-            latencies.push(ms);
-        }
-    }
-    latencies.sort_by(f64::total_cmp);
+    let high = sleep(0).priority(Priority::High);
+    let latencies = pickup_latencies(client, &high, args.priority_jobs).await?;
     let pool = service.pool().await?;
     let waiting: i64 = sqlx::query(
         "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'QUEUED'",
@@ -786,22 +773,6 @@ async fn priority(service: &Service, args: &Args) -> Result<Value> {
     }))
 }
 
-/// A sleep submitted with `query`, under a fresh idempotency key.
-async fn submit_at(api: &Api, query: &str, body: &Value) -> Result<Value> {
-    let request = api
-        .request(reqwest::Method::POST, &format!("/v1/reports/sleep?{query}"))
-        .header("idempotency-key", uuid::Uuid::now_v7().to_string())
-        .json(body);
-    let reply = Api::try_read(request).await?;
-    anyhow::ensure!(
-        reply.status == reqwest::StatusCode::ACCEPTED,
-        "submit answered {}: {}",
-        reply.status,
-        reply.text
-    );
-    Ok(reply.json())
-}
-
 /// Scenario: concurrency caps under contention. Two tenants each submit
 /// `--caps-jobs` 50 ms sleeps at once into a service whose every process
 /// caps a tenant at `--caps-limit` running jobs; a watcher samples each
@@ -809,13 +780,10 @@ async fn submit_at(api: &Api, query: &str, body: &Value) -> Result<Value> {
 /// ever sampled, how often a tenant ran at its cap, and the throughput.
 async fn caps(service: &Service, args: &Args) -> Result<Value> {
     use futures::StreamExt;
-    let apis = [service.api.with_key(KEY), service.api.with_key(QUIET_KEY)];
+    let clients = [&service.client, &service.quiet];
     let started = Instant::now();
-    let submitted: Vec<Result<()>> = futures::stream::iter(0..args.caps_jobs * 2)
-        .map(|i| {
-            let api = &apis[i % 2];
-            async move { submit_at(api, "", &json!({"ms": 50})).await.map(drop) }
-        })
+    let submitted: Vec<_> = futures::stream::iter(0..args.caps_jobs * 2)
+        .map(|i| clients[i % 2].submit(sleep(50)))
         .buffer_unordered(32)
         .collect()
         .await;
@@ -916,25 +884,10 @@ async fn sorted_ms(pool: &AnyPool, sql: &'static str, binds: &[i64]) -> Result<V
 /// (`started_at - fire_at`), read from the table.
 async fn schedules(service: &Service, args: &Args) -> Result<Value> {
     use futures::StreamExt;
-    let api = &service.api.with_key(QUIET_KEY);
-    let body =
-        json!({"kind": "sleep", "params": {"ms": 0}, "cron": "* * * * *", "timezone": "UTC"});
+    let every_minute = NewSchedule::new("sleep", json!({"ms": 0}), "* * * * *", "UTC");
     let create_started = Instant::now();
-    let created: Vec<Result<()>> = futures::stream::iter(0..args.schedules)
-        .map(|_| async {
-            let request = api
-                .request(reqwest::Method::POST, "/v1/schedules")
-                .header("idempotency-key", uuid::Uuid::now_v7().to_string())
-                .json(&body);
-            let reply = Api::try_read(request).await?;
-            anyhow::ensure!(
-                reply.status == reqwest::StatusCode::CREATED,
-                "create answered {}: {}",
-                reply.status,
-                reply.text
-            );
-            Ok(())
-        })
+    let created: Vec<_> = futures::stream::iter(0..args.schedules)
+        .map(|_| service.quiet.create_schedule(&every_minute))
         .buffer_unordered(32)
         .collect()
         .await;
@@ -1163,6 +1116,8 @@ async fn dashboard(service: &Service, rows: i64, requests: usize) -> Result<Valu
     let fold_s = folding.elapsed().as_secs_f64();
     pool.close().await;
 
+    // The dashboard is a browser's, signed in with a cookie: a page, not
+    // the API, and no part of the client.
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
@@ -1251,7 +1206,7 @@ async fn report(service: &Service, rows: i64) -> Result<Value> {
     );
     let mut floors = Vec::new();
     let mut reports = Vec::new();
-    let api = &service.api;
+    let client = &service.client;
     for _ in 0..3 {
         let started = Instant::now();
         sqlx::raw_sql(sqlx::AssertSqlSafe(floor_sql.clone()))
@@ -1259,24 +1214,19 @@ async fn report(service: &Service, rows: i64) -> Result<Value> {
             .await?;
         floors.push(started.elapsed().as_secs_f64() * 1000.0);
 
-        let job: Value = api
-            .request(reqwest::Method::POST, "/v1/reports/gst-summary")
-            .json(&json!({"month": "2026-10"}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let id = job["job_id"].as_str().context("job_id")?;
-        let done: Value = api
-            .request(reqwest::Method::GET, &format!("/v1/jobs/{id}?wait=60"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        if done["status"] != "SUCCEEDED" {
-            bail!("gst-summary ended {}", done["status"]);
+        let october = GstSummary {
+            month: "2026-10".into(),
+        };
+        let job = client.submit(october).await?;
+        let done = client.wait(&job.job_id, Duration::from_secs(600)).await?;
+        if done.status != JobStatus::Succeeded {
+            bail!("gst-summary ended {}", done.status.as_str());
         }
-        reports.push(millis_between(&done, "started_at", "finished_at").context("times")?);
+        let took = done
+            .started_at
+            .as_deref()
+            .and_then(|started| millis_between(started, done.finished_at.as_deref()));
+        reports.push(took.context("gst-summary without its times")?);
     }
     pool.close().await;
     floors.sort_by(f64::total_cmp);

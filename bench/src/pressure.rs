@@ -24,6 +24,7 @@ use std::{
 
 use anyhow::{Context, Result, ensure};
 use clap::Parser;
+use receipt_client::{Client, RetryPolicy};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use testkit::{
@@ -72,6 +73,9 @@ struct Args {
 /// The production shape on servers of its own.
 struct Service {
     api: Api,
+    /// A client of the api that sends each request once, so that every
+    /// answer, refusals and outages included, is counted as it came.
+    client: Client,
     worker: Process,
     env: TestEnv,
     // Dropped after the processes (fields drop in order).
@@ -106,16 +110,22 @@ impl Service {
                 ("EMBEDDED_WORKER", "false"),
                 ("RUST_LOG", "error"),
             ]);
-        let mut api = env.start_api(&[]).await;
-        api.key = KEY.to_owned();
-        api.client = reqwest::Client::builder()
+        let api = env.start_api(&[]).await;
+        let http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
-            .timeout(Duration::from_secs(30))
+            .build()?;
+        let client = Client::builder(&api.base, KEY)
+            .http_client(http)
+            .retry(RetryPolicy {
+                try_timeout: Duration::from_secs(30),
+                ..RetryPolicy::single_try()
+            })
             .build()?;
         let worker = env.start_worker(&[]);
         env.wait_for_redis_consumers(1).await;
         let service = Service {
             api,
+            client,
             worker,
             env,
             _redis: redis,
@@ -123,7 +133,7 @@ impl Service {
         };
         // Planner statistics for tables of a running service, as its
         // first minute's traffic and autovacuum give it.
-        let load = Load::start(&service.api, args.rate, args.job_ms);
+        let load = Load::start(&service.client, args.rate, args.job_ms);
         tokio::time::sleep(Duration::from_secs(10)).await;
         let (_, warm_up) = load.stop().await;
         let accepted = warm_up.iter().filter(|s| s.status == 202).count();
@@ -171,7 +181,8 @@ impl Service {
 struct Submit {
     due: f64,
     ms: f64,
-    /// The HTTP status, or 0 for no answer at all.
+    /// The HTTP status (202 for a job accepted), or 0 for no answer at
+    /// all, or one the client could not read.
     status: u16,
     retry_after: bool,
     job_id: Option<String>,
@@ -188,11 +199,11 @@ struct Load {
 }
 
 impl Load {
-    fn start(api: &Api, rate: u64, job_ms: u64) -> Self {
+    fn start(client: &Client, rate: u64, job_ms: u64) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
         let started_at = chrono::Utc::now();
-        let api = api.with_key(KEY);
+        let client = client.clone();
         let task = tokio::spawn({
             let stop = stop.clone();
             async move {
@@ -202,9 +213,9 @@ impl Load {
                     let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
                     i += 1;
                     tokio::time::sleep_until(due).await;
-                    let api = api.with_key(KEY);
+                    let client = client.clone();
                     submits.push(tokio::spawn(async move {
-                        submit_once(&api, job_ms, (due - started).as_secs_f64(), due).await
+                        submit_once(&client, job_ms, (due - started).as_secs_f64(), due).await
                     }));
                 }
                 let mut done = Vec::with_capacity(submits.len());
@@ -232,30 +243,24 @@ impl Load {
     }
 }
 
-async fn submit_once(api: &Api, job_ms: u64, due_s: f64, due: Instant) -> Submit {
-    let request = api
-        .request(reqwest::Method::POST, "/v1/reports/sleep")
-        .header("idempotency-key", uuid::Uuid::now_v7().to_string())
-        .json(&json!({ "ms": job_ms }));
-    let reply = Api::try_read(request).await;
+async fn submit_once(client: &Client, job_ms: u64, due_s: f64, due: Instant) -> Submit {
+    let sleep = receipt_client::Submit::json("sleep", json!({ "ms": job_ms }));
+    let answer = client.submit(sleep).await;
     let ms = due.elapsed().as_secs_f64() * 1000.0;
-    match reply {
-        Ok(reply) => Submit {
-            due: due_s,
-            ms,
-            status: reply.status.as_u16(),
-            retry_after: reply.header("retry-after").is_some(),
-            job_id: (reply.status.as_u16() == 202)
-                .then(|| reply.json()["job_id"].as_str().map(str::to_owned))
-                .flatten(),
-        },
-        Err(_) => Submit {
-            due: due_s,
-            ms,
-            status: 0,
-            retry_after: false,
-            job_id: None,
-        },
+    let (status, retry_after, job_id) = match answer {
+        Ok(job) => (202, false, Some(job.job_id)),
+        Err(receipt_client::Error::Api {
+            problem,
+            retry_after,
+        }) => (problem.status, retry_after.is_some(), None),
+        Err(_) => (0, false, None),
+    };
+    Submit {
+        due: due_s,
+        ms,
+        status,
+        retry_after,
+        job_id,
     }
 }
 
@@ -500,7 +505,7 @@ async fn held(args: &Args) -> Result<Value> {
     let service = Service::start(args).await?;
     let mut stats = service.connect().await?;
     top_statements(&mut stats, "warm-up").await?;
-    let load = Load::start(&service.api, args.rate, args.job_ms);
+    let load = Load::start(&service.client, args.rate, args.job_ms);
     let stop_sampling = Arc::new(AtomicBool::new(false));
     let mut tops = Vec::new();
     let (samples, held_at) = {
@@ -571,7 +576,7 @@ async fn held(args: &Args) -> Result<Value> {
 /// goes on; then `after_secs` of load without it.
 async fn connection_fault(args: &Args, terminate: bool) -> Result<Value> {
     let service = Service::start(args).await?;
-    let load = Load::start(&service.api, args.rate, args.job_ms);
+    let load = Load::start(&service.client, args.rate, args.job_ms);
     tokio::time::sleep(Duration::from_secs(args.before_secs)).await;
     let from = load.elapsed();
     let mut cut = 0;

@@ -2,7 +2,9 @@
 //! and Redis of the run's own) under a mixed load for a set time, while
 //! faults are injected: a worker killed every minute, Redis restarted
 //! without its data once, Postgres crashed once. Then it lets everything
-//! finish and counts what was lost or done twice.
+//! finish and counts what was lost or done twice. Its clients are
+//! Receipt's own (`receipt_client`), which retry through the faults as a
+//! user's program would.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -14,6 +16,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use rand::Rng;
+use receipt_client::{Client, NewWebhook, RetryPolicy, Submit};
 use serde_json::{Value, json};
 use sqlx::AnyPool;
 use testkit::{
@@ -52,7 +55,8 @@ struct Seen {
     accepted: HashMap<String, String>,
     /// Keys whose re-sent request named another job.
     keys_with_two_jobs: usize,
-    /// Submits answered with an error and retried.
+    /// Tries of a change (a submit, mostly) that failed and that the
+    /// client tried again.
     retried_submits: usize,
     long_polls: usize,
 }
@@ -99,16 +103,11 @@ impl Processes {
     }
 }
 
-/// One client intent: submit with a key, retrying the same key after any
-/// error until accepted; now and then send it once more, as a client that
-/// lost the answer would, and check the same job comes back.
-async fn submit_intent(
-    client: reqwest::Client,
-    base: String,
-    seen: Shared,
-    key: String,
-    stop_by: Instant,
-) {
+/// One client intent: submit with a key, which the client tries again
+/// under the same key after any error that a retry can change; now and
+/// then send it once more, as a client that lost the answer would, and
+/// check the same job comes back.
+async fn submit_intent(client: Client, seen: Shared, key: String) {
     let params = {
         let mut rng = rand::rng();
         match rng.random_range(0..100) {
@@ -117,58 +116,29 @@ async fn submit_intent(
             _ => json!({"ms": rng.random_range(10..500)}),
         }
     };
-    let send = || {
-        client
-            .post(format!("{base}/v1/reports/sleep"))
-            .bearer_auth(KEY)
-            .header("Idempotency-Key", &key)
-            .json(&params)
-            .send()
-    };
-    let mut job_id = None;
-    while job_id.is_none() && Instant::now() < stop_by {
-        match send().await {
-            Ok(response) if response.status().as_u16() == 202 => {
-                let job: Value = response.json().await.unwrap_or(Value::Null);
-                job_id = job["job_id"].as_str().map(str::to_owned);
-            }
-            Ok(response) if response.status().is_client_error() => {
-                eprintln!(
-                    "submit {key}: {} {}",
-                    response.status(),
-                    response.text().await.unwrap_or_default()
-                );
-                return;
-            }
-            _ => {
-                seen.lock().unwrap().retried_submits += 1;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+    let submit = Submit::json("sleep", params).idempotency_key(&key);
+    let job_id = match client.submit(submit.clone()).await {
+        Ok(job) => job.job_id,
+        // A refusal, or no acceptance within the client's deadline.
+        Err(error) => {
+            eprintln!("submit {key}: {error}");
+            return;
         }
-    }
-    let Some(job_id) = job_id else {
-        eprintln!("submit {key}: never accepted");
-        return;
     };
     seen.lock()
         .unwrap()
         .accepted
         .insert(key.clone(), job_id.clone());
     if rand::rng().random_ratio(1, 10)
-        && let Ok(response) = send().await
-        && response.status().as_u16() == 202
+        && let Ok(again) = client.submit(submit).await
+        && again.job_id != job_id
     {
-        {
-            let again: Value = response.json().await.unwrap_or(Value::Null);
-            if again["job_id"].as_str() != Some(job_id.as_str()) {
-                seen.lock().unwrap().keys_with_two_jobs += 1;
-            }
-        }
+        seen.lock().unwrap().keys_with_two_jobs += 1;
     }
 }
 
 /// Long polls on jobs already accepted, one after another.
-async fn long_poller(client: reqwest::Client, base: String, seen: Shared, until: Instant) {
+async fn long_poller(client: Client, seen: Shared, until: Instant) {
     while Instant::now() < until {
         let job_id = {
             let seen = seen.lock().unwrap();
@@ -184,11 +154,9 @@ async fn long_poller(client: reqwest::Client, base: String, seen: Shared, until:
         };
         if let Some(job_id) = job_id {
             let asked = Instant::now();
-            let _ = client
-                .get(format!("{base}/v1/jobs/{job_id}?wait=5"))
-                .bearer_auth(KEY)
-                .send()
-                .await;
+            // Not final within the wait, or no answer through a fault:
+            // either way, on to the next job.
+            let _ = client.wait(&job_id, Duration::from_secs(5)).await;
             seen.lock().unwrap().long_polls += 1;
             // A job already final answers at once: a client would not ask
             // again straight away.
@@ -286,8 +254,7 @@ async fn main() -> Result<()> {
             ("RUST_LOG", "warn"),
         ])
         .log_to(logs.path().to_owned());
-    let mut api = env.start_api(&[]).await;
-    api.key = KEY.to_owned();
+    let api = env.start_api(&[]).await;
     let base = api.base.clone();
     let mut processes = Processes {
         api,
@@ -307,13 +274,47 @@ async fn main() -> Result<()> {
     let redis_before = redis_size(&redis.url()).await?;
 
     let seen: Shared = Arc::default();
-    // Answers 500 to one delivery in twenty, so retries run.
-    let announced = Announcements::failing_every(20);
-    announced.subscribe(&processes.api).await;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+    let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()?;
+    // An intent is tried for two minutes at most, which outlasts every
+    // fault the soak makes; the retries are counted.
+    let submitter = Client::builder(&base, KEY)
+        .http_client(http.clone())
+        .retry(RetryPolicy {
+            deadline: Duration::from_secs(120),
+            try_timeout: Duration::from_secs(10),
+            ..RetryPolicy::default()
+        })
+        .on_try({
+            let seen = seen.clone();
+            move |report| {
+                if report.next_try_in.is_some() {
+                    seen.lock().unwrap().retried_submits += 1;
+                }
+            }
+        })
+        .build()?;
+    let poller = Client::builder(&base, KEY)
+        .http_client(http)
+        .retry(RetryPolicy {
+            deadline: Duration::from_secs(10),
+            try_timeout: Duration::from_secs(10),
+            ..RetryPolicy::default()
+        })
+        .build()?;
+    // Answers 500 to one delivery in twenty, so retries run.
+    let announced = Announcements::failing_every(20);
+    submitter
+        .register_webhook(&NewWebhook {
+            events: Some(
+                ["job.succeeded", "job.failed", "job.cancelled"]
+                    .map(str::to_owned)
+                    .into(),
+            ),
+            ..NewWebhook::to(&announced.url)
+        })
+        .await?;
 
     println!(
         "soak: {:?} at {} submits/s, {} workers; a worker killed every {:?}, Redis restarted empty at 1/3, Postgres crashed at 2/3",
@@ -322,14 +323,7 @@ async fn main() -> Result<()> {
     let started = Instant::now();
     let load_ends = started + args.duration;
     let pollers: Vec<_> = (0..4)
-        .map(|_| {
-            tokio::spawn(long_poller(
-                client.clone(),
-                base.clone(),
-                seen.clone(),
-                load_ends,
-            ))
-        })
+        .map(|_| tokio::spawn(long_poller(poller.clone(), seen.clone(), load_ends)))
         .collect();
     let mut intents = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1) / args.rate.max(1));
@@ -341,11 +335,9 @@ async fn main() -> Result<()> {
         tick.tick().await;
         n += 1;
         intents.push(tokio::spawn(submit_intent(
-            client.clone(),
-            base.clone(),
+            submitter.clone(),
             seen.clone(),
             format!("soak-{n}"),
-            load_ends + Duration::from_secs(120),
         )));
         let elapsed = started.elapsed();
         if Instant::now() >= next_kill {

@@ -31,7 +31,8 @@ pub(crate) fn problem_of_status(status: u16, text: &str) -> Problem {
 pub enum Error {
     /// Receipt answered with a problem: a 4xx that sending the same
     /// request again would not change, or a retryable status (5xx, 429,
-    /// 409 in progress) that outlasted the call's deadline.
+    /// 409 in progress) that outlasted the call's deadline or its tries
+    /// ([`crate::RetryPolicy`]).
     #[error("{} {}: {}", .problem.status, .problem.title, .problem.detail)]
     Api {
         /// The problem document of the answer.
@@ -40,7 +41,7 @@ pub enum Error {
         retry_after: Option<Duration>,
     },
     /// No answer came (a refused or cut connection, a timeout), on any
-    /// try within the call's deadline.
+    /// try within the call's deadline or its tries.
     #[error("no answer from Receipt: {0}")]
     Transport(#[source] reqwest::Error),
     /// A job's result was cut short after `written` bytes had gone to

@@ -19,6 +19,10 @@
 //! - **Every page**: the lists ([`Client::jobs`], [`Client::webhooks`],
 //!   [`Client::schedules`], [`Client::deliveries`]) are streams that follow
 //!   the cursors.
+//! - **Every try in sight**: [`ClientBuilder::on_try`] is told of each
+//!   try, how long it took and whether another follows, so a program can
+//!   count the retries made for it or time requests apart from the pauses
+//!   between them; [`RetryPolicy::single_try`] sends each request once.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -43,7 +47,10 @@ mod reports;
 mod webhooks;
 
 use std::{
+    fmt,
     future::Future,
+    ops::ControlFlow,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -89,6 +96,9 @@ pub struct RetryPolicy {
     /// How long one try may wait for its whole answer (a long poll gets
     /// its `?wait=` on top).
     pub try_timeout: Duration,
+    /// At most this many tries of a call, the first included (`None`: as
+    /// many as the deadline allows; `Some(0)` is taken as `Some(1)`).
+    pub max_tries: Option<u32>,
 }
 
 impl Default for RetryPolicy {
@@ -98,7 +108,60 @@ impl Default for RetryPolicy {
             first_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(10),
             try_timeout: Duration::from_secs(30),
+            max_tries: None,
         }
+    }
+}
+
+impl RetryPolicy {
+    /// Each request sent once: a failure comes back at once, as the error
+    /// of its one try (a 503 with its `Retry-After`, no answer at all).
+    /// For a program that measures the service, where a retry would hide
+    /// a failure inside a slower answer. To try an intent again itself, the
+    /// caller names its key ([`Submit::idempotency_key`],
+    /// [`Client::with_idempotency_key`]).
+    pub fn single_try() -> Self {
+        RetryPolicy {
+            max_tries: Some(1),
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Whether try number `tries` (from 1) was the last one allowed.
+    fn last_try(&self, tries: u32) -> bool {
+        self.max_tries.is_some_and(|max| tries >= max.max(1))
+    }
+}
+
+/// One try of a call, as [`ClientBuilder::on_try`] is told of it once the
+/// try is over: its request, how long it took, how it failed, and whether
+/// the call goes on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct TryReport<'a> {
+    /// The request's method.
+    pub method: &'a Method,
+    /// The request's URL (the API key is not in it).
+    pub url: &'a Url,
+    /// The try's number within its call, from 1: above 1, a retry.
+    pub number: u32,
+    /// From sending the request until its answer was read whole (or the
+    /// try failed); the pause before it is not counted.
+    pub took: Duration,
+    /// Why the try failed; `None` when its answer was the call's.
+    pub error: Option<&'a Error>,
+    /// The pause before the next try when the call goes on; `None` when
+    /// this try ended the call.
+    pub next_try_in: Option<Duration>,
+}
+
+/// What [`ClientBuilder::on_try`] runs.
+#[derive(Clone)]
+struct OnTry(Arc<dyn Fn(&TryReport<'_>) + Send + Sync>);
+
+impl fmt::Debug for OnTry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OnTry(..)")
     }
 }
 
@@ -133,6 +196,7 @@ pub struct Client {
     base: Url,
     authorization: HeaderValue,
     retry: RetryPolicy,
+    on_try: Option<OnTry>,
     /// The caller's key for the next change, instead of a fresh one.
     idempotency_key: Option<String>,
 }
@@ -144,6 +208,7 @@ pub struct ClientBuilder {
     api_key: String,
     http: Option<reqwest::Client>,
     retry: RetryPolicy,
+    on_try: Option<OnTry>,
 }
 
 impl ClientBuilder {
@@ -157,6 +222,32 @@ impl ClientBuilder {
     /// How calls are tried again ([`RetryPolicy::default`] otherwise).
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// Runs `hook` after every try of every call of the client (and of its
+    /// clones), on the task that made it: keep it short. It sees what no
+    /// answer shows: the retries made on the caller's behalf, and each
+    /// try's own time.
+    ///
+    /// ```
+    /// use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
+    /// use receipt_client::Client;
+    ///
+    /// let retries = Arc::new(AtomicU64::new(0));
+    /// let counted = retries.clone();
+    /// let client = Client::builder("http://127.0.0.1:8080", "rk_...")
+    ///     .on_try(move |report| {
+    ///         if report.number > 1 {
+    ///             counted.fetch_add(1, Ordering::Relaxed);
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), receipt_client::Error>(())
+    /// ```
+    pub fn on_try(mut self, hook: impl Fn(&TryReport<'_>) + Send + Sync + 'static) -> Self {
+        self.on_try = Some(OnTry(Arc::new(hook)));
         self
     }
 
@@ -190,6 +281,7 @@ impl ClientBuilder {
             base,
             authorization,
             retry: self.retry,
+            on_try: self.on_try,
             idempotency_key: None,
         })
     }
@@ -249,6 +341,7 @@ impl Client {
             api_key: api_key.to_owned(),
             http: None,
             retry: RetryPolicy::default(),
+            on_try: None,
         }
     }
 
@@ -395,43 +488,51 @@ impl Client {
             }),
             ..Call::new(Method::GET, self.url(&["v1", "jobs", job_id, "result"]))
         };
-        let written = self
-            .tries(async |remaining, _| {
-                let request = self.request(&call, remaining);
-                let mut response = match request.send().await {
-                    Ok(response) => response,
-                    Err(e) => return Try::Again(Error::Transport(e), None),
-                };
-                if !response.status().is_success() {
-                    let status = response.status();
-                    let retry_after = retry_after(response.headers());
-                    return match response.bytes().await {
-                        Ok(body) => refusal(status, &body, retry_after),
-                        Err(e) => Try::Again(Error::Transport(e), None),
-                    };
-                }
-                let mut written = 0u64;
-                loop {
-                    match response.chunk().await {
-                        Ok(Some(chunk)) => {
-                            if let Err(e) = writer.write_all(&chunk).await {
-                                return Try::Fail(Error::Io(e));
-                            }
-                            written += chunk.len() as u64;
-                        }
-                        Ok(None) => return Try::Done(written),
-                        Err(e) if written == 0 => {
-                            return Try::Again(Error::Transport(e), None);
-                        }
-                        Err(source) => {
-                            return Try::Fail(Error::Interrupted { written, source });
-                        }
-                    }
-                }
-            })
-            .await?;
+        let mut tries = Tries::new(self, &call);
+        let written = loop {
+            let (remaining, _) = tries.begin();
+            let outcome = self.try_streaming(&call, remaining, writer).await;
+            if let ControlFlow::Break(written) = tries.end(outcome).await {
+                break written?;
+            }
+        };
         writer.flush().await?;
         Ok(written)
+    }
+
+    /// One try of [`Client::stream_result`].
+    async fn try_streaming<W: AsyncWrite + Unpin>(
+        &self,
+        call: &Call,
+        remaining: Duration,
+        writer: &mut W,
+    ) -> Try<u64> {
+        let mut response = match self.request(call, remaining).send().await {
+            Ok(response) => response,
+            Err(e) => return Try::Again(Error::Transport(e), None),
+        };
+        if !response.status().is_success() {
+            let status = response.status();
+            let retry_after = retry_after(response.headers());
+            return match response.bytes().await {
+                Ok(body) => refusal(status, &body, retry_after),
+                Err(e) => Try::Again(Error::Transport(e), None),
+            };
+        }
+        let mut written = 0u64;
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if let Err(e) = writer.write_all(&chunk).await {
+                        return Try::Fail(Error::Io(e));
+                    }
+                    written += chunk.len() as u64;
+                }
+                Ok(None) => return Try::Done(written),
+                Err(e) if written == 0 => return Try::Again(Error::Transport(e), None),
+                Err(source) => return Try::Fail(Error::Interrupted { written, source }),
+            }
+        }
     }
 
     /// Cancels a job: a `QUEUED` one at once, a `RUNNING` one at its next
@@ -730,30 +831,38 @@ impl Client {
     /// Sends `call` until it is answered with a 2xx, read whole, or it
     /// fails for good.
     async fn answer(&self, call: Call) -> Result<Answer> {
-        self.tries(async |remaining, tries| {
-            let request = self.request(&call, remaining);
-            let response = match request.send().await {
-                Ok(response) => response,
-                Err(e) => return Try::Again(Error::Transport(e), None),
-            };
-            let status = response.status();
-            let retry_after = retry_after(response.headers());
-            match response.bytes().await {
-                Ok(body) => judge(
-                    &call,
-                    tries,
-                    Answer {
-                        status,
-                        body: body.to_vec(),
-                    },
-                    retry_after,
-                ),
-                // Cut while the answer was read: it may have been a
-                // success, which the same key makes safe to ask again.
-                Err(e) => Try::Again(Error::Transport(e), None),
+        let mut tries = Tries::new(self, &call);
+        loop {
+            let (remaining, number) = tries.begin();
+            let outcome = self.try_answer(&call, remaining, number).await;
+            if let ControlFlow::Break(answer) = tries.end(outcome).await {
+                return answer;
             }
-        })
-        .await
+        }
+    }
+
+    /// One try of [`Client::answer`], the `number`th.
+    async fn try_answer(&self, call: &Call, remaining: Duration, number: u32) -> Try<Answer> {
+        let response = match self.request(call, remaining).send().await {
+            Ok(response) => response,
+            Err(e) => return Try::Again(Error::Transport(e), None),
+        };
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        match response.bytes().await {
+            Ok(body) => judge(
+                call,
+                number,
+                Answer {
+                    status,
+                    body: body.to_vec(),
+                },
+                retry_after,
+            ),
+            // Cut while the answer was read: it may have been a
+            // success, which the same key makes safe to ask again.
+            Err(e) => Try::Again(Error::Transport(e), None),
+        }
     }
 
     fn request(&self, call: &Call, remaining: Duration) -> reqwest::RequestBuilder {
@@ -778,32 +887,91 @@ impl Client {
         }
         request
     }
+}
 
-    /// The one retry loop of the client: runs `try_once` (given the time
-    /// left and the try's number, from 1) until it is done or fails for
-    /// good, pausing between tries along [`RetryPolicy`]; past the
-    /// deadline, the last try's error.
-    async fn tries<T>(&self, mut try_once: impl AsyncFnMut(Duration, u32) -> Try<T>) -> Result<T> {
-        let started = Instant::now();
-        let mut tries = 0u32;
-        loop {
-            tries += 1;
-            let remaining = self.retry.deadline.saturating_sub(started.elapsed());
-            let (error, retry_after) = match try_once(remaining, tries).await {
-                Try::Done(value) => return Ok(value),
-                Try::Fail(error) => return Err(error),
-                Try::Again(error, retry_after) => (error, retry_after),
-            };
-            let backoff = shared::time::backoff_delay(
-                i64::from(tries),
-                self.retry.first_backoff,
-                self.retry.max_backoff,
-            );
-            let pause = backoff.max(retry_after.unwrap_or_default());
-            if started.elapsed() + pause >= self.retry.deadline {
-                return Err(error);
+/// The one retry loop of the client, as its state: a call begins each try
+/// with [`Tries::begin`] and hands what it came to to [`Tries::end`], which
+/// ends the call or pauses along [`RetryPolicy`] before the next; past the
+/// deadline or the last try allowed, the call ends with the last try's
+/// error. Each try is reported to the `on_try` hook.
+///
+/// (A loop the caller writes, rather than one that takes the try as an
+/// async closure: the futures of such closures are not known to be `Send`,
+/// and a caller's task must be able to hold a call.)
+struct Tries<'a> {
+    client: &'a Client,
+    call: &'a Call,
+    started: Instant,
+    /// The number of the try under way, from 1.
+    number: u32,
+    try_started: Instant,
+}
+
+impl<'a> Tries<'a> {
+    fn new(client: &'a Client, call: &'a Call) -> Self {
+        let now = Instant::now();
+        Tries {
+            client,
+            call,
+            started: now,
+            number: 0,
+            try_started: now,
+        }
+    }
+
+    /// Starts the next try: the time left for it and its number.
+    fn begin(&mut self) -> (Duration, u32) {
+        self.number += 1;
+        self.try_started = Instant::now();
+        let remaining = self
+            .client
+            .retry
+            .deadline
+            .saturating_sub(self.started.elapsed());
+        (remaining, self.number)
+    }
+
+    /// Ends the try: `Break` with the call's outcome, or `Continue` once
+    /// the pause before the next try is over.
+    async fn end<T>(&mut self, outcome: Try<T>) -> ControlFlow<Result<T>> {
+        let took = self.try_started.elapsed();
+        let (error, retry_after) = match outcome {
+            Try::Done(value) => {
+                self.report(took, None, None);
+                return ControlFlow::Break(Ok(value));
             }
-            tokio::time::sleep(pause).await;
+            Try::Fail(error) => {
+                self.report(took, Some(&error), None);
+                return ControlFlow::Break(Err(error));
+            }
+            Try::Again(error, retry_after) => (error, retry_after),
+        };
+        let policy = &self.client.retry;
+        let backoff = shared::time::backoff_delay(
+            i64::from(self.number),
+            policy.first_backoff,
+            policy.max_backoff,
+        );
+        let pause = backoff.max(retry_after.unwrap_or_default());
+        if policy.last_try(self.number) || self.started.elapsed() + pause >= policy.deadline {
+            self.report(took, Some(&error), None);
+            return ControlFlow::Break(Err(error));
+        }
+        self.report(took, Some(&error), Some(pause));
+        tokio::time::sleep(pause).await;
+        ControlFlow::Continue(())
+    }
+
+    fn report(&self, took: Duration, error: Option<&Error>, next_try_in: Option<Duration>) {
+        if let Some(OnTry(hook)) = &self.client.on_try {
+            hook(&TryReport {
+                method: &self.call.method,
+                url: &self.call.url,
+                number: self.number,
+                took,
+                error,
+                next_try_in,
+            });
         }
     }
 }

@@ -133,6 +133,7 @@ fn lossy_client(url: &str) -> Client {
             first_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(300),
             try_timeout: Duration::from_secs(15),
+            max_tries: None,
         })
         .build()
         .expect("client")

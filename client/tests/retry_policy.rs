@@ -1,16 +1,17 @@
 //! Which answers the client tries again and which it does not, against a
 //! server on loopback that answers from a script: a retry only where the
 //! same request can succeed, always under the intent's one key, no sooner
-//! than `Retry-After`, and never past the call's deadline.
+//! than `Retry-After`, and never past the call's deadline or its tries;
+//! and what the hook of every try is told.
 
 use std::{
     collections::VecDeque,
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use receipt_client::{Client, Error, RetryPolicy, Sleep};
+use receipt_client::{Client, ClientBuilder, Error, RetryPolicy, Sleep};
 use serde_json::json;
 use testkit::serve_on_loopback;
 
@@ -63,21 +64,55 @@ fn job() -> serde_json::Value {
            "created_at": "2026-10-03T09:15:00.123Z", "cancel_requested": false, "priority": "normal"})
 }
 
+/// Quick tries within `deadline`.
+fn quick(deadline: Duration) -> RetryPolicy {
+    RetryPolicy {
+        deadline,
+        first_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+        try_timeout: Duration::from_secs(5),
+        max_tries: None,
+    }
+}
+
 /// A client of a server answering `answers` in turn, and the script.
 fn scripted(answers: Vec<Scripted>, deadline: Duration) -> (Client, web::Data<Script>) {
+    scripted_with(answers, |builder| builder.retry(quick(deadline)))
+}
+
+/// [`scripted`], with the client's builder finished by `settings`.
+fn scripted_with(
+    answers: Vec<Scripted>,
+    settings: impl FnOnce(ClientBuilder) -> ClientBuilder,
+) -> (Client, web::Data<Script>) {
     let script = web::Data::new(Script::default());
     script.answers.lock().unwrap().extend(answers);
     let (addr, _handle) = serve_on_loopback(script.clone(), answer);
-    let client = Client::builder(&format!("http://{addr}"), "key")
-        .retry(RetryPolicy {
-            deadline,
-            first_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(50),
-            try_timeout: Duration::from_secs(5),
-        })
+    let client = settings(Client::builder(&format!("http://{addr}"), "key"))
         .build()
         .expect("client");
     (client, script)
+}
+
+/// What the hook was told of one try: its number, the status of its
+/// failure (0: no answer; `None`: it succeeded), whether another followed.
+type Told = (u32, Option<u16>, bool);
+
+/// A hook that keeps what it is told, and what it keeps.
+fn recorder() -> (
+    impl Fn(&receipt_client::TryReport<'_>) + Send + Sync + 'static,
+    Arc<Mutex<Vec<Told>>>,
+) {
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let kept = told.clone();
+    let hook = move |report: &receipt_client::TryReport<'_>| {
+        assert!(report.url.path().starts_with("/v1/"), "{}", report.url);
+        let status = report.error.map(|e| e.status().unwrap_or(0));
+        kept.lock()
+            .unwrap()
+            .push((report.number, status, report.next_try_in.is_some()));
+    };
+    (hook, told)
 }
 
 fn keys(script: &Script) -> Vec<Option<String>> {
@@ -168,4 +203,106 @@ async fn tries_stop_at_the_deadline_with_the_last_answer() {
     assert_eq!(error.status(), Some(503));
     assert!(keys(&script).len() >= 2, "tried once only");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[actix_web::test]
+async fn a_policy_of_one_try_sends_each_request_once_and_answers_its_failure() {
+    let (client, script) = scripted_with(
+        vec![
+            (503, Some("1"), problem(503, "the database is unavailable")),
+            (202, None, job()),
+        ],
+        |builder| builder.retry(RetryPolicy::single_try()),
+    );
+    let started = Instant::now();
+
+    let error = client.submit(Sleep::default()).await.unwrap_err();
+
+    assert_eq!(error.status(), Some(503), "{error}");
+    assert!(
+        matches!(error, Error::Api { retry_after: Some(after), .. } if after == Duration::from_secs(1)),
+        "{error:?}"
+    );
+    assert_eq!(keys(&script).len(), 1, "the 503 was tried again");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the one try waited for its Retry-After"
+    );
+    let job = client.submit(Sleep::default()).await.expect("the next try");
+    assert_eq!(job.job_id, "job_1");
+}
+
+#[actix_web::test]
+async fn the_hook_is_told_of_every_try_and_whether_another_follows() {
+    let (hook, told) = recorder();
+    let (client, _script) = scripted_with(
+        vec![
+            (503, None, problem(503, "the database is unavailable")),
+            (500, None, problem(500, "an unexpected error occurred")),
+            (202, None, job()),
+        ],
+        |builder| builder.retry(quick(Duration::from_secs(30))).on_try(hook),
+    );
+
+    client.submit(Sleep::default()).await.expect("the job");
+
+    assert_eq!(
+        *told.lock().unwrap(),
+        vec![(1, Some(503), true), (2, Some(500), true), (3, None, false)]
+    );
+}
+
+#[actix_web::test]
+async fn the_hook_is_told_of_a_last_try_as_the_end_of_its_call() {
+    for (policy, answers, expected) in [
+        (
+            quick(Duration::from_secs(30)),
+            vec![(422, None, problem(422, "the parameters are not valid"))],
+            vec![(1, Some(422), false)],
+        ),
+        (
+            RetryPolicy {
+                max_tries: Some(2),
+                ..quick(Duration::from_secs(30))
+            },
+            vec![(429, None, problem(429, "over RATE_LIMIT"))],
+            vec![(1, Some(429), true), (2, Some(429), false)],
+        ),
+    ] {
+        let (hook, told) = recorder();
+        let (client, script) = scripted_with(answers, |builder| builder.retry(policy).on_try(hook));
+
+        client.submit(Sleep::default()).await.unwrap_err();
+
+        assert_eq!(*told.lock().unwrap(), expected);
+        assert_eq!(keys(&script).len(), expected.len());
+    }
+}
+
+#[actix_web::test]
+async fn calls_run_on_tasks_of_their_own() {
+    let (client, script) = scripted(
+        vec![
+            (503, None, problem(503, "the database is unavailable")),
+            (202, None, job()),
+        ],
+        Duration::from_secs(30),
+    );
+
+    // A program with many clients at once spawns each call: its future
+    // must be `Send`, pauses between tries included.
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let job = client.submit(Sleep::default()).await?;
+                client.job(&job.job_id).await
+            })
+        })
+        .collect();
+    for call in calls {
+        let job = call.await.expect("the task").expect("the job");
+        assert_eq!(job.job_id, "job_1");
+    }
+    assert_eq!(keys(&script).len(), 9, "one 503, four submits, four reads");
 }

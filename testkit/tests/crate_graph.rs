@@ -50,11 +50,13 @@ const ALLOWED: &[(&str, u8, &[&str])] = &[
     // Tools that drive the binaries from outside: they talk HTTP and SQL,
     // and share no code with the service.
     ("testkit", 0, &[]),
-    ("bench", 1, &["testkit"]),
     // The client speaks the API's vocabulary and checks signatures with
     // the service's own signing; its tests drive the binaries through
     // testkit.
     ("client", 2, &["shared", "outbound", "testkit"]),
+    // The bench and the soak drive the service through the client, as
+    // its users do.
+    ("bench", 3, &["testkit", "client"]),
 ];
 
 fn workspace_dependencies() -> BTreeMap<String, BTreeSet<String>> {
