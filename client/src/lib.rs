@@ -414,8 +414,9 @@ impl Client {
             .await
     }
 
-    /// [`Client::wait`], answering at least every `every` (at most 60 s)
-    /// with the job as it is then, for `watch` (a progress bar).
+    /// [`Client::wait`], answering at least every `every` (at most 60 s,
+    /// in whole seconds, rounded up) with the job as it is then, for
+    /// `watch` (a progress bar).
     pub async fn wait_watching(
         &self,
         job_id: &str,
@@ -426,7 +427,10 @@ impl Client {
         let started = Instant::now();
         loop {
             let left = deadline.saturating_sub(started.elapsed());
-            let wait = every.min(LONGEST_POLL).min(left).as_secs();
+            // The service holds a long poll for whole seconds: a part of a
+            // second is rounded up (a poll without `wait` would answer at
+            // once, and the next one too, until the deadline).
+            let wait = every.min(LONGEST_POLL).min(left).as_secs_f64().ceil() as u64;
             let mut url = self.url(&["v1", "jobs", job_id]);
             if wait > 0 {
                 url.query_pairs_mut().append_pair("wait", &wait.to_string());

@@ -306,3 +306,38 @@ async fn calls_run_on_tasks_of_their_own() {
     }
     assert_eq!(keys(&script).len(), 9, "one 503, four submits, four reads");
 }
+
+/// A wait answered at once by a server (as a job that moves along is)
+/// still asks for a long poll of at least a second every time: a part of a
+/// second left, or a shorter `every`, is rounded up, never sent as a poll
+/// without `wait` that the service answers at once, again and again.
+#[actix_web::test]
+async fn every_poll_of_a_wait_asks_the_service_to_hold_it() {
+    let urls = Arc::new(Mutex::new(Vec::new()));
+    let kept = urls.clone();
+    let hook = move |report: &receipt_client::TryReport<'_>| {
+        kept.lock().unwrap().push(report.url.clone());
+    };
+    let (client, _script) = scripted_with(vec![(200, None, job())], |builder| {
+        builder.retry(quick(Duration::from_secs(30))).on_try(hook)
+    });
+    let error = client
+        .wait_watching(
+            "job_1",
+            Duration::from_millis(1_500),
+            Duration::from_millis(300),
+            |_| {},
+        )
+        .await
+        .expect_err("the job never ends");
+    assert!(matches!(error, Error::WaitTimedOut(_)), "{error}");
+    let urls = urls.lock().unwrap().clone();
+    assert!(!urls.is_empty());
+    for url in &urls {
+        let wait = url
+            .query_pairs()
+            .find(|(name, _)| name == "wait")
+            .and_then(|(_, value)| value.parse::<u64>().ok());
+        assert!(wait.is_some_and(|seconds| seconds >= 1), "{url}");
+    }
+}

@@ -152,27 +152,6 @@ impl Api {
         reply.json()
     }
 
-    /// Submits a job under an idempotency key; the job's object on 202,
-    /// else what came back (for the bench, which counts refusals).
-    pub async fn try_submit(
-        &self,
-        kind: &str,
-        params: &Value,
-        idempotency_key: &str,
-    ) -> Result<Value, String> {
-        let request = self
-            .request(Method::POST, &format!("/v1/reports/{kind}"))
-            .header("idempotency-key", idempotency_key)
-            .json(params);
-        match Self::try_read(request).await {
-            Ok(reply) if reply.status == StatusCode::ACCEPTED => {
-                serde_json::from_str(&reply.text).map_err(|e| e.to_string())
-            }
-            Ok(reply) => Err(format!("submit answered {}: {}", reply.status, reply.text)),
-            Err(error) => Err(format!("submit failed: {error}")),
-        }
-    }
-
     pub async fn job(&self, job_id: &str) -> Value {
         let reply = self.get(&format!("/v1/jobs/{job_id}")).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
