@@ -16,6 +16,7 @@ mod retention;
 mod runner;
 mod scheduler;
 mod sweeper;
+mod traces;
 mod workers;
 
 pub use dispatcher::Dispatcher;
@@ -25,3 +26,4 @@ pub use process::{cancel_on_signal, run_worker_process};
 pub use retention::{run_pruner, run_queue_vacuum};
 pub use runner::Runner;
 pub use sweeper::run_sweeper;
+pub use traces::JOIN_WITHIN;
