@@ -21,6 +21,9 @@ pub async fn trace_requests(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if !telemetry::trace::exporting() {
+        return next.call(request).await;
+    }
     let traceparent = request
         .headers()
         .get("traceparent")

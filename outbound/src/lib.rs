@@ -258,21 +258,28 @@ pub struct SignedPost<'a> {
 /// It is an HTTP client span, `POST`, with the attributes of OpenTelemetry's
 /// semantic conventions, and the receiver gets its `traceparent`.
 pub async fn signed_post(post: SignedPost<'_>) -> Result<Answer, String> {
-    let parsed = url::Url::parse(post.url).ok();
     let span = tracing::info_span!(
         "POST",
         otel.kind = "client",
         otel.status_code = Empty,
         http.request.method = "POST",
-        url.full = %parsed.as_ref().map(url_in_span).unwrap_or_default(),
-        server.address = parsed.as_ref().and_then(url::Url::host_str).unwrap_or_default(),
-        server.port = parsed.as_ref().and_then(url::Url::port_or_known_default),
+        url.full = Empty,
+        server.address = Empty,
+        server.port = Empty,
         http.response.status_code = Empty,
         error.type = Empty,
     );
-    if let Some(parent) = post.parent {
-        let fields = HashMap::from([("traceparent".to_owned(), parent.to_owned())]);
-        let _ = span.set_parent(global::get_text_map_propagator(|p| p.extract(&fields)));
+    // Only when traced: without traces the span is disabled.
+    if !span.is_disabled() {
+        if let Ok(url) = url::Url::parse(post.url) {
+            span.record("url.full", url_in_span(&url));
+            span.record("server.address", url.host_str().unwrap_or_default());
+            span.record("server.port", url.port_or_known_default());
+        }
+        if let Some(parent) = post.parent {
+            let fields = HashMap::from([("traceparent".to_owned(), parent.to_owned())]);
+            let _ = span.set_parent(global::get_text_map_propagator(|p| p.extract(&fields)));
+        }
     }
     let answer = send_signed(post, &span).instrument(span.clone()).await;
     match &answer {

@@ -10,7 +10,11 @@ use std::io::IsTerminal;
 
 pub use shared::settings::LogFormat;
 use tracing_subscriber::{
-    EnvFilter, Layer, fmt::MakeWriter, layer::SubscriberExt, util::SubscriberInitExt,
+    EnvFilter, Layer,
+    filter::{FilterExt, filter_fn},
+    fmt::MakeWriter,
+    layer::SubscriberExt,
+    util::SubscriberInitExt,
 };
 
 pub use trace::Telemetry;
@@ -75,7 +79,12 @@ fn install<W>(
     // (https://no-color.org) turns them off on a terminal too.
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     // Each layer has its own filter: `RUST_LOG` says what is logged, not
-    // which spans are traced (a `warn` log still exports every span).
+    // which spans are traced (a `warn` log still exports every span). Our
+    // spans are the traces' alone: the log keeps its lines as they are, and
+    // without traces no layer wants those spans, so they cost nothing.
+    let filter = filter.and(filter_fn(|meta| {
+        meta.is_event() || !trace::is_ours(meta.target())
+    }));
     let traces = telemetry.layer();
     let traced = traces.is_some();
     let log = tracing_subscriber::fmt::layer().with_writer(writer);

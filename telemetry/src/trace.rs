@@ -57,6 +57,15 @@ pub fn exporting() -> bool {
     EXPORTING.load(Ordering::Relaxed)
 }
 
+/// Whether a span's target is one of the crates whose spans are exported.
+pub(crate) fn is_ours(target: &str) -> bool {
+    TRACED.iter().any(|crate_name| {
+        target
+            .strip_prefix(crate_name)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+    })
+}
+
 /// An `OTEL_*` variable that does not parse, or asks for what is not built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -338,13 +347,10 @@ where
         mut writer: Writer<'_>,
         event: &tracing::Event<'_>,
     ) -> fmt::Result {
-        let span = ctx.parent_span().and_then(|span| {
-            tracing::dispatcher::get_default(|dispatch| {
-                tracing_opentelemetry::get_otel_context(&span.id(), dispatch)
-            })
-        });
-        let ids = span
-            .map(|cx| cx.span().span_context().clone())
+        // The current span, not the formatter's view of it: spans of ours
+        // are hidden from the log's layer.
+        let cx = tracing::Span::current().context();
+        let ids = Some(cx.span().span_context().clone())
             .filter(|span| span.is_valid() && span.is_sampled());
         let Some(ids) = ids else {
             return self.0.format_event(ctx, writer, event);

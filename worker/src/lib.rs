@@ -26,4 +26,3 @@ pub use process::{cancel_on_signal, run_worker_process};
 pub use retention::{run_pruner, run_queue_vacuum};
 pub use runner::Runner;
 pub use sweeper::run_sweeper;
-pub use traces::JOIN_WITHIN;

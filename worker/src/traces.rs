@@ -24,7 +24,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// backlog, a late retry) starts a trace of its own, linked to the
 /// submit's: a trace that spans hours or days is one that trace backends
 /// cut up or drop, and that no waterfall shows readably.
-pub const JOIN_WITHIN: Duration = Duration::from_secs(10 * 60);
+pub(crate) const JOIN_WITHIN: Duration = Duration::from_secs(10 * 60);
 
 /// The `messaging.system` of our spans: the queue is Receipt's own,
 /// whichever store carries its messages.
