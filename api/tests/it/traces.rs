@@ -7,6 +7,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use actix_web::{HttpRequest, HttpResponse, web};
+pub use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::{
     collector::trace::v1::ExportTraceServiceRequest, common::v1::any_value, trace::v1::span,
 };
@@ -23,30 +24,30 @@ const WITHIN: Duration = Duration::from_secs(30);
 
 /// One span as the collector received it; ids in lowercase hex.
 #[derive(Debug, Clone)]
-struct Seen {
-    service: String,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-    name: String,
-    kind: span::SpanKind,
-    attributes: HashMap<String, String>,
+pub struct Seen {
+    pub service: String,
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent_span_id: String,
+    pub name: String,
+    pub kind: span::SpanKind,
+    pub attributes: HashMap<String, String>,
     /// `(trace_id, span_id)` of each link.
-    links: Vec<(String, String)>,
+    pub links: Vec<(String, String)>,
 }
 
 impl Seen {
-    fn attribute(&self, key: &str) -> Option<&str> {
+    pub fn attribute(&self, key: &str) -> Option<&str> {
         self.attributes.get(key).map(String::as_str)
     }
 
-    fn is_child_of(&self, parent: &Seen) -> bool {
+    pub fn is_child_of(&self, parent: &Seen) -> bool {
         self.trace_id == parent.trace_id && self.parent_span_id == parent.span_id
     }
 }
 
 /// An OTLP/HTTP receiver on 127.0.0.1: `POST /v1/traces`, protobuf.
-struct Collector {
+pub struct Collector {
     /// What `OTEL_EXPORTER_OTLP_ENDPOINT` names (the exporter appends
     /// `/v1/traces`).
     endpoint: String,
@@ -132,7 +133,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl Collector {
-    fn start() -> Self {
+    pub fn start() -> Self {
         let shared = Shared {
             spans: Arc::default(),
             refused: Arc::default(),
@@ -148,7 +149,7 @@ impl Collector {
     }
 
     /// The settings that make a process export its spans here, at once.
-    fn settings(&self) -> [(&str, &str); 2] {
+    pub fn settings(&self) -> [(&str, &str); 2] {
         [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint.as_str()),
             // The batch goes out every 100 ms rather than every 5 s.
@@ -158,7 +159,7 @@ impl Collector {
 
     /// Waits for the first span that `wanted` accepts; fails naming
     /// every span received instead.
-    async fn span(&self, what: &str, wanted: impl Fn(&Seen) -> bool) -> Seen {
+    pub async fn span(&self, what: &str, wanted: impl Fn(&Seen) -> bool) -> Seen {
         let span = wait::until_ok(what, WITHIN, async || {
             let all = self.spans.all();
             all.iter().find(|s| wanted(s)).cloned().ok_or_else(|| {
@@ -196,7 +197,7 @@ impl Collector {
         }
     }
 
-    async fn stop(self) {
+    pub async fn stop(self) {
         self.handle.stop(false).await;
     }
 }
