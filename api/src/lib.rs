@@ -16,5 +16,6 @@ pub mod routes;
 pub mod startup;
 pub mod state;
 pub mod submits;
+pub mod traces;
 
 pub use startup::Application;

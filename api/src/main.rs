@@ -49,12 +49,22 @@ enum KeysCommand {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     shared::failpoints::arm();
-    telemetry::init(
+    let json_log = cli.settings.log_format == LogFormat::Json;
+    let telemetry = match telemetry::init(
         cli.settings.log_format,
         LogStream::Stderr,
         "info,sqlx=warn,apalis=warn,actix_server=warn",
-    );
-    let json_log = cli.settings.log_format == LogFormat::Json;
+        "receipt-api",
+    ) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            tracing::error!(%error, "api stopped");
+            if !json_log {
+                eprintln!("error: {error}");
+            }
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let command = cli.command.unwrap_or(Command::Serve);
     let serving = matches!(command, Command::Serve);
     let result = match command {
@@ -68,6 +78,8 @@ async fn main() -> std::process::ExitCode {
             key_commands::revoke(&cli.settings, &key_id).await
         }
     };
+    // The last spans, sent before the exit (the exporter blocks).
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

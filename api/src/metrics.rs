@@ -11,7 +11,7 @@ use actix_web::{
 /// The `method` label of a request: one of the standard methods, or
 /// `other`. A client chooses the method, and each label value is a series
 /// kept for the life of the process, so only a bounded set may appear.
-fn method_label(method: &Method) -> &'static str {
+pub(crate) fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::POST => "POST",

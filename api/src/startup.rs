@@ -19,7 +19,7 @@ use crate::{
     limits::Limits,
     metrics, routes,
     state::AppState,
-    submits,
+    submits, traces,
 };
 
 /// How long an idle keep-alive connection stays open. Longer than the idle
@@ -89,6 +89,7 @@ impl Application {
                 .app_data(state.clone())
                 .wrap(ErrorHandlers::new().default_handler(problem_fallback))
                 .wrap(actix_web::middleware::from_fn(metrics::count_requests))
+                .wrap(actix_web::middleware::from_fn(traces::trace_requests))
                 .configure(routes::configure)
         })
         .disable_signals()

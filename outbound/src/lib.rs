@@ -1,16 +1,20 @@
 //! Outbound HTTP: the Standard Webhooks signature, the guard against URLs
 //! that point into our own network (SSRF), checked at registration and
 //! again at delivery, and the one signed POST that webhook deliveries and
-//! the filing step send.
+//! the filing step send, each a client span that sends its `traceparent`.
 
 use std::{
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     time::Duration,
 };
 
 use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
 use hmac::{Hmac, Mac};
+use opentelemetry::global;
 use sha2::Sha256;
+use tracing::{Instrument, field::Empty};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The Standard Webhooks signature header value:
 /// `v1,` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")), where the
@@ -242,12 +246,70 @@ pub struct SignedPost<'a> {
     pub allow_private: bool,
     pub timeout: Duration,
     pub user_agent: &'a str,
+    /// The W3C `traceparent` whose span the request's span continues;
+    /// `None`: the current span's (a new trace outside any).
+    pub parent: Option<&'a str>,
 }
 
 /// One signed POST (Standard Webhooks) through [`guarded_client`], its
 /// answer read to at most [`ANSWER_LIMIT`] bytes; or why there was no
 /// answer (a refused address or secret, a timeout, a failed connection).
+///
+/// It is an HTTP client span, `POST`, with the attributes of OpenTelemetry's
+/// semantic conventions, and the receiver gets its `traceparent`.
 pub async fn signed_post(post: SignedPost<'_>) -> Result<Answer, String> {
+    let span = tracing::info_span!(
+        "POST",
+        otel.kind = "client",
+        otel.status_code = Empty,
+        http.request.method = "POST",
+        url.full = Empty,
+        server.address = Empty,
+        server.port = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+    );
+    // Only when traced: without traces the span is disabled.
+    if !span.is_disabled() {
+        if let Ok(url) = url::Url::parse(post.url) {
+            span.record("url.full", url_in_span(&url));
+            span.record("server.address", url.host_str().unwrap_or_default());
+            span.record("server.port", url.port_or_known_default());
+        }
+        if let Some(parent) = post.parent {
+            let fields = HashMap::from([("traceparent".to_owned(), parent.to_owned())]);
+            let _ = span.set_parent(global::get_text_map_propagator(|p| p.extract(&fields)));
+        }
+    }
+    let answer = send_signed(post, &span).instrument(span.clone()).await;
+    match &answer {
+        Ok(answer) => {
+            span.record("http.response.status_code", answer.status);
+            if answer.status >= 400 {
+                span.record("error.type", tracing::field::display(answer.status));
+                span.record("otel.status_code", "error");
+            }
+        }
+        Err(_) => {
+            span.record("error.type", "_OTHER");
+            span.record("otel.status_code", "error");
+        }
+    }
+    answer
+}
+
+/// A URL as a span shows it: without credentials, query or fragment, which
+/// may carry a tenant's secrets.
+fn url_in_span(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+async fn send_signed(post: SignedPost<'_>, span: &tracing::Span) -> Result<Answer, String> {
     let url = parse_url(post.url)?;
     // Checked again at each request (DNS can change).
     let client = guarded_client(&url, post.allow_private, post.timeout, post.user_agent).await?;
@@ -261,6 +323,13 @@ pub async fn signed_post(post: SignedPost<'_>) -> Result<Answer, String> {
         .header("webhook-signature", signature);
     if let Some(key) = post.idempotency_key {
         request = request.header("idempotency-key", key);
+    }
+    if !span.is_disabled() {
+        let mut fields = HashMap::new();
+        global::get_text_map_propagator(|p| p.inject_context(&span.context(), &mut fields));
+        for (name, value) in fields {
+            request = request.header(name, value);
+        }
     }
     let failed = |e: reqwest::Error| {
         if e.is_timeout() {

@@ -189,6 +189,7 @@ impl File {
             allow_private: cx.job.settings.allow_private_addresses,
             timeout: cx.job.settings.http_timeout,
             user_agent: concat!("Receipt-Filing/", env!("CARGO_PKG_VERSION")),
+            parent: None,
         })
         .await
         .map_err(|message| JobFailure::retryable("filing_unreachable", message))

@@ -31,7 +31,7 @@ use std::{
 use futures::{FutureExt, future::BoxFuture};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tracing::{error, warn};
+use tracing::{Instrument, error, info_span, warn};
 use utoipa::ToSchema;
 
 use crate::{JobContext, JobFailure, ParamsError, RawParams, ReportKind, RunResult};
@@ -369,8 +369,15 @@ impl<S: Saga> Engine<'_, S> {
                 .await?;
                 tries += 1;
                 let cx = self.step_context(step.name(), index, Doing::Action, &outputs);
+                // A span per try of a step, in the attempt's trace.
+                let span = info_span!(
+                    "saga step",
+                    otel.name = %format!("step {}", step.name()),
+                    receipt.saga.step = step.name(),
+                    receipt.saga.try = tries,
+                );
                 let tried = tokio::select! {
-                    tried = try_within(step.timeout(), step.action(&cx)) => tried,
+                    tried = try_within(step.timeout(), step.action(&cx)).instrument(span) => tried,
                     failure = self.stop_asked() => Tried::Failed(failure),
                 };
                 match tried {
@@ -521,9 +528,16 @@ impl<S: Saga> Engine<'_, S> {
                 .await?;
                 tries += 1;
                 let cx = self.step_context(step.name(), index, Doing::Compensation, &outputs);
+                let span = info_span!(
+                    "saga compensation",
+                    otel.name = %format!("compensate {}", step.name()),
+                    receipt.saga.step = step.name(),
+                    receipt.saga.try = tries,
+                );
                 let tried = try_within(step.timeout(), async {
                     step.compensate(&cx).await.map(|()| Value::Null)
                 })
+                .instrument(span)
                 .await;
                 let (error_type, message) = match tried {
                     Tried::Done(_) => {

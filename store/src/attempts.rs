@@ -35,12 +35,38 @@ pub struct Claim {
     /// at a shutdown do not count.
     pub counted_attempt: i64,
     pub max_attempts: i64,
+    /// When the job was made (unix ms).
+    pub created_at: i64,
+    /// The W3C `traceparent` the job keeps: its submit's, if traced.
+    pub traceparent: Option<String>,
 }
 
 impl Claim {
     /// The job's attempts handed back so far, not counted against its limit.
     pub fn handbacks(&self) -> i64 {
         self.attempt - self.counted_attempt
+    }
+}
+
+/// A successful attempt's write: its result, and the W3C `traceparent` of
+/// the span that writes it, which the job's webhook events keep.
+#[derive(Debug, Clone)]
+pub struct SuccessWrite {
+    pub job_id: String,
+    pub attempt: i64,
+    pub result: ResultBody,
+    pub traceparent: Option<String>,
+}
+
+impl SuccessWrite {
+    /// A write without a trace.
+    pub fn new(job_id: impl Into<String>, attempt: i64, result: ResultBody) -> Self {
+        SuccessWrite {
+            job_id: job_id.into(),
+            attempt,
+            result,
+            traceparent: None,
+        }
     }
 }
 
@@ -54,6 +80,8 @@ pub(crate) struct ClaimRow {
     attempts: i64,
     handbacks: i64,
     max_attempts: i64,
+    created_at: Millis,
+    traceparent: Option<String>,
 }
 
 impl From<ClaimRow> for Claim {
@@ -66,6 +94,8 @@ impl From<ClaimRow> for Claim {
             attempt: row.attempts,
             counted_attempt: row.attempts - row.handbacks,
             max_attempts: row.max_attempts,
+            created_at: row.created_at.0,
+            traceparent: row.traceparent,
         }
     }
 }
@@ -230,12 +260,14 @@ impl Store {
     /// attempt and still running. Returns whether it applied: `false` is
     /// a stale or duplicate attempt, whose outcome is dropped (the fence).
     /// Successes end through [`Store::finish_succeeded`], the group commit
-    /// of results, and are refused here.
+    /// of results, and are refused here. `traceparent` names the span of
+    /// this write, whose trace the job's webhook deliveries join.
     pub async fn finish_attempt(
         &self,
         job_id: &str,
         attempt: i64,
         outcome: &AttemptOutcome,
+        traceparent: Option<&str>,
     ) -> Result<bool> {
         let now = now_ms();
         let end = match outcome {
@@ -283,7 +315,7 @@ impl Store {
             );
             if cancelled {
                 discard_all_chunks(&mut tx, job_id).await?;
-                self.announce_final(&mut tx, job_id).await?;
+                self.announce_final(&mut tx, job_id, traceparent).await?;
                 tx.commit().await?;
                 return Ok(true);
             }
@@ -303,36 +335,33 @@ impl Store {
             // job without a result takes its chunks with it. (A retry's are
             // cleared by the next attempt, see `discard_chunks_before`.)
             discard_all_chunks(&mut tx, job_id).await?;
-            self.announce_final(&mut tx, job_id).await?;
+            self.announce_final(&mut tx, job_id, traceparent).await?;
         }
         tx.commit().await?;
         Ok(true)
     }
 
-    /// Ends successful attempts, each `(job_id, attempt, result)`, in one
-    /// transaction (group commit): status, result and announcement, for
-    /// each only while its attempt is the current one and still running.
-    /// Answers in input order whether each applied (`false`: a stale or
-    /// duplicate attempt, whose result is dropped: the fence).
-    pub async fn finish_succeeded(
-        &self,
-        attempts: &[(String, i64, ResultBody)],
-    ) -> Result<Vec<bool>> {
+    /// Ends successful attempts in one transaction (group commit): status,
+    /// result and announcement, for each only while its attempt is the
+    /// current one and still running. Answers in input order whether each
+    /// applied (`false`: a stale or duplicate attempt, whose result is
+    /// dropped: the fence).
+    pub async fn finish_succeeded(&self, attempts: &[SuccessWrite]) -> Result<Vec<bool>> {
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
         let successes: Vec<Success<'_>> = attempts
             .iter()
-            .map(|(job_id, attempt, body)| Success {
-                job_id,
-                attempt: *attempt,
-                document: match body {
+            .map(|write| Success {
+                job_id: &write.job_id,
+                attempt: write.attempt,
+                document: match &write.result {
                     ResultBody::Document(document) => Some(document),
                     ResultBody::Chunks(_) => None,
                 },
-                chunks: match body {
+                chunks: match write.result {
                     ResultBody::Document(_) => None,
-                    ResultBody::Chunks(count) => Some(*count),
+                    ResultBody::Chunks(count) => Some(count),
                 },
             })
             .collect();
@@ -347,23 +376,28 @@ impl Store {
         )
         .into_iter()
         .collect();
+        let applies =
+            |write: &SuccessWrite| applied.contains(&(write.job_id.clone(), write.attempt));
         let finished: Vec<String> = attempts
             .iter()
-            .filter(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
-            .map(|(job_id, ..)| job_id.clone())
+            .filter(|write| applies(write))
+            .map(|write| write.job_id.clone())
             .collect();
         if !finished.is_empty() {
             // Webhooks are read in a statement of their own, after the
             // update holds the jobs' rows: a webhook registered for one of
             // them meanwhile is committed by then (its registration locks
             // the job), or waits and sees the job final.
-            self.create_events(&mut tx, &finished).await?;
+            let traceparent = |job_id: &str| {
+                attempts
+                    .iter()
+                    .find(|write| write.job_id == job_id && applies(write))
+                    .and_then(|write| write.traceparent.as_deref())
+            };
+            self.create_events(&mut tx, &finished, traceparent).await?;
         }
         tx.commit().await?;
-        Ok(attempts
-            .iter()
-            .map(|(job_id, attempt, _)| applied.contains(&(job_id.clone(), *attempt)))
-            .collect())
+        Ok(attempts.iter().map(applies).collect())
     }
 
     /// [`Store::finish_succeeded`] for a group commit whose writes must not
@@ -373,7 +407,7 @@ impl Store {
     /// fails. Answers in input order.
     pub async fn finish_succeeded_each(
         &self,
-        attempts: &[(String, i64, ResultBody)],
+        attempts: &[SuccessWrite],
     ) -> Result<Vec<Result<bool>>> {
         match self.finish_succeeded(attempts).await {
             Ok(applied) => Ok(applied.into_iter().map(Ok).collect()),
@@ -489,7 +523,7 @@ impl Store {
                     conn => sqlite::attempts::fail_lapsed(conn, &row.job_id, now, &message).await?,
                 );
                 discard_all_chunks(&mut tx, &row.job_id).await?;
-                self.announce_final(&mut tx, &row.job_id).await?;
+                self.announce_final(&mut tx, &row.job_id, None).await?;
                 failed.push(row.job_id);
             }
         }

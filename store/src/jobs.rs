@@ -222,7 +222,7 @@ impl Store {
                 crate::outbox::delete_outbox(tx, job_id).await?;
                 // A lapsed attempt may have left chunks for its successor.
                 crate::results::discard_all_chunks(tx, job_id).await?;
-                self.announce_final(tx, job_id).await?;
+                self.announce_final(tx, job_id, None).await?;
                 CancelOutcome::Done(row.try_into()?)
             }
             JobStatus::Running | JobStatus::Cancelled => CancelOutcome::Done(job),
@@ -243,6 +243,7 @@ impl Store {
         job_id: &str,
         new_job_id: &str,
         max_attempts: impl FnOnce(&str) -> Option<i64>,
+        traceparent: Option<&str>,
     ) -> Result<RetryOutcome> {
         let Some(original) = self.lock_job(tx, tenant_id, job_id).await? else {
             return Ok(RetryOutcome::NotFound);
@@ -262,7 +263,7 @@ impl Store {
             // A retry keeps the original's priority.
             priority: original.priority,
         };
-        crate::submit::insert_job_now(tx, new_job, self.priority_aging).await?;
+        crate::submit::insert_job_now(tx, new_job, self.priority_aging, traceparent).await?;
         let row = on_tx!(tx,
             conn => postgres::jobs::mark_retry_of(conn, new_job_id, job_id).await?,
             conn => sqlite::jobs::mark_retry_of(conn, new_job_id, job_id).await?,

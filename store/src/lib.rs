@@ -54,7 +54,7 @@ use sqlx::{
 };
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
-pub use attempts::{Claim, LeaseCheck};
+pub use attempts::{Claim, LeaseCheck, SuccessWrite};
 pub use dashboard::{
     DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, TokenCheck, WebhookHealth,
     check_session_token,
@@ -431,17 +431,30 @@ impl Store {
     /// webhook event per matching webhook (the events outbox: none lost,
     /// none invented), and, on Postgres, a NOTIFY for other processes' long
     /// polls, delivered when the transaction commits.
-    async fn announce_final(&self, tx: &mut WriteTx, job_id: &str) -> Result<()> {
-        self.announce_final_all(tx, &[job_id.to_owned()]).await
+    /// `traceparent` names the span of the write, whose trace the events'
+    /// deliveries join (without one, the job's own trace).
+    async fn announce_final(
+        &self,
+        tx: &mut WriteTx,
+        job_id: &str,
+        traceparent: Option<&str>,
+    ) -> Result<()> {
+        self.announce_final_all(tx, &[job_id.to_owned()], |_| traceparent)
+            .await
     }
 
     /// [`Store::announce_final`] for several jobs: one NOTIFY carries all
     /// their ids, comma-separated.
-    async fn announce_final_all(&self, tx: &mut WriteTx, job_ids: &[String]) -> Result<()> {
+    async fn announce_final_all<'t>(
+        &self,
+        tx: &mut WriteTx,
+        job_ids: &[String],
+        traceparent: impl Fn(&str) -> Option<&'t str>,
+    ) -> Result<()> {
         if job_ids.is_empty() {
             return Ok(());
         }
-        self.create_events(tx, job_ids).await?;
+        self.create_events(tx, job_ids, traceparent).await?;
         if let TxConnection::Postgres(conn) = tx.connection() {
             postgres::notify_finished(conn, job_ids).await?;
         }

@@ -33,6 +33,9 @@ pub struct Submission {
     /// once, later for a delayed one, whose outbox row waits until then.
     pub run_after: i64,
     pub key: Option<SubmissionKey>,
+    /// The W3C `traceparent` of the request that made the job, kept with
+    /// it so that its attempts join that trace.
+    pub traceparent: Option<String>,
 }
 
 impl Submission {
@@ -43,6 +46,7 @@ impl Submission {
             created_at,
             run_after: created_at,
             key: None,
+            traceparent: None,
         }
     }
 
@@ -328,8 +332,12 @@ pub(crate) async fn insert_job_now(
     tx: &mut WriteTx,
     job: NewJob,
     priority_aging: Duration,
+    traceparent: Option<&str>,
 ) -> Result<()> {
-    let submission = Submission::at_once(job, now_ms());
+    let submission = Submission {
+        traceparent: traceparent.map(str::to_owned),
+        ..Submission::at_once(job, now_ms())
+    };
     insert_jobs(tx, &[&submission], priority_aging, 0).await
 }
 

@@ -44,7 +44,7 @@ impl Store {
     /// attempt's end.
     pub async fn announce_final_now(&self, job_ids: &[String]) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        self.announce_final_all(&mut tx, job_ids).await?;
+        self.announce_final_all(&mut tx, job_ids, |_| None).await?;
         tx.commit().await
     }
 

@@ -44,6 +44,8 @@ pub struct DueEvent {
     pub url: String,
     pub secret: String,
     pub enabled: bool,
+    /// The W3C `traceparent` its deliveries continue, if traced.
+    pub traceparent: Option<String>,
 }
 
 /// One delivery attempt's outcome, as the dispatcher records it.
@@ -174,6 +176,9 @@ pub(crate) struct NewEvent<'a> {
     /// The bytes every attempt signs and sends.
     pub body: String,
     pub created_at: Millis,
+    /// The W3C `traceparent` its deliveries continue: the write's that
+    /// made the event, or else its job's own.
+    pub traceparent: Option<&'a str>,
 }
 
 /// An attempt's line in the delivery log.
@@ -244,7 +249,8 @@ impl Store {
             && let Some(event_type) = event_type_of(job.status)
             && webhook.events.iter().any(|e| e == event_type)
         {
-            insert_event(tx, &webhook.webhook_id, event_type, &job).await?;
+            // Delivered in the job's own trace.
+            insert_event(tx, &webhook.webhook_id, event_type, &job, None).await?;
         }
         Ok(Registration::Registered(webhook))
     }
@@ -346,7 +352,15 @@ impl Store {
 
     /// In a final-status transaction: one event per matching enabled
     /// webhook of each job's tenant (tenant-wide, or for this job).
-    pub(crate) async fn create_events(&self, tx: &mut WriteTx, job_ids: &[String]) -> Result<()> {
+    /// `traceparent` names, for a job, the span of the write that made its
+    /// events (their deliveries join its trace); a job it does not name
+    /// gets its own trace's.
+    pub(crate) async fn create_events<'t>(
+        &self,
+        tx: &mut WriteTx,
+        job_ids: &[String],
+        traceparent: impl Fn(&str) -> Option<&'t str>,
+    ) -> Result<()> {
         if job_ids.is_empty() {
             return Ok(());
         }
@@ -364,7 +378,8 @@ impl Store {
                 continue;
             };
             if matched.events.0.iter().any(|e| e == event_type) {
-                insert_event(tx, &matched.webhook_id, event_type, job).await?;
+                let traceparent = traceparent(&job.job_id);
+                insert_event(tx, &matched.webhook_id, event_type, job, traceparent).await?;
             }
         }
         Ok(())
@@ -460,6 +475,7 @@ async fn insert_event(
     webhook_id: &str,
     event_type: &str,
     job: &Job,
+    traceparent: Option<&str>,
 ) -> Result<()> {
     let now = now_ms();
     let body = serde_json::json!({
@@ -475,6 +491,7 @@ async fn insert_event(
         event_type,
         body,
         created_at: Millis(now),
+        traceparent,
     };
     on_tx!(tx,
         conn => postgres::webhooks::insert_event(conn, &event).await?,

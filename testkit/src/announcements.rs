@@ -21,6 +21,8 @@ pub struct Announcement {
     pub event_type: String,
     pub job_id: String,
     pub body: Value,
+    /// The `traceparent` header, when the sender traces its deliveries.
+    pub traceparent: Option<String>,
 }
 
 struct Shared {
@@ -58,11 +60,11 @@ async fn receive(
             .headers()
             .get(name)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
+            .map(str::to_owned)
     };
     shared.record.push(Announcement {
-        event_id: header("webhook-id"),
+        event_id: header("webhook-id").unwrap_or_default(),
+        traceparent: header("traceparent"),
         event_type: body["type"].as_str().unwrap_or_default().to_owned(),
         job_id: body["data"]["job_id"]
             .as_str()

@@ -142,6 +142,8 @@ impl Dispatcher {
             allow_private: self.allow_private,
             timeout: self.timeout,
             user_agent: concat!("Receipt-Webhooks/", env!("CARGO_PKG_VERSION")),
+            // The write that made the event: its deliveries join that trace.
+            parent: event.traceparent.as_deref(),
         })
         .await?;
         Ok(answer.status)

@@ -16,6 +16,7 @@ mod retention;
 mod runner;
 mod scheduler;
 mod sweeper;
+mod traces;
 mod workers;
 
 pub use dispatcher::Dispatcher;

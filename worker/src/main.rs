@@ -25,15 +25,24 @@ enum Command {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     shared::failpoints::arm();
-    telemetry::init(
+    let telemetry = match telemetry::init(
         cli.settings.log_format,
         LogStream::Stdout,
         "info,sqlx=warn,apalis=warn",
-    );
+        "receipt-worker",
+    ) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            tracing::error!(%error, "worker stopped");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => worker::run_worker_process(cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,
     };
+    // The last spans, sent before the exit (the exporter blocks).
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

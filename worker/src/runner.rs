@@ -5,7 +5,7 @@ use std::{
     collections::HashMap,
     panic::AssertUnwindSafe,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use futures::FutureExt;
@@ -18,9 +18,11 @@ use shared::{
     settings::Settings,
     time::{backoff_delay, duration_ms, now_ms},
 };
-use store::{Claim, LeaseCheck, Store, batch::Batcher};
+use store::{Claim, LeaseCheck, Store, SuccessWrite, batch::Batcher};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::traces::AttemptSpan;
 
 /// What every handler invocation shares.
 pub struct Runner {
@@ -42,10 +44,12 @@ pub struct Runner {
     claims: Batcher<String, Option<Claim>>,
     /// Each success answers on its own: one write the database refuses
     /// does not fail the others of its batch.
-    successes: Batcher<(String, i64, ResultBody), store::Result<bool>>,
+    successes: Batcher<SuccessWrite, store::Result<bool>>,
     /// Whether concurrency caps are set: then every end of an attempt may
     /// have woken a parked job, whose outbox row the relay is told of.
     capped: bool,
+    /// The queue's name in traces (`messaging.destination.name`).
+    destination: String,
 }
 
 /// Attempts handed back (outages, shutdowns) beyond which an outage under
@@ -79,13 +83,10 @@ impl Runner {
         };
         let successes = {
             let store = store.clone();
-            Batcher::spawn(
-                MAX_BATCH,
-                move |attempts: Vec<(String, i64, ResultBody)>| {
-                    let store = store.clone();
-                    async move { store.finish_succeeded_each(&attempts).await }
-                },
-            )
+            Batcher::spawn(MAX_BATCH, move |attempts: Vec<SuccessWrite>| {
+                let store = store.clone();
+                async move { store.finish_succeeded_each(&attempts).await }
+            })
         };
         Self {
             claims,
@@ -101,6 +102,7 @@ impl Runner {
             running: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             capped: !caps.is_none(),
+            destination: format!("{}:jobs", settings.queue_name),
         }
     }
 
@@ -111,18 +113,35 @@ impl Runner {
             warn!(%message, "dropping a queue message without a job_id");
             return;
         };
+        let arrived = SystemTime::now();
         // The window between a fetch and its claim.
         shared::failpoints::crash_if_armed("worker::before_claim");
         let Some(claim) = self.claim(job_id).await else {
             return;
         };
+        let attempt = AttemptSpan::start(&self.destination, &claim, arrived);
         let started = std::time::Instant::now();
-        let outcome = self.run_claimed(&claim).await;
-        if let Some(outcome) = outcome {
+        let run = info_span!("run", otel.name = %format!("run {}", claim.kind), receipt.job.kind = %claim.kind);
+        if let Some(attempt) = &attempt {
+            attempt.adopt(&run);
+        }
+        let outcome = self.run_claimed(&claim).instrument(run).await;
+        if let Some(outcome) = &outcome {
             // Counted before the final status commits, so that a client who
             // sees the status also finds the attempt on `/metrics`.
-            record_attempt(&claim.kind, &outcome, started.elapsed());
-            self.finish(&claim, &outcome).await;
+            record_attempt(&claim.kind, outcome, started.elapsed());
+            let write = info_span!("write result", receipt.job.id = %claim.job_id);
+            if let Some(attempt) = &attempt {
+                attempt.adopt(&write);
+            }
+            // The job's webhook deliveries continue this span's trace.
+            let traceparent = telemetry::trace::traceparent(&write);
+            self.finish(&claim, outcome, traceparent)
+                .instrument(write)
+                .await;
+        }
+        if let Some(attempt) = attempt {
+            attempt.end(outcome.as_ref());
         }
         // Only this attempt's entry: a later attempt of the same job (after
         // this one's lease lapsed) may run in this process too, and must stay
@@ -328,30 +347,37 @@ impl Runner {
     /// answer was lost changes nothing. An error that is not an outage is
     /// tried a few times; if it never gets through, the lease lapses and
     /// the job runs again.
-    async fn finish(&self, claim: &Claim, outcome: &AttemptOutcome) {
+    ///
+    /// `traceparent` names the span of this write: the job's webhook
+    /// events keep it, and their deliveries join its trace.
+    async fn finish(&self, claim: &Claim, outcome: &AttemptOutcome, traceparent: Option<String>) {
+        let traceparent = &traceparent;
         let write = |_| async move {
+            let success = |result| SuccessWrite {
+                job_id: claim.job_id.clone(),
+                attempt: claim.attempt,
+                result,
+                traceparent: traceparent.clone(),
+            };
             let written = match outcome {
                 AttemptOutcome::Succeeded { result } => self
                     .successes
-                    .call((
-                        claim.job_id.clone(),
-                        claim.attempt,
-                        ResultBody::Document(result.clone()),
-                    ))
+                    .call(success(ResultBody::Document(result.clone())))
                     .await
                     .and_then(|applied| applied),
                 AttemptOutcome::SucceededInChunks { chunks } => self
                     .successes
-                    .call((
-                        claim.job_id.clone(),
-                        claim.attempt,
-                        ResultBody::Chunks(*chunks),
-                    ))
+                    .call(success(ResultBody::Chunks(*chunks)))
                     .await
                     .and_then(|applied| applied),
                 _ => {
                     self.store
-                        .finish_attempt(&claim.job_id, claim.attempt, outcome)
+                        .finish_attempt(
+                            &claim.job_id,
+                            claim.attempt,
+                            outcome,
+                            traceparent.as_deref(),
+                        )
                         .await
                 }
             };
@@ -372,6 +398,11 @@ impl Runner {
             .await;
         match written {
             Ok(true) => {
+                debug!(
+                    job_id = claim.job_id,
+                    attempt = claim.attempt,
+                    "outcome recorded"
+                );
                 if self.capped
                     || matches!(
                         outcome,

@@ -444,9 +444,18 @@ pub async fn retry_job(
     state.limits.admit_job(&state.store, tenant_id).await?;
     let retry_id = new_job_id();
     let max_attempts = |kind: &str| state.registry.get(kind).map(|kind| kind.max_attempts());
+    // The new job's attempts join this request's trace.
+    let traceparent = telemetry::trace::traceparent(&tracing::Span::current());
     let response = execute(state, tenant_id, key, request, &[], async |tx| match state
         .store
-        .retry_job(tx, tenant_id, job_id, &retry_id, max_attempts)
+        .retry_job(
+            tx,
+            tenant_id,
+            job_id,
+            &retry_id,
+            max_attempts,
+            traceparent.as_deref(),
+        )
         .await?
     {
         RetryOutcome::Created(job) => accepted(&job),

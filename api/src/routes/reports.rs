@@ -105,6 +105,8 @@ pub async fn submit(
     };
     let submission = Submission {
         run_after,
+        // The request's span: the job's attempts join its trace.
+        traceparent: telemetry::trace::traceparent(&tracing::Span::current()),
         ..Submission::at_once(new_job, created_at)
     };
     let answer = accepted(&submission.queued())?;

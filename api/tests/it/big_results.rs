@@ -15,7 +15,7 @@ use shared::{
     model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody},
     time::now_ms,
 };
-use store::{NewJob, StoredResult};
+use store::{NewJob, StoredResult, SuccessWrite};
 
 use crate::{
     common::{Api, Backend, StoreOf, TestEnv, date_sql, moment_sql},
@@ -587,8 +587,8 @@ async fn a_superseded_attempt_can_write_no_chunk_once_its_successor_runs(backend
     }
     let applied = store
         .finish_succeeded(&[
-            (job_id.clone(), first.attempt, ResultBody::Chunks(3)),
-            (job_id.clone(), second.attempt, ResultBody::Chunks(3)),
+            SuccessWrite::new(job_id.clone(), first.attempt, ResultBody::Chunks(3)),
+            SuccessWrite::new(job_id.clone(), second.attempt, ResultBody::Chunks(3)),
         ])
         .await
         .unwrap();
@@ -656,7 +656,7 @@ async fn a_job_ending_without_a_result_takes_its_chunks_with_it(backend: Backend
     };
     assert!(
         store
-            .finish_attempt(&failed, attempt, &failure)
+            .finish_attempt(&failed, attempt, &failure, None)
             .await
             .unwrap()
     );
@@ -735,10 +735,10 @@ async fn a_success_the_database_refuses_fails_no_other_success_of_its_group_comm
         ResultBody::Document("{\"too\":\"big\"}".into()),
         ResultBody::Chunks(0),
     ];
-    let batch: Vec<(String, i64, ResultBody)> = claimed
+    let batch: Vec<SuccessWrite> = claimed
         .iter()
         .zip(bodies)
-        .map(|((job_id, attempt), body)| (job_id.clone(), *attempt, body))
+        .map(|((job_id, attempt), body)| SuccessWrite::new(job_id.clone(), *attempt, body))
         .collect();
 
     let answers = store.finish_succeeded_each(&batch).await.unwrap();

@@ -29,6 +29,7 @@ mod retries;
 mod sagas;
 mod scale;
 mod schedules;
+mod traces;
 mod upgrade;
 mod webhooks;
 mod windows;

@@ -812,6 +812,50 @@ async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(back
     assert_eq!(after[2].outcome, "running", "the filing is under way");
 }
 
+async fn a_filing_call_is_a_client_span_of_its_step_that_sends_its_traceparent(backend: Backend) {
+    // Arrange: an accepting filing endpoint; the processes export traces.
+    let collector = crate::traces::Collector::start();
+    let mut env = TestEnv::new(backend).await;
+    for (name, value) in collector.settings() {
+        env.set(name, value);
+    }
+    let pool = Pool::start(&env).await;
+    let api = &pool.api;
+    let receiver = Receiver::start(&[], Answer::Accept, &[]);
+    prepare(api, &receiver).await;
+
+    // Act
+    let job_id = close_month(api).await;
+    assert_eq!(finished(api, &job_id).await["status"], "SUCCEEDED");
+
+    // Assert: run -> step file -> POST, in one trace, and the filing
+    // endpoint got the POST span's context.
+    let run = collector
+        .span("the run", |s| s.name == "run period-close")
+        .await;
+    let step = collector
+        .span("the file step", |s| {
+            s.name == "step file" && s.is_child_of(&run)
+        })
+        .await;
+    assert_eq!(step.attribute("receipt.saga.step"), Some("file"));
+    let call = collector
+        .span("the filing call", |s| {
+            s.kind == crate::traces::SpanKind::Client && s.is_child_of(&step)
+        })
+        .await;
+    assert_eq!(call.attribute("http.request.method"), Some("POST"));
+    assert_eq!(call.attribute("http.response.status_code"), Some("200"));
+    let filing = receiver.of_kind("gst.return");
+    let sent = filing[0]
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .expect("the filing carries a traceparent");
+    assert_eq!(sent, format!("00-{}-{}-01", call.trace_id, call.span_id));
+    collector.stop().await;
+}
+
 crate::on_both_backends!(
     a_saga_whose_attempts_die_until_none_is_left_is_compensated_not_dropped,
     a_cancel_of_a_saga_waiting_for_its_next_attempt_compensates_first,
@@ -826,6 +870,7 @@ crate::on_both_backends!(
     a_cancel_mid_saga_runs_the_compensations,
     an_over_size_filing_answer_is_an_invalid_answer_read_to_a_bound,
     a_filing_reference_over_255_characters_is_an_invalid_answer,
+    a_filing_call_is_a_client_span_of_its_step_that_sends_its_traceparent,
 );
 
 /// Bad input changes nothing and gets a clear answer.

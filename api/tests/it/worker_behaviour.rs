@@ -12,7 +12,7 @@ use shared::{
     time::now_ms,
 };
 use sqlx::Row;
-use store::{LeaseCheck, NewJob, NewWebhook, Registration, Store, WebhookCaps};
+use store::{LeaseCheck, NewJob, NewWebhook, Registration, Store, SuccessWrite, WebhookCaps};
 
 use crate::common::{
     Announcements, Api, Backend, RUNNER_INFO, StoreOf, TestEnv, assert_announced_once, metrics_url,
@@ -317,7 +317,7 @@ fn new_sleep_job() -> NewJob {
 /// as the runner does; whether it applied.
 async fn succeed(store: &Store, job_id: &str, attempt: i64, body: Value) -> store::Result<bool> {
     let applied = store
-        .finish_succeeded(&[(
+        .finish_succeeded(&[SuccessWrite::new(
             job_id.to_owned(),
             attempt,
             ResultBody::Document(body.to_string()),
@@ -430,8 +430,18 @@ async fn a_stale_attempt_cannot_overwrite_the_current_one(backend: Backend) {
             message: "too late".into(),
         },
     };
-    assert!(!store.finish_attempt(job_id, 2, &failure).await.unwrap());
-    assert!(!store.finish_attempt(job_id, 1, &failure).await.unwrap());
+    assert!(
+        !store
+            .finish_attempt(job_id, 2, &failure, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .finish_attempt(job_id, 1, &failure, None)
+            .await
+            .unwrap()
+    );
 
     let job = store.get_job_unscoped(job_id).await.unwrap().unwrap();
     assert_eq!(job.status, JobStatus::Succeeded);
@@ -513,9 +523,9 @@ async fn a_group_commit_fences_each_of_its_writes(backend: Backend) {
 
     let applied = store
         .finish_succeeded(&[
-            (a.clone(), 1, r#"{"from":"stale"}"#.into()),
-            (b.clone(), 1, r#"{"from":"b"}"#.into()),
-            (a.clone(), 2, r#"{"from":"current"}"#.into()),
+            SuccessWrite::new(a.clone(), 1, r#"{"from":"stale"}"#.into()),
+            SuccessWrite::new(b.clone(), 1, r#"{"from":"b"}"#.into()),
+            SuccessWrite::new(a.clone(), 2, r#"{"from":"current"}"#.into()),
         ])
         .await
         .unwrap();
@@ -531,7 +541,10 @@ async fn a_group_commit_fences_each_of_its_writes(backend: Backend) {
     }
     // Both again: already finished, so neither applies.
     let again = store
-        .finish_succeeded(&[(a.clone(), 2, "{}".into()), (b.clone(), 1, "{}".into())])
+        .finish_succeeded(&[
+            SuccessWrite::new(a.clone(), 2, "{}".into()),
+            SuccessWrite::new(b.clone(), 1, "{}".into()),
+        ])
         .await
         .unwrap();
     assert_eq!(again, [false, false]);
@@ -565,7 +578,7 @@ async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Bac
     };
     assert!(
         store
-            .finish_attempt(job_id, first.attempt, &retry)
+            .finish_attempt(job_id, first.attempt, &retry, None)
             .await
             .unwrap()
     );
@@ -828,7 +841,7 @@ async fn a_cancel_during_an_attempt_that_then_fails_retryably_ends_cancelled(bac
     };
     assert!(
         store
-            .finish_attempt(&job.job_id, claim.attempt, &retry)
+            .finish_attempt(&job.job_id, claim.attempt, &retry, None)
             .await
             .unwrap()
     );

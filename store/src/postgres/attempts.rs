@@ -19,7 +19,8 @@ pub(crate) async fn claim(
     caps: &Caps,
 ) -> sqlx::Result<Vec<ClaimRow>> {
     sqlx::query_as(sql!(
-        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts
+        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
+                traceparent
          FROM claim_jobs($1, $2, $3, $4, $5, $6, $7)"
     ))
     .bind(job_ids)
@@ -49,8 +50,9 @@ pub(crate) async fn held_by(
     worker_id: &str,
 ) -> sqlx::Result<Option<ClaimRow>> {
     sqlx::query_as(sql!(
-        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts FROM jobs
-         WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2"
+        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
+                traceparent
+         FROM jobs WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2"
     ))
     .bind(job_id)
     .bind(worker_id)

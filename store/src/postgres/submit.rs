@@ -40,10 +40,10 @@ pub(crate) async fn submit_in_one_statement(
              SELECT * FROM UNNEST($3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[],
                                   $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                   $12::timestamptz[], $13::bigint[], $14::jsonb[], $15::bytea[],
-                                  $16::timestamptz[], $17::text[], $18::timestamptz[])
+                                  $16::timestamptz[], $17::text[], $18::timestamptz[], $19::text[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, created_at, key_tenant,
                        idem_key, fingerprint, expires_at, response_status, response_headers,
-                       response_body, run_after, priority, rank_at)
+                       response_body, run_after, priority, rank_at, traceparent)
          ), written AS (
              INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at,
                  expires_at, response_status, response_headers, response_body)
@@ -59,9 +59,9 @@ pub(crate) async fn submit_in_one_statement(
              RETURNING tenant_id, idem_key
          ), inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status, priority, rank_at)
+                               run_after, status, priority, rank_at, traceparent)
              SELECT s.job_id, s.tenant_id, s.kind, s.params, s.max_attempts, s.created_at,
-                    s.run_after, 'QUEUED', s.priority, s.rank_at
+                    s.run_after, 'QUEUED', s.priority, s.rank_at, s.traceparent
              FROM submitted s
              WHERE s.idem_key IS NULL OR EXISTS (
                  SELECT 1 FROM written w
@@ -151,6 +151,12 @@ pub(crate) async fn submit_in_one_statement(
             .collect::<Vec<_>>(),
     )
     .bind(ranks)
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.traceparent.as_deref())
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(db)
     .await?;
     Ok(written)
@@ -167,13 +173,14 @@ pub(crate) async fn insert_jobs(
     sqlx::query(sql!(
         "WITH inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status, priority, rank_at)
+                               run_after, status, priority, rank_at, traceparent)
              SELECT job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                    'QUEUED', priority, rank_at
+                    'QUEUED', priority, rank_at, traceparent
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
-                         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::timestamptz[])
+                         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::timestamptz[],
+                         $11::text[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                       priority, rank_at)
+                       priority, rank_at, traceparent)
              RETURNING job_id, created_at, run_after, rank_at
          )
          INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
@@ -234,6 +241,12 @@ pub(crate) async fn insert_jobs(
             .collect::<Vec<_>>(),
     )
     .bind(ranks)
+    .bind(
+        submissions
+            .iter()
+            .map(|s| s.traceparent.as_deref())
+            .collect::<Vec<_>>(),
+    )
     .execute(conn)
     .await?;
     Ok(())

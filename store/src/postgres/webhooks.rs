@@ -228,8 +228,9 @@ pub(crate) async fn insert_event(
 ) -> sqlx::Result<()> {
     sqlx::query(sql!(
         "INSERT INTO webhook_events (event_id, webhook_id, job_id, event_type, body, created_at,
-                                     attempts, state, next_attempt_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $6)"
+                                     attempts, state, next_attempt_at, traceparent)
+         VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $6,
+                 COALESCE($8, (SELECT traceparent FROM jobs WHERE job_id = $3)))"
     ))
     .bind(&event.event_id)
     .bind(event.webhook_id)
@@ -238,6 +239,7 @@ pub(crate) async fn insert_event(
     .bind(&event.body)
     .bind(event.created_at)
     .bind(EventState::Pending.as_str())
+    .bind(event.traceparent)
     .execute(conn)
     .await?;
     Ok(())
@@ -273,7 +275,7 @@ pub(crate) async fn due_events(
 ) -> sqlx::Result<Vec<DueEvent>> {
     sqlx::query_as(sql!(
         "SELECT e.event_id, e.webhook_id, e.event_type, e.body, e.attempts, w.url, w.secret,
-                w.enabled
+                w.enabled, e.traceparent
          FROM webhook_events e JOIN webhooks w ON w.webhook_id = e.webhook_id
          WHERE e.event_id = ANY ($1)"
     ))

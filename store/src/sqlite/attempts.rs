@@ -36,7 +36,8 @@ pub(crate) async fn claim(
              started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
          WHERE job_id IN (SELECT value FROM json_each($4)) AND status = 'QUEUED'
            AND run_after <= $1
-         RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts"
+         RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
+                   traceparent"
     ))
     .bind(now)
     .bind(lease_until)
@@ -150,8 +151,9 @@ pub(crate) async fn held_by(
     worker_id: &str,
 ) -> sqlx::Result<Option<ClaimRow>> {
     sqlx::query_as(sql!(
-        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts FROM jobs
-         WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2"
+        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
+                traceparent
+         FROM jobs WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2"
     ))
     .bind(job_id)
     .bind(worker_id)

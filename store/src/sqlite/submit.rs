@@ -26,7 +26,8 @@ pub(crate) async fn insert_jobs(
                     s.created_at,
                     s.run_after,
                     s.job.priority.as_str(),
-                    rank.0
+                    rank.0,
+                    s.traceparent
                 ])
             })
             .collect(),
@@ -34,12 +35,12 @@ pub(crate) async fn insert_jobs(
     .to_string();
     sqlx::query(sql!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                           status, priority, rank_at)
+                           status, priority, rank_at, traceparent)
          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
                 json_extract(value, '$[2]'), json_extract(value, '$[3]'),
                 json_extract(value, '$[4]'), json_extract(value, '$[5]'),
                 json_extract(value, '$[6]'), 'QUEUED', json_extract(value, '$[7]'),
-                json_extract(value, '$[8]')
+                json_extract(value, '$[8]'), json_extract(value, '$[9]')
          FROM json_each($1)"
     ))
     .bind(&rows)

@@ -63,7 +63,7 @@ async fn fail(db: &TestDb, claim: &Claim) {
     };
     assert!(
         db.store
-            .finish_attempt(&claim.job_id, claim.attempt, &failed)
+            .finish_attempt(&claim.job_id, claim.attempt, &failed, None)
             .await
             .unwrap()
     );

@@ -7,7 +7,7 @@ use shared::{
     model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody},
     time::now_ms,
 };
-use store::{LeaseCheck, NewJob, StoredResult};
+use store::{LeaseCheck, NewJob, StoredResult, SuccessWrite};
 
 use crate::{harness::TestDb, on_both_databases};
 
@@ -67,13 +67,21 @@ async fn a_claimed_job_succeeds_once_with_its_result(db: &TestDb) {
     let result = json!({"slept_ms": 1}).to_string();
     let applied = db
         .store
-        .finish_succeeded(&[(job.job_id.clone(), 1, ResultBody::Document(result.clone()))])
+        .finish_succeeded(&[SuccessWrite::new(
+            job.job_id.clone(),
+            1,
+            ResultBody::Document(result.clone()),
+        )])
         .await
         .unwrap();
     assert_eq!(applied, [true]);
     let again = db
         .store
-        .finish_succeeded(&[(job.job_id.clone(), 1, ResultBody::Document("{}".into()))])
+        .finish_succeeded(&[SuccessWrite::new(
+            job.job_id.clone(),
+            1,
+            ResultBody::Document("{}".into()),
+        )])
         .await
         .unwrap();
     assert_eq!(
@@ -124,12 +132,12 @@ async fn a_stale_attempt_cannot_overwrite_a_finished_job(db: &TestDb) {
     let stale = db
         .store
         .finish_succeeded(&[
-            (
+            SuccessWrite::new(
                 job.job_id.clone(),
                 1,
                 ResultBody::Document(json!({"by": 1}).to_string()),
             ),
-            (
+            SuccessWrite::new(
                 job.job_id.clone(),
                 2,
                 ResultBody::Document(json!({"by": 2}).to_string()),
@@ -155,6 +163,7 @@ async fn a_stale_attempt_cannot_overwrite_a_finished_job(db: &TestDb) {
             &AttemptOutcome::Failed {
                 error: error("late"),
             },
+            None,
         )
         .await
         .unwrap();
@@ -181,6 +190,7 @@ async fn a_retryable_failure_queues_the_job_again_after_its_backoff(db: &TestDb)
                 at,
                 error: error("flaky"),
             },
+            None,
         )
         .await
         .unwrap();
@@ -234,6 +244,7 @@ async fn a_cancel_asked_while_running_wins_over_the_retry(db: &TestDb) {
                 at: now_ms(),
                 error: error("flaky"),
             },
+            None,
         )
         .await
         .unwrap();
