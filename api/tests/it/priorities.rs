@@ -49,7 +49,10 @@ async fn started_at(api: &Api, job_id: &str) -> i64 {
 async fn a_high_job_runs_before_the_low_backlog_of_its_tenant(shape: QueueShape) {
     let running = shape.start(&[("WORKER_CONCURRENCY", "1")]).await;
     let api = &running.api;
-    occupy_the_slot(api, 2_000).await;
+    // Held until every job below is queued, however slow the submits.
+    let blocker = api.submit("sleep", json!({ "ms": 60_000 })).await;
+    let blocker = id_of(&blocker);
+    api.wait_status(&blocker, "RUNNING").await;
     let mut lows = Vec::new();
     for _ in 0..20 {
         let low = submit_with(api, "priority=low", 1).await;
@@ -58,6 +61,10 @@ async fn a_high_job_runs_before_the_low_backlog_of_its_tenant(shape: QueueShape)
     }
     let high = submit_with(api, "priority=high", 1).await;
     assert_eq!(high["priority"], "high");
+    let cancel = api
+        .post(&format!("/v1/jobs/{blocker}/cancel"), &json!({}))
+        .await;
+    assert!(cancel.status.is_success(), "{}", cancel.text);
     let high_started = started_at(api, &id_of(&high)).await;
     let mut ahead = 0;
     for low in &lows {
