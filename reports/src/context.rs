@@ -10,7 +10,9 @@ use super::JobFailure;
 use store::{LeaseCheck, Store};
 
 /// Progress is written at most this often, so a handler may report it per
-/// row without a transaction per row.
+/// row without a transaction per row; the first time once the attempt has
+/// run this long, so a job that ends sooner writes none (its success sets
+/// 1.0).
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// What a running handler gets: who it runs for, its store, and the
@@ -22,7 +24,8 @@ pub struct JobContext {
     pub attempt: i64,
     pub settings: RunSettings,
     flags: ProgressSink,
-    last_progress: Mutex<Option<Instant>>,
+    /// When progress was last written, or the attempt started.
+    last_progress: Mutex<Instant>,
 }
 
 /// What of the process's settings a running kind may use.
@@ -96,7 +99,7 @@ impl JobContext {
             attempt,
             settings: RunSettings::default(),
             flags,
-            last_progress: Mutex::new(None),
+            last_progress: Mutex::new(Instant::now()),
         }
     }
 
@@ -133,14 +136,15 @@ impl JobContext {
         Ok(())
     }
 
-    /// Reports progress (0.0 to 1.0), written at most every 250 ms; also a checkpoint.
+    /// Reports progress (0.0 to 1.0), written at most every 250 ms of the
+    /// attempt's run, the first after 250 ms; also a checkpoint.
     pub async fn progress(&self, fraction: f64) -> Result<(), JobFailure> {
         self.checkpoint()?;
         let due = {
             let mut last = self.last_progress.lock().unwrap_or_else(|e| e.into_inner());
-            let due = last.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
+            let due = last.elapsed() >= PROGRESS_EVERY;
             if due {
-                *last = Some(Instant::now());
+                *last = Instant::now();
             }
             due
         };
