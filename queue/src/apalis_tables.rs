@@ -3,7 +3,7 @@
 //! its Postgres storage, used by earlier versions, left behind. apalis
 //! owns these tables; Receipt only prunes them.
 
-use crate::Result;
+use crate::{DatabaseQueue, Result};
 
 /// apalis's SQLite storage (separate `worker` processes on SQLite): deletes
 /// up to `limit` rows of `queue` whose message was acknowledged (`Done`) or
@@ -36,10 +36,11 @@ pub async fn delete_finished_sqlite_messages(
 /// Whether apalis's Postgres storage, which earlier versions queued in
 /// on Postgres without Redis, left messages of `queue` that had not run:
 /// nothing reads them now, so their jobs must be published again.
-pub async fn left_unrun_postgres_messages(pool: &sqlx::PgPool, queue: &str) -> Result<bool> {
-    if !apalis_postgres_table_exists(pool).await? {
+pub async fn left_unrun_postgres_messages(queue: &DatabaseQueue) -> Result<bool> {
+    let Some(pool) = apalis_postgres_table(queue).await? else {
         return Ok(false);
-    }
+    };
+    let queue = queue.name();
     let left: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM apalis.jobs
                         WHERE job_type = $1 AND status NOT IN ('Done', 'Killed'))",
@@ -53,14 +54,11 @@ pub async fn left_unrun_postgres_messages(pool: &sqlx::PgPool, queue: &str) -> R
 /// Deletes up to `limit` rows of `queue` that apalis's Postgres storage
 /// left (see [`left_unrun_postgres_messages`]), whatever their status:
 /// nothing reads them any more. Returns how many.
-pub async fn delete_left_postgres_messages(
-    pool: &sqlx::PgPool,
-    queue: &str,
-    limit: i64,
-) -> Result<u64> {
-    if !apalis_postgres_table_exists(pool).await? {
+pub async fn delete_left_postgres_messages(queue: &DatabaseQueue, limit: i64) -> Result<u64> {
+    let Some(pool) = apalis_postgres_table(queue).await? else {
         return Ok(0);
-    }
+    };
+    let queue = queue.name();
     let deleted = sqlx::query(
         "DELETE FROM apalis.jobs WHERE id IN (
              SELECT id FROM apalis.jobs WHERE job_type = $1
@@ -74,9 +72,19 @@ pub async fn delete_left_postgres_messages(
     Ok(deleted)
 }
 
-async fn apalis_postgres_table_exists(pool: &sqlx::PgPool) -> Result<bool> {
+/// The pool to reach apalis's table with, while it exists: once found
+/// gone it is not looked for again.
+async fn apalis_postgres_table(queue: &DatabaseQueue) -> Result<Option<&sqlx::PgPool>> {
+    let Some(pool) = queue.apalis_pool() else {
+        return Ok(None);
+    };
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('apalis.jobs') IS NOT NULL")
         .fetch_one(pool)
         .await?;
-    Ok(exists)
+    if !exists {
+        queue.apalis_gone();
+        pool.close().await;
+        return Ok(None);
+    }
+    Ok(Some(pool))
 }

@@ -27,7 +27,7 @@ const FETCH_FAILED_PAUSE: Duration = Duration::from_millis(500);
 /// Where a consumer's messages come from.
 pub(crate) enum Source {
     Redis(RedisFetcher),
-    Database(DatabaseFetcher),
+    Database(Box<DatabaseFetcher>),
 }
 
 impl Source {

@@ -13,7 +13,7 @@
 use std::{
     collections::HashSet,
     sync::{
-        Mutex,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -44,8 +44,10 @@ pub struct DatabaseQueue {
     store: Store,
     name: String,
     /// A connection, made when first used, to prune what apalis's Postgres
-    /// storage left (`crate::apalis_tables`).
+    /// storage left (`crate::apalis_tables`); closed when idle.
     apalis: sqlx::PgPool,
+    /// Set once apalis's table is found absent: nothing makes it again.
+    apalis_gone: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for DatabaseQueue {
@@ -60,17 +62,26 @@ impl DatabaseQueue {
     pub fn new(store: Store, name: String) -> Result<Self> {
         let apalis = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
+            .min_connections(0)
+            .idle_timeout(Duration::from_secs(30))
             .connect_lazy(store.session_url())?;
         Ok(Self {
             store,
             name,
             apalis,
+            apalis_gone: Arc::new(AtomicBool::new(false)),
         })
     }
 
-    /// The pool for apalis's tables (see [`crate::apalis_tables`]).
-    pub(crate) fn apalis_pool(&self) -> &sqlx::PgPool {
-        &self.apalis
+    /// The pool for apalis's tables (see [`crate::apalis_tables`]), until
+    /// they are found gone.
+    pub(crate) fn apalis_pool(&self) -> Option<&sqlx::PgPool> {
+        (!self.apalis_gone.load(Ordering::Relaxed)).then_some(&self.apalis)
+    }
+
+    /// Records that apalis's table is gone (see [`DatabaseQueue::apalis_pool`]).
+    pub(crate) fn apalis_gone(&self) {
+        self.apalis_gone.store(true, Ordering::Relaxed);
     }
 
     pub fn name(&self) -> &str {
@@ -117,7 +128,7 @@ impl DatabaseQueue {
             answer_lost: AtomicBool::new(false),
             listener: AsyncMutex::new(None),
         };
-        Consumer::new(Source::Database(fetcher), slots, heartbeat)
+        Consumer::new(Source::Database(Box::new(fetcher)), slots, heartbeat)
     }
 }
 

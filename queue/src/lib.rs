@@ -256,10 +256,7 @@ impl Queue {
     pub async fn recover(&self, store: &Store) -> Result<()> {
         let lost_with = match self {
             Queue::Memory(_) => true,
-            Queue::Postgres(queue) => {
-                apalis_tables::left_unrun_postgres_messages(queue.apalis_pool(), queue.name())
-                    .await?
-            }
+            Queue::Postgres(queue) => apalis_tables::left_unrun_postgres_messages(queue).await?,
             _ => false,
         };
         if lost_with {
@@ -339,12 +336,7 @@ impl Queue {
                 .await?
             }
             Queue::Postgres(queue) => {
-                apalis_tables::delete_left_postgres_messages(
-                    queue.apalis_pool(),
-                    queue_name,
-                    limit_sql,
-                )
-                .await?
+                apalis_tables::delete_left_postgres_messages(queue, limit_sql).await?
             }
         })
     }
