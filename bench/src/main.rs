@@ -12,7 +12,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use receipt_client::{Client, GstSummary, JobStatus, NewSchedule, Priority, RetryPolicy, Submit};
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
@@ -40,12 +40,25 @@ struct Args {
     /// embedded, production, or both.
     #[arg(long, default_value = "both")]
     shape: String,
+    /// The queue of the production shape: `redis`, or `database` (Postgres
+    /// alone, its database queue; the label of each result says
+    /// `production-database`).
+    #[arg(long, value_enum, default_value_t = QueueKind::Redis)]
+    queue: QueueKind,
     /// Jobs per end-to-end run.
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
-    /// Concurrent clients (and BullMQ producers and worker concurrency).
+    /// Slots of each worker process (`WORKER_CONCURRENCY`; the embedded
+    /// shape's one pool), and the concurrent clients of e2e unless
+    /// `--clients` says otherwise (and BullMQ's producers and concurrency).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Concurrent clients of e2e (default: `--concurrency`). To compare N
+    /// worker processes of M slots with one of N×M, keep the clients the
+    /// same: `--workers 2 --concurrency 8 --clients 16` against
+    /// `--workers 1 --concurrency 16`.
+    #[arg(long)]
+    clients: Option<usize>,
     /// Open-loop arrival rate of the submit scenario, per second.
     #[arg(long, default_value_t = 1_000)]
     rate: u64,
@@ -112,6 +125,13 @@ struct Args {
     warm_up: usize,
 }
 
+/// Where the production shape keeps its queue.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+enum QueueKind {
+    Redis,
+    Database,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Shape {
     Embedded,
@@ -119,10 +139,13 @@ enum Shape {
 }
 
 impl Shape {
-    fn name(self) -> &'static str {
-        match self {
-            Shape::Embedded => "embedded",
-            Shape::Production => "production",
+    /// The label of a result: the shape, and the production shape's queue
+    /// when it is not Redis.
+    fn label(self, queue: QueueKind) -> &'static str {
+        match (self, queue) {
+            (Shape::Embedded, _) => "embedded",
+            (Shape::Production, QueueKind::Redis) => "production",
+            (Shape::Production, QueueKind::Database) => "production-database",
         }
     }
 }
@@ -167,32 +190,33 @@ fn print_result(scenario: &str, shape: &str, line: Value, summary: &str) {
 /// scenario fails part way.
 struct Service {
     shape: Shape,
+    queue: QueueKind,
     /// The api process.
     api: Api,
     /// Clients of the api as the bench tenant and as the quiet one.
     client: Client,
     quiet: Client,
     workers: Vec<Process>,
+    /// Worker slots in all: `--concurrency` per process (the embedded
+    /// shape has one pool, in the api).
+    slots: usize,
     /// Dropped last: the processes stop before their database goes.
     env: TestEnv,
 }
 
 impl Service {
-    async fn start(
-        shape: Shape,
-        workers: usize,
-        concurrency: usize,
-        warm_up: usize,
-    ) -> Result<Self> {
-        Self::start_with(shape, workers, concurrency, warm_up, &[]).await
+    /// The shape as `args` lay it out: `--queue`, `--workers` processes of
+    /// `--concurrency` slots, `--warm-up` jobs.
+    async fn start(shape: Shape, args: &Args) -> Result<Self> {
+        Self::start_with(shape, args, args.concurrency, &[]).await
     }
 
-    /// [`Service::start`] with `extra` settings on every process.
+    /// [`Service::start`] with `concurrency` slots per pool and `extra`
+    /// settings on every process.
     async fn start_with(
         shape: Shape,
-        workers: usize,
+        args: &Args,
         concurrency: usize,
-        warm_up: usize,
         extra: &[(&str, &str)],
     ) -> Result<Self> {
         for binary in ["api", "worker"] {
@@ -214,33 +238,62 @@ impl Service {
             settings.push(("EMBEDDED_WORKER", "false"));
         }
         settings.extend_from_slice(extra);
-        let env = TestEnv::new(backend).await.settings(&settings);
+        let mut env = TestEnv::new(backend).await.settings(&settings);
+        let queue = args.queue;
+        if shape == Shape::Production && queue == QueueKind::Database {
+            env = env.without_redis();
+        }
         let api = env.start_api(&[]).await;
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .build()?;
         let client = bench_client(&api.base, KEY, http.clone())?;
         let quiet = bench_client(&api.base, QUIET_KEY, http)?;
-        let workers = match shape {
-            Shape::Production => (0..workers).map(|_| env.start_worker(&[])).collect(),
+        let workers: Vec<Process> = match shape {
+            Shape::Production => (0..args.workers)
+                .map(|_| env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]))
+                .collect(),
             Shape::Embedded => Vec::new(),
         };
-        // The workers are ready for messages before anything is timed.
+        // The workers are ready for messages before anything is timed: on
+        // Redis once each pool's heartbeat is there; on the database queue
+        // once each process has connected and migrated (it serves its
+        // metrics after that), and the warm-up runs its first jobs.
         if shape == Shape::Production {
-            env.wait_for_redis_consumers(workers.len()).await;
+            match queue {
+                QueueKind::Redis => env.wait_for_redis_consumers(workers.len()).await,
+                QueueKind::Database => {
+                    for worker in &workers {
+                        worker.wait_for_line("metrics on http://");
+                    }
+                }
+            }
         }
+        let slots = concurrency * workers.len().max(1);
         let service = Service {
             shape,
+            queue,
             api,
             client,
             quiet,
             workers,
+            slots,
             env,
         };
-        if warm_up > 0 {
-            service.warm_up(warm_up, concurrency).await?;
+        if args.warm_up > 0 {
+            service.warm_up(args.warm_up, concurrency).await?;
         }
         Ok(service)
+    }
+
+    /// The label of its results (`production-database` and so on).
+    fn label(&self) -> &'static str {
+        self.shape.label(self.queue)
+    }
+
+    /// Whether its processes use Redis.
+    fn uses_redis(&self) -> bool {
+        self.env.uses_redis() && self.shape == Shape::Production
     }
 
     /// Runs `jobs` jobs through the service and, on Postgres, has the
@@ -402,12 +455,11 @@ impl CpuMeter {
                 .collect(),
             None => Default::default(),
         };
-        let redis = match service.shape {
-            Shape::Production => {
-                let pid = redis_pid().await?;
-                Some((pid, cpu_seconds(pid).unwrap_or(0.0)))
-            }
-            Shape::Embedded => None,
+        let redis = if service.uses_redis() {
+            let pid = redis_pid().await?;
+            Some((pid, cpu_seconds(pid).unwrap_or(0.0)))
+        } else {
+            None
         };
         Ok(CpuMeter {
             api: cpu_seconds(service.api.pid()).unwrap_or(0.0),
@@ -1012,13 +1064,13 @@ async fn old_jobs(shape: Shape, pool: &AnyPool) -> Result<i64> {
 /// match and only the pruning differs.
 async fn prune(shape: Shape, args: &Args) -> Result<Value> {
     let idle = {
-        let service = Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+        let service = Service::start(shape, args).await?;
         prefill_jobs(&service, args.rows, chrono::Utc::now().timestamp_millis()).await?;
         let result = submit_only(&service, args.prune_rate, args.submit_secs).await?;
         service.stop().await?;
         result
     };
-    let service = Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+    let service = Service::start(shape, args).await?;
     // Finished in 1970: all of them are past any retention. The pruner
     // starts on them while they are written.
     prefill_jobs(&service, args.rows, 0).await?;
@@ -1282,17 +1334,19 @@ async fn main() -> Result<()> {
     println!("# receipt-bench {:?}", args);
     for &shape in &shapes {
         if wants("e2e") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
-            let run = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let service = Service::start(shape, &args).await?;
+            let clients = args.clients.unwrap_or(args.concurrency);
+            let run = end_to_end(&service, args.jobs, clients).await?;
             let rss = service.peak_rss();
+            let (label, slots) = (service.label(), service.slots);
             service.stop().await?;
             let rate = run.jobs_per_s;
             let cpu = run.cpu_ms_per_job;
             print_result(
                 "e2e",
-                shape.name(),
-                json!({"jobs": args.jobs, "concurrency": args.concurrency, "jobs_per_s": rate, "peak_rss": rss, "cpu_ms_per_job": cpu}),
+                label,
+                json!({"jobs": args.jobs, "clients": clients, "workers": args.workers, "concurrency": args.concurrency, "slots": slots,
+                       "jobs_per_s": rate, "peak_rss": rss, "cpu_ms_per_job": cpu}),
                 &format!(
                     "{rate:>8.0} jobs/s   peak RSS {rss}\n{:>25}CPU ms per job: {}",
                     "",
@@ -1301,8 +1355,7 @@ async fn main() -> Result<()> {
             );
         }
         if wants("submit") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = submit_only(&service, args.rate, args.submit_secs).await?;
             service.stop().await?;
             let summary = format!(
@@ -1313,11 +1366,10 @@ async fn main() -> Result<()> {
                 result["p999_ms"].as_f64().unwrap_or_default(),
                 result["errors"]
             );
-            print_result("submit", shape.name(), result, &summary);
+            print_result("submit", shape.label(args.queue), result, &summary);
         }
         if wants("pickup") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = pickup(&service, args.pickup_jobs).await?;
             service.stop().await?;
             let summary = format!(
@@ -1325,12 +1377,12 @@ async fn main() -> Result<()> {
                 result["p50_ms"].as_f64().unwrap_or_default(),
                 result["p99_ms"].as_f64().unwrap_or_default()
             );
-            print_result("pickup", shape.name(), result, &summary);
+            print_result("pickup", shape.label(args.queue), result, &summary);
         }
         if wants("fairness") {
             // Two slots, as a small deployment has: a FIFO queue would make
             // the second tenant wait for the whole backlog.
-            let service = Service::start(shape, args.workers, 2, args.warm_up).await?;
+            let service = Service::start_with(shape, &args, 2, &[]).await?;
             let result = fairness(&service, args.fairness_backlog, args.fairness_jobs).await?;
             service.stop().await?;
             let summary = format!(
@@ -1340,11 +1392,10 @@ async fn main() -> Result<()> {
                 result["backlog_still_queued"],
                 result["backlog"],
             );
-            print_result("fairness", shape.name(), result, &summary);
+            print_result("fairness", shape.label(args.queue), result, &summary);
         }
         if wants("scale") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let empty = end_to_end(&service, args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
@@ -1356,7 +1407,7 @@ async fn main() -> Result<()> {
             service.stop().await?;
             print_result(
                 "scale",
-                shape.name(),
+                shape.label(args.queue),
                 json!({"rows": args.rows, "empty_jobs_per_s": empty, "full_jobs_per_s": full, "share": full / empty}),
                 &format!(
                     "{full:>8.0} jobs/s with {} finished jobs = {:.0}% of {empty:.0}",
@@ -1386,11 +1437,10 @@ async fn main() -> Result<()> {
                 result["pruned_per_s"].as_f64().unwrap_or_default(),
                 result["p99_ratio"].as_f64().unwrap_or_default(),
             );
-            print_result("prune", shape.name(), result, &summary);
+            print_result("prune", shape.label(args.queue), result, &summary);
         }
         if wants("dashboard") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = dashboard(&service, args.rows, 200).await?;
             service.stop().await?;
             let summary = format!(
@@ -1401,11 +1451,10 @@ async fn main() -> Result<()> {
                 result["fill_s"].as_f64().unwrap_or_default(),
                 result["fold_s"].as_f64().unwrap_or_default(),
             );
-            print_result("dashboard", shape.name(), result, &summary);
+            print_result("dashboard", shape.label(args.queue), result, &summary);
         }
         if wants("delayed") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = delayed(&service, &args).await?;
             service.stop().await?;
             let f = |path: &[&str]| {
@@ -1427,11 +1476,10 @@ async fn main() -> Result<()> {
                 f(&["idle", "pickup", "p99_ms"]),
                 f(&["waiting", "pickup", "p99_ms"]),
             );
-            print_result("delayed", shape.name(), result, &summary);
+            print_result("delayed", shape.label(args.queue), result, &summary);
         }
         if wants("schedules") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = schedules(&service, &args).await?;
             service.stop().await?;
             let f = |key: &str| result[key].as_f64().unwrap_or_default();
@@ -1448,11 +1496,10 @@ async fn main() -> Result<()> {
                 f("started_max_ms"),
                 result["started_early"],
             );
-            print_result("schedules", shape.name(), result, &summary);
+            print_result("schedules", shape.label(args.queue), result, &summary);
         }
         if wants("priority") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = priority(&service, &args).await?;
             service.stop().await?;
             let summary = format!(
@@ -1462,15 +1509,14 @@ async fn main() -> Result<()> {
                 result["backlog_still_queued"],
                 result["backlog"],
             );
-            print_result("priority", shape.name(), result, &summary);
+            print_result("priority", shape.label(args.queue), result, &summary);
         }
         if wants("caps") {
             let cap = args.caps_limit.to_string();
             let service = Service::start_with(
                 shape,
-                args.workers,
+                &args,
                 args.concurrency,
-                args.warm_up,
                 &[("MAX_RUNNING_PER_TENANT", cap.as_str())],
             )
             .await?;
@@ -1488,11 +1534,10 @@ async fn main() -> Result<()> {
                 result["jobs_per_s"].as_f64().unwrap_or_default(),
                 result["ideal_jobs_per_s"].as_f64().unwrap_or_default(),
             );
-            print_result("caps", shape.name(), result, &summary);
+            print_result("caps", shape.label(args.queue), result, &summary);
         }
         if wants("report") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = report(&service, args.rows).await?;
             service.stop().await?;
             let summary = format!(
@@ -1501,7 +1546,7 @@ async fn main() -> Result<()> {
                 result["sql_floor_ms"].as_f64().unwrap_or_default(),
                 result["ratio"].as_f64().unwrap_or_default()
             );
-            print_result("report", shape.name(), result, &summary);
+            print_result("report", shape.label(args.queue), result, &summary);
         }
     }
     if wants("bullmq") {
@@ -1513,13 +1558,7 @@ async fn main() -> Result<()> {
         let mut bull_cpu = Vec::new();
         let redis = redis_pid().await?;
         for _ in 0..args.rounds {
-            let service = Service::start(
-                Shape::Production,
-                args.workers,
-                args.concurrency,
-                args.warm_up,
-            )
-            .await?;
+            let service = Service::start(Shape::Production, &args).await?;
             let run = end_to_end(&service, args.jobs, args.concurrency).await?;
             service.stop().await?;
             receipt.push(run.jobs_per_s);
@@ -1547,7 +1586,7 @@ async fn main() -> Result<()> {
         let (bc, _, _) = median_and_range(bull_cpu.clone());
         print_result(
             "bullmq",
-            "production",
+            Shape::Production.label(args.queue),
             json!({"receipt_jobs_per_s": receipt, "bullmq_jobs_per_s": bull, "receipt_median": r, "bullmq_median": b, "ratio": r / b,
                    "receipt_cpu_ms_per_job": receipt_cpu, "bullmq_cpu_ms_per_job": bull_cpu, "cpu_ratio": rc / bc}),
             &format!(
