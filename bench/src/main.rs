@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
+mod offered;
+mod plot;
 mod stats;
 use stats::percentile;
 
@@ -29,6 +31,7 @@ const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
+    /// offered (not run by default: 10 minutes per rate and shape),
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
     /// default: they wait for jobs' starts and for fires), priority and caps (not run by
     /// default: they drain a backlog).
@@ -117,6 +120,32 @@ struct Args {
     /// Worker processes in the production shape.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// The offered scenario: rates in jobs/s, comma-separated, each run on
+    /// a service of its own; `max` finds roughly the highest rate the
+    /// shape sustains with a short ramp (`--ramp-secs` per step) and runs
+    /// at it.
+    #[arg(long, default_value = "200,1000")]
+    rates: String,
+    /// Seconds each rate is offered for.
+    #[arg(long, default_value_t = 600)]
+    offered_secs: u64,
+    /// Each offered job's `ms`.
+    #[arg(long, default_value_t = 1)]
+    job_ms: u64,
+    /// Submits awaiting their answer at once, at most (open loop: a submit
+    /// due while this many wait is not sent, and is counted as unsent).
+    #[arg(long, default_value_t = 512)]
+    max_in_flight: usize,
+    /// After the last submit, how long to wait for the jobs to finish.
+    #[arg(long, default_value_t = 120)]
+    drain_secs: u64,
+    /// Seconds of each step of the `max` ramp.
+    #[arg(long, default_value_t = 10)]
+    ramp_secs: u64,
+    /// Where the offered scenario writes its plots
+    /// (`offered-{shape}-{rate}-{workers}x{slots}.svg`); none when unset.
+    #[arg(long)]
+    plot_dir: Option<std::path::PathBuf>,
     /// Jobs run through each new service before a scenario, after which
     /// Postgres takes its planner statistics (0: none). Measures the
     /// service as it runs after its first minute, not while Postgres still
@@ -304,7 +333,7 @@ impl Service {
     /// docs/performance.md, "Findings"). SQLite takes statistics only when
     /// told to, which Receipt never does, so it is left without.
     async fn warm_up(&self, jobs: usize, concurrency: usize) -> Result<()> {
-        end_to_end(self, jobs, concurrency).await?;
+        end_to_end(&self.target(), jobs, concurrency).await?;
         if self.shape == Shape::Production {
             let pool = self.pool().await?;
             sqlx::query("ANALYZE").execute(&pool).await?;
@@ -326,11 +355,7 @@ impl Service {
 
     /// The watcher's pool: one connection, so [`backends`] can leave it out.
     async fn pool(&self) -> Result<AnyPool> {
-        sqlx::any::install_default_drivers();
-        Ok(sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&self.env.database_url)
-            .await?)
+        watcher_pool(&self.env.database_url).await
     }
 
     /// Peak resident memory of each process, in MiB.
@@ -366,6 +391,70 @@ fn sleep(ms: u64) -> Submit {
     Submit::json("sleep", json!({ "ms": ms }))
 }
 
+/// What a load drives and watches: a service as its client sees it, the
+/// database where its jobs are, and its processes. Receipt's shapes and
+/// the usual-stack peer ([`peer`]) both keep their jobs in a table `jobs`
+/// with the columns the scenarios read.
+struct Target<'a> {
+    label: String,
+    /// The client the load submits through, as `tenant`.
+    client: &'a Client,
+    tenant: &'static str,
+    database_url: &'a str,
+    /// Which SQL the database speaks.
+    dialect: Shape,
+    /// The Postgres database's name, whose backends' CPU is counted.
+    pg_database: Option<&'a str>,
+    /// Each process of the service: its role (`api`, `worker`) and pid.
+    processes: Vec<(&'static str, u32)>,
+    /// Whether Redis's CPU is the service's.
+    redis: bool,
+    /// Worker slots in all.
+    slots: usize,
+    /// `{processes}x{slots of each}` of its workers.
+    layout: String,
+}
+
+impl Target<'_> {
+    /// The watcher's pool: one connection, so [`backends`] can leave it out.
+    async fn pool(&self) -> Result<AnyPool> {
+        watcher_pool(self.database_url).await
+    }
+}
+
+impl Service {
+    /// The service as the bench tenant drives it.
+    fn target(&self) -> Target<'_> {
+        let mut processes = vec![("api", self.api.pid())];
+        processes.extend(self.workers.iter().map(|w| ("worker", w.pid())));
+        Target {
+            label: self.label().to_owned(),
+            client: &self.client,
+            tenant: "bench",
+            database_url: &self.env.database_url,
+            dialect: self.shape,
+            pg_database: self.pg_database(),
+            processes,
+            redis: self.uses_redis(),
+            slots: self.slots,
+            layout: format!(
+                "{}x{}",
+                self.workers.len().max(1),
+                self.slots / self.workers.len().max(1)
+            ),
+        }
+    }
+}
+
+/// A pool of one connection to `url`.
+async fn watcher_pool(url: &str) -> Result<AnyPool> {
+    sqlx::any::install_default_drivers();
+    Ok(sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?)
+}
+
 /// What one end-to-end run measured.
 struct Run {
     jobs_per_s: f64,
@@ -375,10 +464,10 @@ struct Run {
 
 /// Scenario 1: N jobs by C concurrent clients, from the first submit until
 /// the database counts all N SUCCEEDED.
-async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<Run> {
-    let pool = service.pool().await?;
-    let meter = CpuMeter::start(service, &pool).await?;
-    let client = &service.client;
+async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<Run> {
+    let pool = target.pool().await?;
+    let meter = CpuMeter::start(target, &pool).await?;
+    let client = target.client;
     let first_id = client.submit(sleep(0)).await?.job_id;
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
@@ -402,9 +491,10 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
     );
     let elapsed = loop {
         let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench'
-             AND status IN ('QUEUED', 'RUNNING') AND job_id >= $1",
+            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = $1
+             AND status IN ('QUEUED', 'RUNNING') AND job_id >= $2",
         )
+        .bind(target.tenant)
         .bind(&first_id)
         .fetch_one(&pool)
         .await?;
@@ -414,8 +504,9 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let row = sqlx::query(
-        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'SUCCEEDED' AND job_id >= $1",
+        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = $1 AND status = 'SUCCEEDED' AND job_id >= $2",
     )
+    .bind(target.tenant)
     .bind(&first_id)
     .fetch_one(&pool)
     .await?;
@@ -424,7 +515,7 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
         succeeded == jobs,
         "{succeeded} of {jobs} jobs SUCCEEDED; the others did not"
     );
-    let cpu_ms_per_job = meter.per_job(service, &pool, jobs).await?;
+    let cpu_ms_per_job = meter.per_job(target, &pool, jobs).await?;
     pool.close().await;
     Ok(Run {
         jobs_per_s: jobs as f64 / elapsed.as_secs_f64(),
@@ -432,13 +523,14 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
     })
 }
 
-/// CPU time used while a run lasts, by process: Receipt's `api` and
-/// `worker`s, the Postgres backends serving the run's database, Redis, and
-/// this client. Unlike jobs/s, CPU per job hardly moves when the machine is
-/// busy with something else: it says where the work goes.
+/// CPU time used while a run lasts, by process: the service's processes
+/// (Receipt's `api` and `worker`s), the Postgres backends serving the run's
+/// database, Redis when the service uses it, and this client. Unlike
+/// jobs/s, CPU per job hardly moves when the machine is busy with something
+/// else: it says where the work goes.
 struct CpuMeter {
-    api: f64,
-    workers: Vec<f64>,
+    /// Role, pid and CPU seconds at the start, of each process.
+    processes: Vec<(&'static str, u32, f64)>,
     /// Per backend pid at the start (backends started later count from 0).
     postgres: std::collections::HashMap<u32, f64>,
     redis: Option<(u32, f64)>,
@@ -446,8 +538,8 @@ struct CpuMeter {
 }
 
 impl CpuMeter {
-    async fn start(service: &Service, pool: &AnyPool) -> Result<Self> {
-        let postgres = match service.pg_database() {
+    async fn start(target: &Target<'_>, pool: &AnyPool) -> Result<Self> {
+        let postgres = match target.pg_database {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -455,18 +547,17 @@ impl CpuMeter {
                 .collect(),
             None => Default::default(),
         };
-        let redis = if service.uses_redis() {
+        let redis = if target.redis {
             let pid = redis_pid().await?;
             Some((pid, cpu_seconds(pid).unwrap_or(0.0)))
         } else {
             None
         };
         Ok(CpuMeter {
-            api: cpu_seconds(service.api.pid()).unwrap_or(0.0),
-            workers: service
-                .workers
+            processes: target
+                .processes
                 .iter()
-                .map(|w| cpu_seconds(w.pid()).unwrap_or(0.0))
+                .map(|&(role, pid)| (role, pid, cpu_seconds(pid).unwrap_or(0.0)))
                 .collect(),
             postgres,
             redis,
@@ -474,17 +565,21 @@ impl CpuMeter {
         })
     }
 
-    async fn per_job(&self, service: &Service, pool: &AnyPool, jobs: usize) -> Result<Value> {
+    /// CPU milliseconds per job since the start, by role (each role's
+    /// processes summed), `postgres`, `redis`, their `total`, and the
+    /// `bench_client`.
+    async fn per_job(&self, target: &Target<'_>, pool: &AnyPool, jobs: usize) -> Result<Value> {
         let ms_per_job = |seconds: f64| ms_per_job(seconds, jobs);
         let used = |pid: u32, before: f64| cpu_seconds(pid).map_or(0.0, |now| now - before);
-        let api = used(service.api.pid(), self.api);
-        let workers: f64 = service
-            .workers
-            .iter()
-            .zip(&self.workers)
-            .map(|(w, before)| used(w.pid(), *before))
-            .sum();
-        let postgres: f64 = match service.pg_database() {
+        let mut by_role = serde_json::Map::new();
+        let mut total = 0.0;
+        for &(role, pid, before) in &self.processes {
+            let seconds = used(pid, before);
+            total += seconds;
+            let sum = by_role.get(role).and_then(Value::as_f64).unwrap_or(0.0) + seconds;
+            by_role.insert(role.to_owned(), json!(sum));
+        }
+        let postgres: f64 = match target.pg_database {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -493,15 +588,19 @@ impl CpuMeter {
             None => 0.0,
         };
         let redis = self.redis.map_or(0.0, |(pid, before)| used(pid, before));
-        let receipt = api + workers + postgres + redis;
-        Ok(json!({
-            "api": ms_per_job(api),
-            "worker": ms_per_job(workers),
-            "postgres": ms_per_job(postgres),
-            "redis": ms_per_job(redis),
-            "receipt_total": ms_per_job(receipt),
-            "bench_client": ms_per_job(used(std::process::id(), self.client)),
-        }))
+        total += postgres + redis;
+        let mut line: serde_json::Map<String, Value> = by_role
+            .into_iter()
+            .map(|(role, seconds)| (role, json!(ms_per_job(seconds.as_f64().unwrap_or(0.0)))))
+            .collect();
+        line.insert("postgres".into(), json!(ms_per_job(postgres)));
+        line.insert("redis".into(), json!(ms_per_job(redis)));
+        line.insert("total".into(), json!(ms_per_job(total)));
+        line.insert(
+            "bench_client".into(),
+            json!(ms_per_job(used(std::process::id(), self.client))),
+        );
+        Ok(Value::Object(line))
     }
 }
 
@@ -522,7 +621,7 @@ fn cpu_summary(cpu: &Value) -> String {
     format!(
         "{} = {:.2} (bench client {:.2})",
         parts.join(" + "),
-        ms("receipt_total"),
+        ms("total"),
         ms("bench_client")
     )
 }
@@ -1313,6 +1412,95 @@ fn bullmq(jobs: usize, concurrency: usize) -> Result<f64> {
     line["jobs_per_s"].as_f64().context("jobs_per_s")
 }
 
+/// The offered scenario at `rate` (jobs/s, or `max`), its plot written
+/// when `--plot-dir` is set; its result line, labelled.
+async fn offered_at(target: &Target<'_>, rate: &str, args: &Args) -> Result<Value> {
+    let options = offered::Options {
+        job_ms: args.job_ms,
+        max_in_flight: args.max_in_flight,
+        drain_secs: args.drain_secs,
+    };
+    let (rate, ramp) = if rate == "max" {
+        let (rate, steps) = offered::find_max(target, args.ramp_secs, &options).await?;
+        println!("# ramp: {rate:.0} jobs/s is the highest rate sustained");
+        (rate, Some(steps))
+    } else {
+        let rate: f64 = rate
+            .parse()
+            .with_context(|| format!("--rates: {rate:?} is neither a number nor `max`"))?;
+        (rate, None)
+    };
+    let run = offered::run(target, rate, args.offered_secs, &options).await?;
+    let mut line = run.line;
+    line["scenario"] = json!("offered");
+    line["shape"] = json!(target.label);
+    if let Some(steps) = ramp {
+        line["ramp"] = json!(steps);
+    }
+    if let Some(dir) = &args.plot_dir {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!(
+            "offered-{}-{rate:.0}-{}.svg",
+            target.label, target.layout
+        ));
+        let title = format!(
+            "{} ({} slots as {}), {rate:.0} sleep jobs/s of {} ms for {} s",
+            target.label, target.slots, target.layout, args.job_ms, args.offered_secs
+        );
+        plot::offered_svg(&path, &title, &run.seconds, &run.depth, target.slots)?;
+        println!("# plot: {}", path.display());
+        line["plot"] = json!(path.display().to_string());
+    }
+    Ok(line)
+}
+
+/// The offered scenario's lines of the table, then its JSON line.
+fn print_offered(line: &Value) {
+    let f = |key: &str| line[key].as_f64().unwrap_or(f64::NAN);
+    // A null percentile is one that fell among unfinished jobs.
+    let ms = |key: &str| {
+        line[key]
+            .as_f64()
+            .map_or_else(|| "unfinished".to_owned(), |v| format!("{v:.1}"))
+    };
+    let shape = line["shape"].as_str().unwrap_or_default();
+    println!(
+        "{:<9} {shape:<11} {:.0}/s for {:.0} s, {} slots ({}): sent {:.0}/s, unsent {} (in flight at the bound {}), late {}, errors {}; completed {:.1}/s, unfinished {}",
+        "offered",
+        f("rate"),
+        f("secs"),
+        line["slots"],
+        line["layout"].as_str().unwrap_or_default(),
+        f("sent_per_s"),
+        line["unsent"],
+        line["max_in_flight"],
+        line["late"],
+        line["errors"],
+        f("completed_per_s"),
+        line["unfinished"],
+    );
+    println!(
+        "{:>25}end to end (scheduled submit -> finished_at) p50 {} p99 {} p99.9 {} ms; pickup (created -> started) p99 {} ms; submit p99 {} ms",
+        "",
+        ms("end_to_end_p50_ms"),
+        ms("end_to_end_p99_ms"),
+        ms("end_to_end_p999_ms"),
+        ms("pickup_p99_ms"),
+        ms("submit_p99_ms"),
+    );
+    println!(
+        "{:>25}each second: QUEUED mean {:.1} max {}, RUNNING (busy slots) mean {:.1} max {} of {}; CPU ms per job: {}",
+        "",
+        f("queued_mean"),
+        line["queued_max"],
+        f("running_mean"),
+        line["running_max"],
+        line["slots"],
+        cpu_summary(&line["cpu_ms_per_job"]),
+    );
+    println!("{line}");
+}
+
 fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
     (
@@ -1336,7 +1524,7 @@ async fn main() -> Result<()> {
         if wants("e2e") {
             let service = Service::start(shape, &args).await?;
             let clients = args.clients.unwrap_or(args.concurrency);
-            let run = end_to_end(&service, args.jobs, clients).await?;
+            let run = end_to_end(&service.target(), args.jobs, clients).await?;
             let rss = service.peak_rss();
             let (label, slots) = (service.label(), service.slots);
             service.stop().await?;
@@ -1353,6 +1541,16 @@ async fn main() -> Result<()> {
                     cpu_summary(&cpu)
                 ),
             );
+        }
+        if wants("offered") {
+            for rate in args.rates.split(',').map(str::trim) {
+                let service = Service::start(shape, &args).await?;
+                let target = service.target();
+                let result = offered_at(&target, rate, &args).await?;
+                drop(target);
+                service.stop().await?;
+                print_offered(&result);
+            }
         }
         if wants("submit") {
             let service = Service::start(shape, &args).await?;
@@ -1396,12 +1594,12 @@ async fn main() -> Result<()> {
         }
         if wants("scale") {
             let service = Service::start(shape, &args).await?;
-            let empty = end_to_end(&service, args.jobs, args.concurrency)
+            let empty = end_to_end(&service.target(), args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
             // Within the retention: the pruner leaves them alone.
             prefill_jobs(&service, args.rows, chrono::Utc::now().timestamp_millis()).await?;
-            let full = end_to_end(&service, args.jobs, args.concurrency)
+            let full = end_to_end(&service.target(), args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
             service.stop().await?;
@@ -1559,14 +1757,10 @@ async fn main() -> Result<()> {
         let redis = redis_pid().await?;
         for _ in 0..args.rounds {
             let service = Service::start(Shape::Production, &args).await?;
-            let run = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let run = end_to_end(&service.target(), args.jobs, args.concurrency).await?;
             service.stop().await?;
             receipt.push(run.jobs_per_s);
-            receipt_cpu.push(
-                run.cpu_ms_per_job["receipt_total"]
-                    .as_f64()
-                    .unwrap_or(f64::NAN),
-            );
+            receipt_cpu.push(run.cpu_ms_per_job["total"].as_f64().unwrap_or(f64::NAN));
             let (node, redis_before) = (waited_children_cpu_seconds(), cpu_seconds(redis));
             bull.push(bullmq(args.jobs, args.concurrency)?);
             let used = match (
