@@ -19,6 +19,7 @@ use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
 mod offered;
+mod peer;
 mod plot;
 mod stats;
 use stats::percentile;
@@ -31,7 +32,9 @@ const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
-    /// offered (not run by default: 10 minutes per rate and shape),
+    /// offered (not run by default: 10 minutes per rate and shape), peer and peer-offered (not
+    /// run by default: Receipt's production shape beside the usual stack, bench/peers/usual-stack,
+    /// in e2e and offered),
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
     /// default: they wait for jobs' starts and for fires), priority and caps (not run by
     /// default: they drain a backlog).
@@ -310,7 +313,7 @@ impl Service {
             env,
         };
         if args.warm_up > 0 {
-            service.warm_up(args.warm_up, concurrency).await?;
+            warm_up(&service.target(), args.warm_up, concurrency).await?;
         }
         Ok(service)
     }
@@ -323,24 +326,6 @@ impl Service {
     /// Whether its processes use Redis.
     fn uses_redis(&self) -> bool {
         self.env.uses_redis() && self.shape == Shape::Production
-    }
-
-    /// Runs `jobs` jobs through the service and, on Postgres, has the
-    /// database take its planner statistics, as a deployment's own traffic
-    /// and autovacuum have within its first minute. Without it, Postgres
-    /// plans each prepared statement for the tables of a few rows it sees
-    /// in the first second, and a run keeps those plans to its end (see
-    /// docs/performance.md, "Findings"). SQLite takes statistics only when
-    /// told to, which Receipt never does, so it is left without.
-    async fn warm_up(&self, jobs: usize, concurrency: usize) -> Result<()> {
-        end_to_end(&self.target(), jobs, concurrency).await?;
-        if self.shape == Shape::Production {
-            let pool = self.pool().await?;
-            sqlx::query("ANALYZE").execute(&pool).await?;
-            pool.close().await;
-        }
-        println!("# warmed up with {jobs} jobs");
-        Ok(())
     }
 
     /// The api's base URL.
@@ -444,6 +429,24 @@ impl Service {
             ),
         }
     }
+}
+
+/// Runs `jobs` jobs through the service and, on Postgres, has the
+/// database take its planner statistics, as a deployment's own traffic
+/// and autovacuum have within its first minute. Without it, Postgres
+/// plans each prepared statement for the tables of a few rows it sees
+/// in the first second, and a run keeps those plans to its end (see
+/// docs/performance.md, "Findings"). SQLite takes statistics only when
+/// told to, which Receipt never does, so it is left without.
+async fn warm_up(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<()> {
+    end_to_end(target, jobs, concurrency).await?;
+    if target.dialect == Shape::Production {
+        let pool = target.pool().await?;
+        sqlx::query("ANALYZE").execute(&pool).await?;
+        pool.close().await;
+    }
+    println!("# warmed up with {jobs} jobs");
+    Ok(())
 }
 
 /// A pool of one connection to `url`.
@@ -1788,6 +1791,63 @@ async fn main() -> Result<()> {
                 r / b
             ),
         );
+    }
+    if wants("peer") {
+        // Alternating rounds, like the BullMQ side by side: Receipt's
+        // production shape (`--queue`), then the usual stack, each e2e.
+        let (mut receipt, mut usual) = (Vec::new(), Vec::new());
+        let (mut receipt_cpu, mut usual_cpu) = (Vec::new(), Vec::new());
+        let clients = args.clients.unwrap_or(args.concurrency);
+        for _ in 0..args.rounds {
+            let service = Service::start(Shape::Production, &args).await?;
+            let run = end_to_end(&service.target(), args.jobs, clients).await?;
+            service.stop().await?;
+            receipt.push(run.jobs_per_s);
+            receipt_cpu.push(run.cpu_ms_per_job);
+            let peer = peer::Peer::start(&args).await?;
+            let run = end_to_end(&peer.target(), args.jobs, clients).await?;
+            peer.stop();
+            usual.push(run.jobs_per_s);
+            usual_cpu.push(run.cpu_ms_per_job);
+        }
+        let total = |cpu: &[Value]| {
+            median_and_range(
+                cpu.iter()
+                    .map(|c| c["total"].as_f64().unwrap_or(f64::NAN))
+                    .collect(),
+            )
+        };
+        let (r, r_lo, r_hi) = median_and_range(receipt.clone());
+        let (u, u_lo, u_hi) = median_and_range(usual.clone());
+        let ((rc, _, _), (uc, _, _)) = (total(&receipt_cpu), total(&usual_cpu));
+        let label = Shape::Production.label(args.queue);
+        print_result(
+            "peer",
+            label,
+            json!({"jobs": args.jobs, "clients": clients, "workers": args.workers, "concurrency": args.concurrency,
+                   "receipt_jobs_per_s": receipt, "usual_stack_jobs_per_s": usual, "receipt_median": r, "usual_stack_median": u,
+                   "ratio": r / u, "receipt_cpu_ms_per_job": receipt_cpu, "usual_stack_cpu_ms_per_job": usual_cpu,
+                   "cpu_ratio": rc / uc}),
+            &format!(
+                "Receipt ({label}) {r:.0} ({r_lo:.0}-{r_hi:.0}) vs the usual stack {u:.0} ({u_lo:.0}-{u_hi:.0}) jobs/s: ratio {:.2}\n{:>25}CPU ms per job (median total), Receipt {rc:.2} vs the usual stack {uc:.2}; last round: {} | {}",
+                r / u,
+                "",
+                receipt_cpu.last().map(cpu_summary).unwrap_or_default(),
+                usual_cpu.last().map(cpu_summary).unwrap_or_default(),
+            ),
+        );
+    }
+    if wants("peer-offered") {
+        for rate in args.rates.split(',').map(str::trim) {
+            let service = Service::start(Shape::Production, &args).await?;
+            let line = offered_at(&service.target(), rate, &args).await?;
+            service.stop().await?;
+            print_offered(&line);
+            let peer = peer::Peer::start(&args).await?;
+            let line = offered_at(&peer.target(), rate, &args).await?;
+            peer.stop();
+            print_offered(&line);
+        }
     }
     Ok(())
 }
