@@ -1,5 +1,6 @@
 //! The offered-load scenario's picture: end-to-end latency per second
-//! above, the queue's depth and the busy slots below, on one time axis.
+//! above; below, the jobs waiting (left axis) and the busy slots (right
+//! axis, up to the slots there are), on one time axis.
 
 use std::path::Path;
 
@@ -53,12 +54,14 @@ pub fn offered_svg(
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(70)
+        .right_y_label_area_size(60)
         .build_cartesian_2d(0.0..x_end, (y_low..y_high.max(y_low * 2.0)).log_scale())
         .map_err(|e| failed(&e))?;
     chart
         .configure_mesh()
         .y_desc("end to end, ms (log)")
-        .y_labels(20)
+        .y_labels(12)
+        .light_line_style(TRANSPARENT)
         .y_label_formatter(&|ms| format!("{ms:.0}"))
         .x_desc("second of the run (by scheduled submit)")
         .draw()
@@ -88,49 +91,53 @@ pub fn offered_svg(
         .draw()
         .map_err(|e| failed(&e))?;
 
-    let count_high = depth
-        .iter()
-        .map(|d| d.queued.max(d.running))
-        .fold(slots as i64, i64::max) as f64
-        * 1.1
-        + 1.0;
+    // Waiting jobs run to tens of thousands when a rate is beyond the
+    // shape, busy slots to the slots there are: each its own axis.
+    let queued_high = depth.iter().map(|d| d.queued).fold(1, i64::max) as f64 * 1.1;
+    let slots_high = depth.iter().map(|d| d.running).fold(slots as i64, i64::max) as f64 * 1.1;
     let mut chart = ChartBuilder::on(&lower)
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_end, 0.0..count_high)
-        .map_err(|e| failed(&e))?;
+        .right_y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_end, 0.0..queued_high)
+        .map_err(|e| failed(&e))?
+        .set_secondary_coord(0.0..x_end, 0.0..slots_high);
     chart
         .configure_mesh()
-        .y_desc("jobs")
+        .y_desc("QUEUED jobs")
+        .light_line_style(TRANSPARENT)
         .y_label_formatter(&|n| format!("{n:.0}"))
         .x_desc("second of the run (sampled)")
         .draw()
         .map_err(|e| failed(&e))?;
-    for (name, color, pick) in [
-        (
-            "QUEUED",
-            MAGENTA,
-            (|d: &Depth| d.queued) as fn(&Depth) -> i64,
-        ),
-        ("RUNNING (busy slots)", GREEN, |d: &Depth| d.running),
-    ] {
-        let points = depth.iter().map(|d| (d.at, pick(d) as f64));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| failed(&e))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-    }
+    chart
+        .configure_secondary_axes()
+        .y_desc("RUNNING (busy slots)")
+        .y_label_formatter(&|n| format!("{n:.0}"))
+        .draw()
+        .map_err(|e| failed(&e))?;
+    let queued = depth.iter().map(|d| (d.at, d.queued as f64));
+    chart
+        .draw_series(LineSeries::new(queued, MAGENTA.stroke_width(2)))
+        .map_err(|e| failed(&e))?
+        .label("QUEUED (left)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], MAGENTA));
+    let running = depth.iter().map(|d| (d.at, d.running as f64));
+    chart
+        .draw_secondary_series(LineSeries::new(running, GREEN.stroke_width(2)))
+        .map_err(|e| failed(&e))?
+        .label("RUNNING (right)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
     let slots_line = [(0.0, slots as f64), (x_end, slots as f64)];
     chart
-        .draw_series(LineSeries::new(slots_line, BLACK.mix(0.4)))
+        .draw_secondary_series(LineSeries::new(slots_line, BLACK.mix(0.4)))
         .map_err(|e| failed(&e))?
-        .label(format!("{slots} slots"))
+        .label(format!("{slots} slots (right)"))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
