@@ -12,12 +12,15 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use receipt_client::{Client, GstSummary, JobStatus, NewSchedule, Priority, RetryPolicy, Submit};
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
+mod offered;
+mod peer;
+mod plot;
 mod stats;
 use stats::percentile;
 
@@ -29,6 +32,9 @@ const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 #[command(about = "Receipt's benchmark (see docs/performance.md)")]
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
+    /// offered (not run by default: 10 minutes per rate and shape), peer and peer-offered (not
+    /// run by default: Receipt's production shape beside the usual stack, bench/peers/usual-stack,
+    /// in e2e and offered),
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
     /// default: they wait for jobs' starts and for fires), priority and caps (not run by
     /// default: they drain a backlog).
@@ -40,12 +46,25 @@ struct Args {
     /// embedded, production, or both.
     #[arg(long, default_value = "both")]
     shape: String,
+    /// The queue of the production shape: `redis`, or `database` (Postgres
+    /// alone, its database queue; the label of each result says
+    /// `production-database`).
+    #[arg(long, value_enum, default_value_t = QueueKind::Redis)]
+    queue: QueueKind,
     /// Jobs per end-to-end run.
     #[arg(long, default_value_t = 20_000)]
     jobs: usize,
-    /// Concurrent clients (and BullMQ producers and worker concurrency).
+    /// Slots of each worker process (`WORKER_CONCURRENCY`; the embedded
+    /// shape's one pool), and the concurrent clients of e2e unless
+    /// `--clients` says otherwise (and BullMQ's producers and concurrency).
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Concurrent clients of e2e (default: `--concurrency`). To compare N
+    /// worker processes of M slots with one of N×M, keep the clients the
+    /// same: `--workers 2 --concurrency 8 --clients 16` against
+    /// `--workers 1 --concurrency 16`.
+    #[arg(long)]
+    clients: Option<usize>,
     /// Open-loop arrival rate of the submit scenario, per second.
     #[arg(long, default_value_t = 1_000)]
     rate: u64,
@@ -104,12 +123,45 @@ struct Args {
     /// Worker processes in the production shape.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// The offered scenario: rates in jobs/s, comma-separated, each run on
+    /// a service of its own; `max` finds roughly the highest rate the
+    /// shape sustains with a short ramp (`--ramp-secs` per step) and runs
+    /// at it.
+    #[arg(long, default_value = "200,1000")]
+    rates: String,
+    /// Seconds each rate is offered for.
+    #[arg(long, default_value_t = 600)]
+    offered_secs: u64,
+    /// Each offered job's `ms`.
+    #[arg(long, default_value_t = 1)]
+    job_ms: u64,
+    /// Submits awaiting their answer at once, at most (open loop: a submit
+    /// due while this many wait is not sent, and is counted as unsent).
+    #[arg(long, default_value_t = 512)]
+    max_in_flight: usize,
+    /// After the last submit, how long to wait for the jobs to finish.
+    #[arg(long, default_value_t = 120)]
+    drain_secs: u64,
+    /// Seconds of each step of the `max` ramp.
+    #[arg(long, default_value_t = 10)]
+    ramp_secs: u64,
+    /// Where the offered scenario writes its plots
+    /// (`offered-{shape}-{rate}-{workers}x{slots}.svg`); none when unset.
+    #[arg(long)]
+    plot_dir: Option<std::path::PathBuf>,
     /// Jobs run through each new service before a scenario, after which
     /// Postgres takes its planner statistics (0: none). Measures the
     /// service as it runs after its first minute, not while Postgres still
     /// plans for tables of a few rows.
     #[arg(long, default_value_t = 2_000)]
     warm_up: usize,
+}
+
+/// Where the production shape keeps its queue.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+enum QueueKind {
+    Redis,
+    Database,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -119,10 +171,13 @@ enum Shape {
 }
 
 impl Shape {
-    fn name(self) -> &'static str {
-        match self {
-            Shape::Embedded => "embedded",
-            Shape::Production => "production",
+    /// The label of a result: the shape, and the production shape's queue
+    /// when it is not Redis.
+    fn label(self, queue: QueueKind) -> &'static str {
+        match (self, queue) {
+            (Shape::Embedded, _) => "embedded",
+            (Shape::Production, QueueKind::Redis) => "production",
+            (Shape::Production, QueueKind::Database) => "production-database",
         }
     }
 }
@@ -167,32 +222,33 @@ fn print_result(scenario: &str, shape: &str, line: Value, summary: &str) {
 /// scenario fails part way.
 struct Service {
     shape: Shape,
+    queue: QueueKind,
     /// The api process.
     api: Api,
     /// Clients of the api as the bench tenant and as the quiet one.
     client: Client,
     quiet: Client,
     workers: Vec<Process>,
+    /// Worker slots in all: `--concurrency` per process (the embedded
+    /// shape has one pool, in the api).
+    slots: usize,
     /// Dropped last: the processes stop before their database goes.
     env: TestEnv,
 }
 
 impl Service {
-    async fn start(
-        shape: Shape,
-        workers: usize,
-        concurrency: usize,
-        warm_up: usize,
-    ) -> Result<Self> {
-        Self::start_with(shape, workers, concurrency, warm_up, &[]).await
+    /// The shape as `args` lay it out: `--queue`, `--workers` processes of
+    /// `--concurrency` slots, `--warm-up` jobs.
+    async fn start(shape: Shape, args: &Args) -> Result<Self> {
+        Self::start_with(shape, args, args.concurrency, &[]).await
     }
 
-    /// [`Service::start`] with `extra` settings on every process.
+    /// [`Service::start`] with `concurrency` slots per pool and `extra`
+    /// settings on every process.
     async fn start_with(
         shape: Shape,
-        workers: usize,
+        args: &Args,
         concurrency: usize,
-        warm_up: usize,
         extra: &[(&str, &str)],
     ) -> Result<Self> {
         for binary in ["api", "worker"] {
@@ -214,51 +270,62 @@ impl Service {
             settings.push(("EMBEDDED_WORKER", "false"));
         }
         settings.extend_from_slice(extra);
-        let env = TestEnv::new(backend).await.settings(&settings);
+        let mut env = TestEnv::new(backend).await.settings(&settings);
+        let queue = args.queue;
+        if shape == Shape::Production && queue == QueueKind::Database {
+            env = env.without_redis();
+        }
         let api = env.start_api(&[]).await;
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .build()?;
         let client = bench_client(&api.base, KEY, http.clone())?;
         let quiet = bench_client(&api.base, QUIET_KEY, http)?;
-        let workers = match shape {
-            Shape::Production => (0..workers).map(|_| env.start_worker(&[])).collect(),
+        let workers: Vec<Process> = match shape {
+            Shape::Production => (0..args.workers)
+                .map(|_| env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]))
+                .collect(),
             Shape::Embedded => Vec::new(),
         };
-        // The workers are ready for messages before anything is timed.
+        // The workers are ready for messages before anything is timed: on
+        // Redis once each pool's heartbeat is there; on the database queue
+        // once each process has connected and migrated (it serves its
+        // metrics after that), and the warm-up runs its first jobs.
         if shape == Shape::Production {
-            env.wait_for_redis_consumers(workers.len()).await;
+            match queue {
+                QueueKind::Redis => env.wait_for_redis_consumers(workers.len()).await,
+                QueueKind::Database => {
+                    for worker in &workers {
+                        worker.wait_for_line("metrics on http://");
+                    }
+                }
+            }
         }
+        let slots = concurrency * workers.len().max(1);
         let service = Service {
             shape,
+            queue,
             api,
             client,
             quiet,
             workers,
+            slots,
             env,
         };
-        if warm_up > 0 {
-            service.warm_up(warm_up, concurrency).await?;
+        if args.warm_up > 0 {
+            warm_up(&service.target(), args.warm_up, concurrency).await?;
         }
         Ok(service)
     }
 
-    /// Runs `jobs` jobs through the service and, on Postgres, has the
-    /// database take its planner statistics, as a deployment's own traffic
-    /// and autovacuum have within its first minute. Without it, Postgres
-    /// plans each prepared statement for the tables of a few rows it sees
-    /// in the first second, and a run keeps those plans to its end (see
-    /// docs/performance.md, "Findings"). SQLite takes statistics only when
-    /// told to, which Receipt never does, so it is left without.
-    async fn warm_up(&self, jobs: usize, concurrency: usize) -> Result<()> {
-        end_to_end(self, jobs, concurrency).await?;
-        if self.shape == Shape::Production {
-            let pool = self.pool().await?;
-            sqlx::query("ANALYZE").execute(&pool).await?;
-            pool.close().await;
-        }
-        println!("# warmed up with {jobs} jobs");
-        Ok(())
+    /// The label of its results (`production-database` and so on).
+    fn label(&self) -> &'static str {
+        self.shape.label(self.queue)
+    }
+
+    /// Whether its processes use Redis.
+    fn uses_redis(&self) -> bool {
+        self.env.uses_redis() && self.shape == Shape::Production
     }
 
     /// The api's base URL.
@@ -273,11 +340,7 @@ impl Service {
 
     /// The watcher's pool: one connection, so [`backends`] can leave it out.
     async fn pool(&self) -> Result<AnyPool> {
-        sqlx::any::install_default_drivers();
-        Ok(sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&self.env.database_url)
-            .await?)
+        watcher_pool(&self.env.database_url).await
     }
 
     /// Peak resident memory of each process, in MiB.
@@ -313,6 +376,88 @@ fn sleep(ms: u64) -> Submit {
     Submit::json("sleep", json!({ "ms": ms }))
 }
 
+/// What a load drives and watches: a service as its client sees it, the
+/// database where its jobs are, and its processes. Receipt's shapes and
+/// the usual-stack peer ([`peer`]) both keep their jobs in a table `jobs`
+/// with the columns the scenarios read.
+struct Target<'a> {
+    label: String,
+    /// The client the load submits through, as `tenant`.
+    client: &'a Client,
+    tenant: &'static str,
+    database_url: &'a str,
+    /// Which SQL the database speaks.
+    dialect: Shape,
+    /// The Postgres database's name, whose backends' CPU is counted.
+    pg_database: Option<&'a str>,
+    /// Each process of the service: its role (`api`, `worker`) and pid.
+    processes: Vec<(&'static str, u32)>,
+    /// Whether Redis's CPU is the service's.
+    redis: bool,
+    /// Worker slots in all.
+    slots: usize,
+    /// `{processes}x{slots of each}` of its workers.
+    layout: String,
+}
+
+impl Target<'_> {
+    /// The watcher's pool: one connection, so [`backends`] can leave it out.
+    async fn pool(&self) -> Result<AnyPool> {
+        watcher_pool(self.database_url).await
+    }
+}
+
+impl Service {
+    /// The service as the bench tenant drives it.
+    fn target(&self) -> Target<'_> {
+        let mut processes = vec![("api", self.api.pid())];
+        processes.extend(self.workers.iter().map(|w| ("worker", w.pid())));
+        Target {
+            label: self.label().to_owned(),
+            client: &self.client,
+            tenant: "bench",
+            database_url: &self.env.database_url,
+            dialect: self.shape,
+            pg_database: self.pg_database(),
+            processes,
+            redis: self.uses_redis(),
+            slots: self.slots,
+            layout: format!(
+                "{}x{}",
+                self.workers.len().max(1),
+                self.slots / self.workers.len().max(1)
+            ),
+        }
+    }
+}
+
+/// Runs `jobs` jobs through the service and, on Postgres, has the
+/// database take its planner statistics, as a deployment's own traffic
+/// and autovacuum have within its first minute. Without it, Postgres
+/// plans each prepared statement for the tables of a few rows it sees
+/// in the first second, and a run keeps those plans to its end (see
+/// docs/performance.md, "Findings"). SQLite takes statistics only when
+/// told to, which Receipt never does, so it is left without.
+async fn warm_up(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<()> {
+    end_to_end(target, jobs, concurrency).await?;
+    if target.dialect == Shape::Production {
+        let pool = target.pool().await?;
+        sqlx::query("ANALYZE").execute(&pool).await?;
+        pool.close().await;
+    }
+    println!("# warmed up with {jobs} jobs");
+    Ok(())
+}
+
+/// A pool of one connection to `url`.
+async fn watcher_pool(url: &str) -> Result<AnyPool> {
+    sqlx::any::install_default_drivers();
+    Ok(sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?)
+}
+
 /// What one end-to-end run measured.
 struct Run {
     jobs_per_s: f64,
@@ -322,10 +467,10 @@ struct Run {
 
 /// Scenario 1: N jobs by C concurrent clients, from the first submit until
 /// the database counts all N SUCCEEDED.
-async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Result<Run> {
-    let pool = service.pool().await?;
-    let meter = CpuMeter::start(service, &pool).await?;
-    let client = &service.client;
+async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<Run> {
+    let pool = target.pool().await?;
+    let meter = CpuMeter::start(target, &pool).await?;
+    let client = target.client;
     let first_id = client.submit(sleep(0)).await?.job_id;
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
@@ -349,9 +494,10 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
     );
     let elapsed = loop {
         let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench'
-             AND status IN ('QUEUED', 'RUNNING') AND job_id >= $1",
+            "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = $1
+             AND status IN ('QUEUED', 'RUNNING') AND job_id >= $2",
         )
+        .bind(target.tenant)
         .bind(&first_id)
         .fetch_one(&pool)
         .await?;
@@ -361,8 +507,9 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let row = sqlx::query(
-        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = 'bench' AND status = 'SUCCEEDED' AND job_id >= $1",
+        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = $1 AND status = 'SUCCEEDED' AND job_id >= $2",
     )
+    .bind(target.tenant)
     .bind(&first_id)
     .fetch_one(&pool)
     .await?;
@@ -371,7 +518,7 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
         succeeded == jobs,
         "{succeeded} of {jobs} jobs SUCCEEDED; the others did not"
     );
-    let cpu_ms_per_job = meter.per_job(service, &pool, jobs).await?;
+    let cpu_ms_per_job = meter.per_job(target, &pool, jobs).await?;
     pool.close().await;
     Ok(Run {
         jobs_per_s: jobs as f64 / elapsed.as_secs_f64(),
@@ -379,13 +526,14 @@ async fn end_to_end(service: &Service, jobs: usize, concurrency: usize) -> Resul
     })
 }
 
-/// CPU time used while a run lasts, by process: Receipt's `api` and
-/// `worker`s, the Postgres backends serving the run's database, Redis, and
-/// this client. Unlike jobs/s, CPU per job hardly moves when the machine is
-/// busy with something else: it says where the work goes.
+/// CPU time used while a run lasts, by process: the service's processes
+/// (Receipt's `api` and `worker`s), the Postgres backends serving the run's
+/// database, Redis when the service uses it, and this client. Unlike
+/// jobs/s, CPU per job hardly moves when the machine is busy with something
+/// else: it says where the work goes.
 struct CpuMeter {
-    api: f64,
-    workers: Vec<f64>,
+    /// Role, pid and CPU seconds at the start, of each process.
+    processes: Vec<(&'static str, u32, f64)>,
     /// Per backend pid at the start (backends started later count from 0).
     postgres: std::collections::HashMap<u32, f64>,
     redis: Option<(u32, f64)>,
@@ -393,8 +541,8 @@ struct CpuMeter {
 }
 
 impl CpuMeter {
-    async fn start(service: &Service, pool: &AnyPool) -> Result<Self> {
-        let postgres = match service.pg_database() {
+    async fn start(target: &Target<'_>, pool: &AnyPool) -> Result<Self> {
+        let postgres = match target.pg_database {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -402,19 +550,17 @@ impl CpuMeter {
                 .collect(),
             None => Default::default(),
         };
-        let redis = match service.shape {
-            Shape::Production => {
-                let pid = redis_pid().await?;
-                Some((pid, cpu_seconds(pid).unwrap_or(0.0)))
-            }
-            Shape::Embedded => None,
+        let redis = if target.redis {
+            let pid = redis_pid().await?;
+            Some((pid, cpu_seconds(pid).unwrap_or(0.0)))
+        } else {
+            None
         };
         Ok(CpuMeter {
-            api: cpu_seconds(service.api.pid()).unwrap_or(0.0),
-            workers: service
-                .workers
+            processes: target
+                .processes
                 .iter()
-                .map(|w| cpu_seconds(w.pid()).unwrap_or(0.0))
+                .map(|&(role, pid)| (role, pid, cpu_seconds(pid).unwrap_or(0.0)))
                 .collect(),
             postgres,
             redis,
@@ -422,17 +568,21 @@ impl CpuMeter {
         })
     }
 
-    async fn per_job(&self, service: &Service, pool: &AnyPool, jobs: usize) -> Result<Value> {
+    /// CPU milliseconds per job since the start, by role (each role's
+    /// processes summed), `postgres`, `redis`, their `total`, and the
+    /// `bench_client`.
+    async fn per_job(&self, target: &Target<'_>, pool: &AnyPool, jobs: usize) -> Result<Value> {
         let ms_per_job = |seconds: f64| ms_per_job(seconds, jobs);
         let used = |pid: u32, before: f64| cpu_seconds(pid).map_or(0.0, |now| now - before);
-        let api = used(service.api.pid(), self.api);
-        let workers: f64 = service
-            .workers
-            .iter()
-            .zip(&self.workers)
-            .map(|(w, before)| used(w.pid(), *before))
-            .sum();
-        let postgres: f64 = match service.pg_database() {
+        let mut by_role = serde_json::Map::new();
+        let mut total = 0.0;
+        for &(role, pid, before) in &self.processes {
+            let seconds = used(pid, before);
+            total += seconds;
+            let sum = by_role.get(role).and_then(Value::as_f64).unwrap_or(0.0) + seconds;
+            by_role.insert(role.to_owned(), json!(sum));
+        }
+        let postgres: f64 = match target.pg_database {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -441,15 +591,19 @@ impl CpuMeter {
             None => 0.0,
         };
         let redis = self.redis.map_or(0.0, |(pid, before)| used(pid, before));
-        let receipt = api + workers + postgres + redis;
-        Ok(json!({
-            "api": ms_per_job(api),
-            "worker": ms_per_job(workers),
-            "postgres": ms_per_job(postgres),
-            "redis": ms_per_job(redis),
-            "receipt_total": ms_per_job(receipt),
-            "bench_client": ms_per_job(used(std::process::id(), self.client)),
-        }))
+        total += postgres + redis;
+        let mut line: serde_json::Map<String, Value> = by_role
+            .into_iter()
+            .map(|(role, seconds)| (role, json!(ms_per_job(seconds.as_f64().unwrap_or(0.0)))))
+            .collect();
+        line.insert("postgres".into(), json!(ms_per_job(postgres)));
+        line.insert("redis".into(), json!(ms_per_job(redis)));
+        line.insert("total".into(), json!(ms_per_job(total)));
+        line.insert(
+            "bench_client".into(),
+            json!(ms_per_job(used(std::process::id(), self.client))),
+        );
+        Ok(Value::Object(line))
     }
 }
 
@@ -470,7 +624,7 @@ fn cpu_summary(cpu: &Value) -> String {
     format!(
         "{} = {:.2} (bench client {:.2})",
         parts.join(" + "),
-        ms("receipt_total"),
+        ms("total"),
         ms("bench_client")
     )
 }
@@ -1012,13 +1166,13 @@ async fn old_jobs(shape: Shape, pool: &AnyPool) -> Result<i64> {
 /// match and only the pruning differs.
 async fn prune(shape: Shape, args: &Args) -> Result<Value> {
     let idle = {
-        let service = Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+        let service = Service::start(shape, args).await?;
         prefill_jobs(&service, args.rows, chrono::Utc::now().timestamp_millis()).await?;
         let result = submit_only(&service, args.prune_rate, args.submit_secs).await?;
         service.stop().await?;
         result
     };
-    let service = Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+    let service = Service::start(shape, args).await?;
     // Finished in 1970: all of them are past any retention. The pruner
     // starts on them while they are written.
     prefill_jobs(&service, args.rows, 0).await?;
@@ -1261,6 +1415,95 @@ fn bullmq(jobs: usize, concurrency: usize) -> Result<f64> {
     line["jobs_per_s"].as_f64().context("jobs_per_s")
 }
 
+/// The offered scenario at `rate` (jobs/s, or `max`), its plot written
+/// when `--plot-dir` is set; its result line, labelled.
+async fn offered_at(target: &Target<'_>, rate: &str, args: &Args) -> Result<Value> {
+    let options = offered::Options {
+        job_ms: args.job_ms,
+        max_in_flight: args.max_in_flight,
+        drain_secs: args.drain_secs,
+    };
+    let (rate, ramp) = if rate == "max" {
+        let (rate, steps) = offered::find_max(target, args.ramp_secs, &options).await?;
+        println!("# ramp: {rate:.0} jobs/s is the highest rate sustained");
+        (rate, Some(steps))
+    } else {
+        let rate: f64 = rate
+            .parse()
+            .with_context(|| format!("--rates: {rate:?} is neither a number nor `max`"))?;
+        (rate, None)
+    };
+    let run = offered::run(target, rate, args.offered_secs, &options).await?;
+    let mut line = run.line;
+    line["scenario"] = json!("offered");
+    line["shape"] = json!(target.label);
+    if let Some(steps) = ramp {
+        line["ramp"] = json!(steps);
+    }
+    if let Some(dir) = &args.plot_dir {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!(
+            "offered-{}-{rate:.0}-{}.svg",
+            target.label, target.layout
+        ));
+        let title = format!(
+            "{} ({} slots as {}), {rate:.0} sleep jobs/s of {} ms for {} s",
+            target.label, target.slots, target.layout, args.job_ms, args.offered_secs
+        );
+        plot::offered_svg(&path, &title, &run.seconds, &run.depth, target.slots)?;
+        println!("# plot: {}", path.display());
+        line["plot"] = json!(path.display().to_string());
+    }
+    Ok(line)
+}
+
+/// The offered scenario's lines of the table, then its JSON line.
+fn print_offered(line: &Value) {
+    let f = |key: &str| line[key].as_f64().unwrap_or(f64::NAN);
+    // A null percentile is one that fell among unfinished jobs.
+    let ms = |key: &str| {
+        line[key]
+            .as_f64()
+            .map_or_else(|| "unfinished".to_owned(), |v| format!("{v:.1}"))
+    };
+    let shape = line["shape"].as_str().unwrap_or_default();
+    println!(
+        "{:<9} {shape:<11} {:.0}/s for {:.0} s, {} slots ({}): sent {:.0}/s, unsent {} (in flight at the bound {}), late {}, errors {}; completed {:.1}/s, unfinished {}",
+        "offered",
+        f("rate"),
+        f("secs"),
+        line["slots"],
+        line["layout"].as_str().unwrap_or_default(),
+        f("sent_per_s"),
+        line["unsent"],
+        line["max_in_flight"],
+        line["late"],
+        line["errors"],
+        f("completed_per_s"),
+        line["unfinished"],
+    );
+    println!(
+        "{:>25}end to end (scheduled submit -> finished_at) p50 {} p99 {} p99.9 {} ms; pickup (created -> started) p99 {} ms; submit p99 {} ms",
+        "",
+        ms("end_to_end_p50_ms"),
+        ms("end_to_end_p99_ms"),
+        ms("end_to_end_p999_ms"),
+        ms("pickup_p99_ms"),
+        ms("submit_p99_ms"),
+    );
+    println!(
+        "{:>25}each second: QUEUED mean {:.1} max {}, RUNNING (busy slots) mean {:.1} max {} of {}; CPU ms per job: {}",
+        "",
+        f("queued_mean"),
+        line["queued_max"],
+        f("running_mean"),
+        line["running_max"],
+        line["slots"],
+        cpu_summary(&line["cpu_ms_per_job"]),
+    );
+    println!("{line}");
+}
+
 fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
     (
@@ -1282,17 +1525,19 @@ async fn main() -> Result<()> {
     println!("# receipt-bench {:?}", args);
     for &shape in &shapes {
         if wants("e2e") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
-            let run = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let service = Service::start(shape, &args).await?;
+            let clients = args.clients.unwrap_or(args.concurrency);
+            let run = end_to_end(&service.target(), args.jobs, clients).await?;
             let rss = service.peak_rss();
+            let (label, slots) = (service.label(), service.slots);
             service.stop().await?;
             let rate = run.jobs_per_s;
             let cpu = run.cpu_ms_per_job;
             print_result(
                 "e2e",
-                shape.name(),
-                json!({"jobs": args.jobs, "concurrency": args.concurrency, "jobs_per_s": rate, "peak_rss": rss, "cpu_ms_per_job": cpu}),
+                label,
+                json!({"jobs": args.jobs, "clients": clients, "workers": args.workers, "concurrency": args.concurrency, "slots": slots,
+                       "jobs_per_s": rate, "peak_rss": rss, "cpu_ms_per_job": cpu}),
                 &format!(
                     "{rate:>8.0} jobs/s   peak RSS {rss}\n{:>25}CPU ms per job: {}",
                     "",
@@ -1300,9 +1545,18 @@ async fn main() -> Result<()> {
                 ),
             );
         }
+        if wants("offered") {
+            for rate in args.rates.split(',').map(str::trim) {
+                let service = Service::start(shape, &args).await?;
+                let target = service.target();
+                let result = offered_at(&target, rate, &args).await?;
+                drop(target);
+                service.stop().await?;
+                print_offered(&result);
+            }
+        }
         if wants("submit") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = submit_only(&service, args.rate, args.submit_secs).await?;
             service.stop().await?;
             let summary = format!(
@@ -1313,11 +1567,10 @@ async fn main() -> Result<()> {
                 result["p999_ms"].as_f64().unwrap_or_default(),
                 result["errors"]
             );
-            print_result("submit", shape.name(), result, &summary);
+            print_result("submit", shape.label(args.queue), result, &summary);
         }
         if wants("pickup") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = pickup(&service, args.pickup_jobs).await?;
             service.stop().await?;
             let summary = format!(
@@ -1325,12 +1578,12 @@ async fn main() -> Result<()> {
                 result["p50_ms"].as_f64().unwrap_or_default(),
                 result["p99_ms"].as_f64().unwrap_or_default()
             );
-            print_result("pickup", shape.name(), result, &summary);
+            print_result("pickup", shape.label(args.queue), result, &summary);
         }
         if wants("fairness") {
             // Two slots, as a small deployment has: a FIFO queue would make
             // the second tenant wait for the whole backlog.
-            let service = Service::start(shape, args.workers, 2, args.warm_up).await?;
+            let service = Service::start_with(shape, &args, 2, &[]).await?;
             let result = fairness(&service, args.fairness_backlog, args.fairness_jobs).await?;
             service.stop().await?;
             let summary = format!(
@@ -1340,23 +1593,22 @@ async fn main() -> Result<()> {
                 result["backlog_still_queued"],
                 result["backlog"],
             );
-            print_result("fairness", shape.name(), result, &summary);
+            print_result("fairness", shape.label(args.queue), result, &summary);
         }
         if wants("scale") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
-            let empty = end_to_end(&service, args.jobs, args.concurrency)
+            let service = Service::start(shape, &args).await?;
+            let empty = end_to_end(&service.target(), args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
             // Within the retention: the pruner leaves them alone.
             prefill_jobs(&service, args.rows, chrono::Utc::now().timestamp_millis()).await?;
-            let full = end_to_end(&service, args.jobs, args.concurrency)
+            let full = end_to_end(&service.target(), args.jobs, args.concurrency)
                 .await?
                 .jobs_per_s;
             service.stop().await?;
             print_result(
                 "scale",
-                shape.name(),
+                shape.label(args.queue),
                 json!({"rows": args.rows, "empty_jobs_per_s": empty, "full_jobs_per_s": full, "share": full / empty}),
                 &format!(
                     "{full:>8.0} jobs/s with {} finished jobs = {:.0}% of {empty:.0}",
@@ -1386,11 +1638,10 @@ async fn main() -> Result<()> {
                 result["pruned_per_s"].as_f64().unwrap_or_default(),
                 result["p99_ratio"].as_f64().unwrap_or_default(),
             );
-            print_result("prune", shape.name(), result, &summary);
+            print_result("prune", shape.label(args.queue), result, &summary);
         }
         if wants("dashboard") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = dashboard(&service, args.rows, 200).await?;
             service.stop().await?;
             let summary = format!(
@@ -1401,11 +1652,10 @@ async fn main() -> Result<()> {
                 result["fill_s"].as_f64().unwrap_or_default(),
                 result["fold_s"].as_f64().unwrap_or_default(),
             );
-            print_result("dashboard", shape.name(), result, &summary);
+            print_result("dashboard", shape.label(args.queue), result, &summary);
         }
         if wants("delayed") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = delayed(&service, &args).await?;
             service.stop().await?;
             let f = |path: &[&str]| {
@@ -1427,11 +1677,10 @@ async fn main() -> Result<()> {
                 f(&["idle", "pickup", "p99_ms"]),
                 f(&["waiting", "pickup", "p99_ms"]),
             );
-            print_result("delayed", shape.name(), result, &summary);
+            print_result("delayed", shape.label(args.queue), result, &summary);
         }
         if wants("schedules") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = schedules(&service, &args).await?;
             service.stop().await?;
             let f = |key: &str| result[key].as_f64().unwrap_or_default();
@@ -1448,11 +1697,10 @@ async fn main() -> Result<()> {
                 f("started_max_ms"),
                 result["started_early"],
             );
-            print_result("schedules", shape.name(), result, &summary);
+            print_result("schedules", shape.label(args.queue), result, &summary);
         }
         if wants("priority") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = priority(&service, &args).await?;
             service.stop().await?;
             let summary = format!(
@@ -1462,15 +1710,14 @@ async fn main() -> Result<()> {
                 result["backlog_still_queued"],
                 result["backlog"],
             );
-            print_result("priority", shape.name(), result, &summary);
+            print_result("priority", shape.label(args.queue), result, &summary);
         }
         if wants("caps") {
             let cap = args.caps_limit.to_string();
             let service = Service::start_with(
                 shape,
-                args.workers,
+                &args,
                 args.concurrency,
-                args.warm_up,
                 &[("MAX_RUNNING_PER_TENANT", cap.as_str())],
             )
             .await?;
@@ -1488,11 +1735,10 @@ async fn main() -> Result<()> {
                 result["jobs_per_s"].as_f64().unwrap_or_default(),
                 result["ideal_jobs_per_s"].as_f64().unwrap_or_default(),
             );
-            print_result("caps", shape.name(), result, &summary);
+            print_result("caps", shape.label(args.queue), result, &summary);
         }
         if wants("report") {
-            let service =
-                Service::start(shape, args.workers, args.concurrency, args.warm_up).await?;
+            let service = Service::start(shape, &args).await?;
             let result = report(&service, args.rows).await?;
             service.stop().await?;
             let summary = format!(
@@ -1501,7 +1747,7 @@ async fn main() -> Result<()> {
                 result["sql_floor_ms"].as_f64().unwrap_or_default(),
                 result["ratio"].as_f64().unwrap_or_default()
             );
-            print_result("report", shape.name(), result, &summary);
+            print_result("report", shape.label(args.queue), result, &summary);
         }
     }
     if wants("bullmq") {
@@ -1513,21 +1759,11 @@ async fn main() -> Result<()> {
         let mut bull_cpu = Vec::new();
         let redis = redis_pid().await?;
         for _ in 0..args.rounds {
-            let service = Service::start(
-                Shape::Production,
-                args.workers,
-                args.concurrency,
-                args.warm_up,
-            )
-            .await?;
-            let run = end_to_end(&service, args.jobs, args.concurrency).await?;
+            let service = Service::start(Shape::Production, &args).await?;
+            let run = end_to_end(&service.target(), args.jobs, args.concurrency).await?;
             service.stop().await?;
             receipt.push(run.jobs_per_s);
-            receipt_cpu.push(
-                run.cpu_ms_per_job["receipt_total"]
-                    .as_f64()
-                    .unwrap_or(f64::NAN),
-            );
+            receipt_cpu.push(run.cpu_ms_per_job["total"].as_f64().unwrap_or(f64::NAN));
             let (node, redis_before) = (waited_children_cpu_seconds(), cpu_seconds(redis));
             bull.push(bullmq(args.jobs, args.concurrency)?);
             let used = match (
@@ -1547,7 +1783,7 @@ async fn main() -> Result<()> {
         let (bc, _, _) = median_and_range(bull_cpu.clone());
         print_result(
             "bullmq",
-            "production",
+            Shape::Production.label(args.queue),
             json!({"receipt_jobs_per_s": receipt, "bullmq_jobs_per_s": bull, "receipt_median": r, "bullmq_median": b, "ratio": r / b,
                    "receipt_cpu_ms_per_job": receipt_cpu, "bullmq_cpu_ms_per_job": bull_cpu, "cpu_ratio": rc / bc}),
             &format!(
@@ -1555,6 +1791,63 @@ async fn main() -> Result<()> {
                 r / b
             ),
         );
+    }
+    if wants("peer") {
+        // Alternating rounds, like the BullMQ side by side: Receipt's
+        // production shape (`--queue`), then the usual stack, each e2e.
+        let (mut receipt, mut usual) = (Vec::new(), Vec::new());
+        let (mut receipt_cpu, mut usual_cpu) = (Vec::new(), Vec::new());
+        let clients = args.clients.unwrap_or(args.concurrency);
+        for _ in 0..args.rounds {
+            let service = Service::start(Shape::Production, &args).await?;
+            let run = end_to_end(&service.target(), args.jobs, clients).await?;
+            service.stop().await?;
+            receipt.push(run.jobs_per_s);
+            receipt_cpu.push(run.cpu_ms_per_job);
+            let peer = peer::Peer::start(&args).await?;
+            let run = end_to_end(&peer.target(), args.jobs, clients).await?;
+            peer.stop();
+            usual.push(run.jobs_per_s);
+            usual_cpu.push(run.cpu_ms_per_job);
+        }
+        let total = |cpu: &[Value]| {
+            median_and_range(
+                cpu.iter()
+                    .map(|c| c["total"].as_f64().unwrap_or(f64::NAN))
+                    .collect(),
+            )
+        };
+        let (r, r_lo, r_hi) = median_and_range(receipt.clone());
+        let (u, u_lo, u_hi) = median_and_range(usual.clone());
+        let ((rc, _, _), (uc, _, _)) = (total(&receipt_cpu), total(&usual_cpu));
+        let label = Shape::Production.label(args.queue);
+        print_result(
+            "peer",
+            label,
+            json!({"jobs": args.jobs, "clients": clients, "workers": args.workers, "concurrency": args.concurrency,
+                   "receipt_jobs_per_s": receipt, "usual_stack_jobs_per_s": usual, "receipt_median": r, "usual_stack_median": u,
+                   "ratio": r / u, "receipt_cpu_ms_per_job": receipt_cpu, "usual_stack_cpu_ms_per_job": usual_cpu,
+                   "cpu_ratio": rc / uc}),
+            &format!(
+                "Receipt ({label}) {r:.0} ({r_lo:.0}-{r_hi:.0}) vs the usual stack {u:.0} ({u_lo:.0}-{u_hi:.0}) jobs/s: ratio {:.2}\n{:>25}CPU ms per job (median total), Receipt {rc:.2} vs the usual stack {uc:.2}; last round: {} | {}",
+                r / u,
+                "",
+                receipt_cpu.last().map(cpu_summary).unwrap_or_default(),
+                usual_cpu.last().map(cpu_summary).unwrap_or_default(),
+            ),
+        );
+    }
+    if wants("peer-offered") {
+        for rate in args.rates.split(',').map(str::trim) {
+            let service = Service::start(Shape::Production, &args).await?;
+            let line = offered_at(&service.target(), rate, &args).await?;
+            service.stop().await?;
+            print_offered(&line);
+            let peer = peer::Peer::start(&args).await?;
+            let line = offered_at(&peer.target(), rate, &args).await?;
+            peer.stop();
+            print_offered(&line);
+        }
     }
     Ok(())
 }
