@@ -23,6 +23,12 @@ use crate::{Message, Result, database::DatabaseFetcher, redis::RedisFetcher};
 
 /// How long a consumer waits after a failed fetch before it tries again.
 const FETCH_FAILED_PAUSE: Duration = Duration::from_millis(500);
+/// How long a consumer's heartbeat lives: what it holds goes back to the
+/// queue this long after its process stops refreshing it. Long enough for
+/// a stalled round trip or two, short against `REPUBLISH_AFTER`.
+pub const ALIVE: Duration = Duration::from_secs(5);
+/// How often a consumer refreshes its heartbeat.
+const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// Where a consumer's messages come from.
 pub(crate) enum Source {
@@ -98,13 +104,21 @@ type BoxedMemorySink =
 
 impl Consumer {
     /// A consumer of `slots` slots fetching from `source`, whose heartbeat
-    /// task is `heartbeat` (stopped when the consumer is released or
-    /// dropped).
-    pub(crate) fn new(
-        source: Source,
-        slots: usize,
-        heartbeat: tokio::task::JoinHandle<()>,
-    ) -> Self {
+    /// `refresh` keeps alive for [`ALIVE`] every [`HEARTBEAT`] until the
+    /// consumer is released or dropped.
+    pub(crate) fn new<R, F>(source: Source, slots: usize, refresh: R) -> Self
+    where
+        R: Fn() -> F + Send + 'static,
+        F: Future<Output = Result<()>> + Send,
+    {
+        let heartbeat = tokio::spawn(async move {
+            loop {
+                if let Err(error) = refresh().await {
+                    warn!(%error, "refreshing the queue consumer's heartbeat failed");
+                }
+                tokio::time::sleep(HEARTBEAT).await;
+            }
+        });
         Consumer(Arc::new(ConsumerInner {
             source,
             free: Arc::new(Semaphore::new(slots)),

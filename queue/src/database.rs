@@ -8,7 +8,7 @@
 //! push (on a session of its own, `DATABASE_DIRECT_URL` behind a
 //! transaction-mode pooler), and looks again after [`IDLE_LOOK`] without
 //! one. Its heartbeat is a row in `queue_consumers`; what a dead consumer
-//! held waits again within [`ALIVE`] (the relay's check hands it back).
+//! held waits again within [`crate::ALIVE`] (the relay's check hands it back).
 
 use std::{
     collections::HashSet,
@@ -26,14 +26,9 @@ use tracing::warn;
 
 use crate::{
     Message, Result,
-    consumer::{Consumer, Source},
+    consumer::{ALIVE, Consumer, Source},
 };
 
-/// How long a consumer's heartbeat lives: what it holds waits again this
-/// long after its process stops refreshing it.
-pub const ALIVE: Duration = Duration::from_secs(5);
-/// How often a consumer refreshes its heartbeat.
-const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long an idle consumer waits for a NOTIFY before it looks again on
 /// its own (a notification missed while reconnecting costs no more).
 const IDLE_LOOK: Duration = Duration::from_secs(1);
@@ -108,17 +103,17 @@ impl DatabaseQueue {
     /// A consumer with `slots` slots, under a name no other consumer uses.
     /// Its heartbeat runs until it is released or dropped.
     pub fn consumer(&self, name: String, slots: usize) -> Consumer {
-        let heartbeat = {
+        let refresh = {
             let (queue, name) = (self.clone(), name.clone());
-            tokio::spawn(async move {
-                loop {
-                    if let Err(error) = queue.store.queue_heartbeat(&queue.name, &name, ALIVE).await
-                    {
-                        warn!(%error, "refreshing the queue consumer's heartbeat failed");
-                    }
-                    tokio::time::sleep(HEARTBEAT).await;
+            move || {
+                let (queue, name) = (queue.clone(), name.clone());
+                async move {
+                    Ok(queue
+                        .store
+                        .queue_heartbeat(&queue.name, &name, ALIVE)
+                        .await?)
                 }
-            })
+            }
         };
         let fetcher = DatabaseFetcher {
             queue: self.clone(),
@@ -128,7 +123,7 @@ impl DatabaseQueue {
             answer_lost: AtomicBool::new(false),
             listener: AsyncMutex::new(None),
         };
-        Consumer::new(Source::Database(Box::new(fetcher)), slots, heartbeat)
+        Consumer::new(Source::Database(Box::new(fetcher)), slots, refresh)
     }
 }
 

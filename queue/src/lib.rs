@@ -27,12 +27,12 @@ use shared::{retry::Retry, settings::Settings};
 use store::{Dialect, QueuedJob, Store};
 use tracing::warn;
 
-pub use consumer::{Consumer, Delivery};
+pub use consumer::{ALIVE, Consumer, Delivery};
 pub use database::DatabaseQueue;
 pub use error::{Error, Result};
 pub use memory::{FAIR_SHARE, FairQueue, MEMORY_QUEUE_CAPACITY, MemoryQueue, Room};
 pub use primary::{Primary, SENTINEL_SCHEME};
-pub use redis::{ALIVE, RedisQueue};
+pub use redis::RedisQueue;
 pub use relay::run_relay;
 
 /// How [`Queue::recover`] waits for a database that is busy or down.
@@ -211,13 +211,6 @@ impl Queue {
             .zip(held)
             .filter_map(|(job, held)| (!held).then_some(job))
             .collect())
-    }
-
-    pub fn redis(&self) -> Option<&RedisQueue> {
-        match self {
-            Queue::Redis(queue) => Some(queue),
-            _ => None,
-        }
     }
 
     /// Returns the messages of consumers that died (see

@@ -22,7 +22,7 @@
 //!
 //! A consumer fetches no more messages than it has free slots, so nothing
 //! it holds waits for a slot; what it holds is returned to the FIFOs within
-//! [`ALIVE`] of its process dying (`lua/reap.lua`), not after
+//! [`crate::ALIVE`] of its process dying (`lua/reap.lua`), not after
 //! `REPUBLISH_AFTER`.
 
 use std::{
@@ -40,7 +40,7 @@ use tracing::warn;
 
 use crate::{
     Result,
-    consumer::{Consumer, Source},
+    consumer::{ALIVE, Consumer, Source},
     primary::Primary,
 };
 
@@ -51,12 +51,6 @@ static FETCH: std::sync::LazyLock<redis::Script> =
 static REAP: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/reap.lua")));
 
-/// How long a consumer's heartbeat lives: its in-flight messages go back to
-/// the queue this long after its process stops refreshing it. Long enough
-/// for a stalled Redis round trip or two, short against `REPUBLISH_AFTER`.
-pub const ALIVE: Duration = Duration::from_secs(5);
-/// How often a consumer refreshes its heartbeat.
-const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long an idle consumer blocks for a wake-up before it looks again
 /// on its own (a wake-up lost with a reconnect costs no more than this).
 const BLOCK: Duration = Duration::from_secs(1);
@@ -136,24 +130,21 @@ impl RedisQueue {
     /// A consumer with `slots` slots, under a name no other consumer uses.
     /// Its heartbeat runs until it is released or dropped.
     pub fn consumer(&self, name: String, slots: usize) -> Consumer {
-        let heartbeat = {
-            let (queue, name) = (self.clone(), name.clone());
-            tokio::spawn(async move {
-                let key = queue.key(&format!("alive:{name}"));
-                loop {
-                    let refreshed: Result<(), _> = redis::cmd("SET")
+        let refresh = {
+            let (conn, key) = (self.conn.clone(), self.key(&format!("alive:{name}")));
+            move || {
+                let (mut conn, key) = (conn.clone(), key.clone());
+                async move {
+                    redis::cmd("SET")
                         .arg(&key)
                         .arg(1)
                         .arg("PX")
                         .arg(ALIVE.as_millis() as u64)
-                        .query_async(&mut queue.conn.clone())
-                        .await;
-                    if let Err(error) = refreshed {
-                        warn!(%error, "refreshing the queue consumer's heartbeat failed");
-                    }
-                    tokio::time::sleep(HEARTBEAT).await;
+                        .query_async::<()>(&mut conn)
+                        .await?;
+                    Ok(())
                 }
-            })
+            }
         };
         let fetcher = RedisFetcher {
             queue: self.clone(),
@@ -161,7 +152,7 @@ impl RedisQueue {
             fetch_number: AtomicU64::new(1),
             blocking: AsyncMutex::new(None),
         };
-        Consumer::new(Source::Redis(fetcher), slots, heartbeat)
+        Consumer::new(Source::Redis(fetcher), slots, refresh)
     }
 }
 
