@@ -29,44 +29,39 @@ fn queued_jobs(prefix: &str, count: i64) -> String {
     )
 }
 
-/// Entries of `jobs_queued_by_kind` read so far, once the statistics
-/// count at least `updated` updates of `jobs` (a backend reports all its
-/// counts together, some time after its transaction).
-async fn queued_index_reads_after(env: &TestEnv, updated: i64) -> i64 {
+/// The statistic `read` once the statistic `counted` reaches `at_least`:
+/// a backend reports all its counts together, some time after its
+/// transaction, so a count its last statement made shows when the rest of
+/// that statement's counts are in.
+async fn statistic_after(env: &TestEnv, counted: &str, at_least: i64, read: &str) -> i64 {
     wait::until_ok(
-        &format!("the statistics count {updated} updates of jobs"),
+        &format!("{counted} to reach {at_least}"),
         Duration::from_secs(20),
         async || {
-            let seen = env
-                .count("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'jobs'")
-                .await;
-            if seen >= updated { Ok(()) } else { Err(seen) }
+            let seen = env.count(counted).await;
+            if seen >= at_least { Ok(()) } else { Err(seen) }
         },
     )
     .await;
-    env.count(
-        "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_queued_by_kind'",
-    )
-    .await
+    env.count(read).await
 }
 
+const JOBS_UPDATED: &str = "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'jobs'";
+const QUEUED_INDEX_SCANS: &str =
+    "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_queued_by_kind'";
+const QUEUED_INDEX_READ: &str =
+    "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_queued_by_kind'";
+
 /// Rows of `outbox` read by sequential scans so far, once the statistics
-/// count at least `deleted` deletions from it (a backend reports its
-/// counts some time after its transaction).
+/// count at least `deleted` deletions from it.
 async fn outbox_reads(env: &TestEnv, deleted: i64) -> i64 {
-    wait::until_ok(
-        &format!("the statistics count {deleted} deletions"),
-        Duration::from_secs(20),
-        async || {
-            let seen = env
-                .count("SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'")
-                .await;
-            if seen >= deleted { Ok(()) } else { Err(seen) }
-        },
+    statistic_after(
+        env,
+        "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'outbox'",
+        deleted,
+        "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox'",
     )
-    .await;
-    env.count("SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox'")
-        .await
+    .await
 }
 
 #[tokio::test]
@@ -126,29 +121,6 @@ async fn a_claim_behind_a_backlog_reads_the_outbox_by_key() {
     store.close().await;
 }
 
-/// Entries of `jobs_queued_by_kind` read so far, once the statistics count
-/// at least `scans` scans of it.
-async fn queued_by_kind_reads(env: &TestEnv, scans: i64) -> i64 {
-    wait::until_ok(
-        &format!("the statistics count {scans} scans of jobs_queued_by_kind"),
-        Duration::from_secs(20),
-        async || {
-            let seen = env
-                .count(
-                    "SELECT idx_scan FROM pg_stat_user_indexes
-                     WHERE indexrelname = 'jobs_queued_by_kind'",
-                )
-                .await;
-            if seen >= scans { Ok(()) } else { Err(seen) }
-        },
-    )
-    .await;
-    env.count(
-        "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_queued_by_kind'",
-    )
-    .await
-}
-
 #[tokio::test]
 async fn the_queue_age_gauge_reads_one_entry_per_kind_behind_a_backlog() {
     let env = TestEnv::new(Backend::PgRedis).await;
@@ -168,7 +140,7 @@ async fn the_queue_age_gauge_reads_one_entry_per_kind_behind_a_backlog() {
         sleep.oldest_queued_seconds > 1e9,
         "due since the epoch: {sample:?}"
     );
-    let read = queued_by_kind_reads(&env, 1).await;
+    let read = statistic_after(&env, QUEUED_INDEX_SCANS, 1, QUEUED_INDEX_READ).await;
     assert!(
         read <= 2,
         "the age of the oldest queued job read {read} index entries, behind a backlog of {BACKLOG}"
@@ -202,7 +174,7 @@ async fn a_claim_behind_a_backlog_reads_jobs_by_key() {
         );
     }
     env.execute_sql(&queued_jobs("backlog", BACKLOG)).await;
-    let before = queued_index_reads_after(&env, 48).await;
+    let before = statistic_after(&env, JOBS_UPDATED, 48, QUEUED_INDEX_READ).await;
 
     let claimed = store
         .claim_attempts(
@@ -220,7 +192,7 @@ async fn a_claim_behind_a_backlog_reads_jobs_by_key() {
         "the backlog's first jobs were not claimed"
     );
 
-    let read = queued_index_reads_after(&env, 52).await - before;
+    let read = statistic_after(&env, JOBS_UPDATED, 52, QUEUED_INDEX_READ).await - before;
     assert!(
         read < 100,
         "one claim read {read} entries of jobs_queued_by_kind, behind a backlog of {BACKLOG}"
