@@ -14,7 +14,7 @@ use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use tokio::{
-    sync::{Semaphore, mpsc, oneshot},
+    sync::{Semaphore, mpsc, oneshot, watch},
     time::Instant,
 };
 
@@ -131,21 +131,23 @@ pub async fn run(target: &Target<'_>, rate: f64, secs: u64, options: &Options) -
     }
     let sending_s = start.elapsed().as_secs_f64();
 
+    // The drain ends at the sampler's first count of no job left taken
+    // after the last submit was answered: the bench adds no query of its
+    // own to the database it measures.
     let drain_started = Instant::now();
-    let unfinished_sql =
-        "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = $1 AND status IN ('QUEUED', 'RUNNING')";
+    let deadline = drain_started + Duration::from_secs(options.drain_secs);
+    let mut left = sampler.left.clone();
     loop {
-        let left: i64 = sqlx::query(unfinished_sql)
-            .bind(target.tenant)
-            .fetch_one(&pool)
-            .await?
-            .try_get("n")?;
-        if left == 0 || drain_started.elapsed() >= Duration::from_secs(options.drain_secs) {
+        if matches!(*left.borrow_and_update(), Some((taken, 0)) if taken >= drain_started) {
             break;
         }
-        // Once a second, like the sampler: a count over a deep backlog is
-        // work the service's database does for the bench.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::select! {
+            changed = left.changed() => if changed.is_err() {
+                // The sampler stopped on an error, which its stop returns.
+                break;
+            },
+            () = tokio::time::sleep_until(deadline) => break,
+        }
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
     let depth = sampler.stop().await?;
@@ -244,7 +246,7 @@ pub async fn run(target: &Target<'_>, rate: f64, secs: u64, options: &Options) -
         "secs": secs,
         "job_ms": options.job_ms,
         "slots": target.slots,
-        "layout": target.layout,
+        "layout": target.layout(),
         "scheduled": total,
         "unsent": unsent,
         "max_in_flight": options.max_in_flight,
@@ -335,11 +337,14 @@ async fn read_times<'a>(
 struct Sampler {
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<Vec<Depth>>>,
+    /// The last count's start and the jobs it found QUEUED or RUNNING.
+    left: watch::Receiver<Option<(Instant, i64)>>,
 }
 
 impl Sampler {
     fn start(pool: AnyPool, tenant: &'static str, start: Instant) -> Self {
         let (stop, mut stopped) = oneshot::channel();
+        let (counted, left) = watch::channel(None);
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();
             let mut every = tokio::time::interval_at(start, Duration::from_secs(1));
@@ -349,6 +354,7 @@ impl Sampler {
                     _ = &mut stopped => return Ok(samples),
                     _ = every.tick() => {}
                 }
+                let taken = Instant::now();
                 let rows = sqlx::query(
                     "SELECT status, COUNT(*) AS n FROM jobs
                      WHERE tenant_id = $1 AND status IN ('QUEUED', 'RUNNING') GROUP BY status",
@@ -368,10 +374,11 @@ impl Sampler {
                         _ => sample.running = n,
                     }
                 }
+                counted.send_replace(Some((taken, sample.queued + sample.running)));
                 samples.push(sample);
             }
         });
-        Sampler { stop, task }
+        Sampler { stop, task, left }
     }
 
     async fn stop(self) -> Result<Vec<Depth>> {
