@@ -396,14 +396,24 @@ struct Target<'a> {
     redis: bool,
     /// Worker slots in all.
     slots: usize,
-    /// `{processes}x{slots of each}` of its workers.
-    layout: String,
 }
 
 impl Target<'_> {
     /// The watcher's pool: one connection, so [`backends`] can leave it out.
     async fn pool(&self) -> Result<AnyPool> {
         watcher_pool(self.database_url).await
+    }
+
+    /// `{processes}x{slots of each}` of its workers (one pool when the api
+    /// runs them).
+    fn layout(&self) -> String {
+        let workers = self
+            .processes
+            .iter()
+            .filter(|(role, _)| *role == "worker")
+            .count()
+            .max(1);
+        format!("{workers}x{}", self.slots / workers)
     }
 }
 
@@ -422,11 +432,6 @@ impl Service {
             processes,
             redis: self.uses_redis(),
             slots: self.slots,
-            layout: format!(
-                "{}x{}",
-                self.workers.len().max(1),
-                self.slots / self.workers.len().max(1)
-            ),
         }
     }
 }
@@ -1389,14 +1394,20 @@ async fn report(service: &Service, rows: i64) -> Result<Value> {
     Ok(json!({"entries": rows, "report_ms": run, "sql_floor_ms": floor, "ratio": run / floor}))
 }
 
-/// The BullMQ side: one run of `scripts/bench-bullmq/bench.mjs`.
-fn bullmq(jobs: usize, concurrency: usize) -> Result<f64> {
-    let script = std::env::current_exe()?
+/// The workspace this binary was built in (`target/release/` is in it),
+/// where the side-by-side scenarios find their scripts.
+fn workspace_dir() -> Result<std::path::PathBuf> {
+    Ok(std::env::current_exe()?
         .parent()
         .and_then(|p| p.parent())
         .and_then(|p| p.parent())
         .context("workspace")?
-        .join("scripts/bench-bullmq/bench.mjs");
+        .to_owned())
+}
+
+/// The BullMQ side: one run of `scripts/bench-bullmq/bench.mjs`.
+fn bullmq(jobs: usize, concurrency: usize) -> Result<f64> {
+    let script = workspace_dir()?.join("scripts/bench-bullmq/bench.mjs");
     let output = Command::new("node")
         .arg(&script)
         .arg(format!("--jobs={jobs}"))
@@ -1444,11 +1455,16 @@ async fn offered_at(target: &Target<'_>, rate: &str, args: &Args) -> Result<Valu
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!(
             "offered-{}-{rate:.0}-{}.svg",
-            target.label, target.layout
+            target.label,
+            target.layout()
         ));
         let title = format!(
             "{} ({} slots as {}), {rate:.0} sleep jobs/s of {} ms for {} s",
-            target.label, target.slots, target.layout, args.job_ms, args.offered_secs
+            target.label,
+            target.slots,
+            target.layout(),
+            args.job_ms,
+            args.offered_secs
         );
         plot::offered_svg(&path, &title, &run.seconds, &run.depth, target.slots)?;
         println!("# plot: {}", path.display());

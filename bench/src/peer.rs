@@ -6,11 +6,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use receipt_client::Client;
 use testkit::{Api, Backend, Process, REDIS_URL, Stderr, TestEnv};
 
-use crate::{Args, KEY, QUIET_KEY, Shape, Target, bench_client, warm_up};
+use crate::{Args, KEY, QUIET_KEY, Shape, Target, bench_client, warm_up, workspace_dir};
 
 /// The peer's label in results.
 pub const LABEL: &str = "usual-stack";
@@ -26,12 +26,7 @@ pub struct Peer {
 
 /// Where the peer's files are: beside this workspace's target directory.
 fn peer_dir() -> Result<PathBuf> {
-    let dir = std::env::current_exe()?
-        .parent()
-        .and_then(|p| p.parent())
-        .and_then(|p| p.parent())
-        .context("workspace")?
-        .join("bench/peers/usual-stack");
+    let dir = workspace_dir()?.join("bench/peers/usual-stack");
     if !dir.join("node_modules/bullmq").is_dir() {
         bail!(
             "{} has no node_modules: scripts/bench installs them (npm ci)",
@@ -103,11 +98,6 @@ impl Peer {
             processes,
             redis: true,
             slots: self.slots,
-            layout: format!(
-                "{}x{}",
-                self.workers.len(),
-                self.slots / self.workers.len().max(1)
-            ),
         }
     }
 
