@@ -8,7 +8,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use crate::{
     client::Api,
-    process::{self, Finished, Process, Stderr},
+    process::{self, Finished, Process, Stderr, Survivor},
     servers::{PrivatePgBouncer, PrivatePostgres},
 };
 
@@ -71,6 +71,10 @@ pub struct TestEnv {
     /// Where each process's stderr goes, when not to the test's own.
     logs: Option<PathBuf>,
     started: std::sync::atomic::AtomicUsize,
+    /// Every process started here: those still running when the
+    /// environment drops are killed before its database and keys go, or
+    /// one of them could write keys after the cleanup.
+    spawned: std::sync::Mutex<Vec<Survivor>>,
     dir: tempfile::TempDir,
 }
 
@@ -176,6 +180,7 @@ impl TestEnv {
             _pooled: None,
             logs: None,
             started: Default::default(),
+            spawned: Default::default(),
             dir,
         }
     }
@@ -281,7 +286,12 @@ impl TestEnv {
                 Stderr::File(std::fs::File::create(&log).expect("a log file"))
             }
         };
-        Process::spawn(&path, &self.env_with(extra), stderr)
+        let process = Process::spawn(&path, &self.env_with(extra), stderr);
+        self.spawned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(process.survivor());
+        process
     }
 
     /// The api with the worker pool in the same process.
@@ -359,6 +369,10 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
+        let spawned = std::mem::take(self.spawned.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for process in spawned {
+            process.kill();
+        }
         let database = self.drop_database.take();
         let redis = self.drop_redis_keys.take();
         if database.is_none() && redis.is_none() {

@@ -171,8 +171,10 @@ impl Lines {
 /// A child process, killed when dropped. Its stdout lines (and its stderr
 /// lines, unless they go to a file) are kept.
 pub struct Process {
-    /// In a mutex so that a shared `&Api` can ask whether its process exited.
-    child: Mutex<Child>,
+    /// In a mutex so that a shared `&Api` can ask whether its process
+    /// exited; shared so that the test's environment can stop a process
+    /// that outlives it ([`Process::survivor`]).
+    child: Arc<Mutex<Child>>,
     lines: Arc<Lines>,
     /// Lines before this one were looked at by `wait_for_line*`.
     next_line: Mutex<usize>,
@@ -196,7 +198,7 @@ impl Process {
             lines.read(child.stderr.take().expect("stderr"), true);
         }
         Process {
-            child: Mutex::new(child),
+            child: Arc::new(Mutex::new(child)),
             lines,
             next_line: Mutex::new(0),
         }
@@ -285,6 +287,13 @@ impl Process {
         self.child.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A handle that reaches the process while this `Process` lives: the
+    /// owner of the resources it uses can kill it before removing them,
+    /// whatever order the two are dropped in.
+    pub fn survivor(&self) -> Survivor {
+        Survivor(Arc::downgrade(&self.child))
+    }
+
     pub fn pid(&self) -> u32 {
         self.child().id()
     }
@@ -332,6 +341,20 @@ impl Process {
 
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         self.exited()
+    }
+}
+
+/// A [`Process`] seen from elsewhere, without keeping it alive.
+pub struct Survivor(std::sync::Weak<Mutex<Child>>);
+
+impl Survivor {
+    /// SIGKILL and wait, if the process's `Process` is still held.
+    pub fn kill(&self) {
+        if let Some(child) = self.0.upgrade() {
+            let mut child = child.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
