@@ -29,7 +29,7 @@ const KEY: &str = "bench-key-0123456789abcdef";
 const QUIET_KEY: &str = "bench-quiet-key-0123456789";
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "Receipt's benchmark (see docs/performance.md)")]
+#[command(about = "Receipt's benchmark (see docs/benchmarks.md)")]
 struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
     /// offered (not run by default: 10 minutes per rate and shape), peer and peer-offered (not
@@ -441,7 +441,7 @@ impl Service {
 /// and autovacuum have within its first minute. Without it, Postgres
 /// plans each prepared statement for the tables of a few rows it sees
 /// in the first second, and a run keeps those plans to its end (see
-/// docs/performance.md, "Findings"). SQLite takes statistics only when
+/// docs/performance-history.md, "Findings"). SQLite takes statistics only when
 /// told to, which Receipt never does, so it is left without.
 async fn warm_up(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<()> {
     end_to_end(target, jobs, concurrency).await?;

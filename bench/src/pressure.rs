@@ -39,7 +39,7 @@ use stats::percentile;
 const KEY: &str = "pressure-key-0123456789abcdef";
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "Receipt under Postgres pressure (see docs/performance.md)")]
+#[command(about = "Receipt under Postgres pressure (see docs/benchmarks.md)")]
 struct Args {
     /// Scenarios, comma-separated: held, terminate, exhaust.
     #[arg(long, default_value = "held,terminate,exhaust")]
