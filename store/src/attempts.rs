@@ -341,37 +341,60 @@ impl Store {
         Ok(true)
     }
 
-    /// Ends successful attempts in one transaction (group commit): status,
-    /// result and announcement, for each only while its attempt is the
-    /// current one and still running. Answers in input order whether each
-    /// applied (`false`: a stale or duplicate attempt, whose result is
-    /// dropped: the fence).
+    /// Ends successful attempts together (group commit): status, result
+    /// and announcement, for each only while its attempt is the current one
+    /// and still running. Answers in input order whether each applied
+    /// (`false`: a stale or duplicate attempt, whose result is dropped: the
+    /// fence).
+    ///
+    /// On Postgres, the jobs no webhook can want an event of end in one
+    /// statement with no transaction around it (`BEGIN`, the webhooks' read
+    /// and `COMMIT` are round trips a slot waits for); the others, and any
+    /// attempt that statement did not end, go through the transaction that
+    /// writes events, which applies the fence again.
     pub async fn finish_succeeded(&self, attempts: &[SuccessWrite]) -> Result<Vec<bool>> {
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
-        let successes: Vec<Success<'_>> = attempts
-            .iter()
-            .map(|write| Success {
-                job_id: &write.job_id,
-                attempt: write.attempt,
-                document: match &write.result {
-                    ResultBody::Document(document) => Some(document),
-                    ResultBody::Chunks(_) => None,
-                },
-                chunks: match write.result {
-                    ResultBody::Document(_) => None,
-                    ResultBody::Chunks(count) => Some(count),
-                },
-            })
-            .collect();
         let now = Millis(now_ms());
+        let ended: HashSet<(String, i64)> = match &self.db {
+            crate::Db::Postgres(pool) => {
+                postgres::attempts::succeed(pool, &successes_of(attempts), now, true)
+                    .await?
+                    .into_iter()
+                    .collect()
+            }
+            crate::Db::Sqlite(_) => HashSet::new(),
+        };
+        let ends = |write: &SuccessWrite| ended.contains(&(write.job_id.clone(), write.attempt));
+        let rest: Vec<&SuccessWrite> = attempts.iter().filter(|write| !ends(write)).collect();
+        let mut rest_applied = self
+            .finish_succeeded_announced(&rest, now)
+            .await?
+            .into_iter();
+        Ok(attempts
+            .iter()
+            .map(|write| ends(write) || rest_applied.next() == Some(true))
+            .collect())
+    }
+
+    /// [`Store::finish_succeeded`] in one transaction that also writes the
+    /// events of the webhooks that match; answers in input order.
+    async fn finish_succeeded_announced(
+        &self,
+        attempts: &[&SuccessWrite],
+        now: Millis,
+    ) -> Result<Vec<bool>> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let successes = successes_of(attempts.iter().copied());
         let mut tx = self.begin_write().await?;
         // Keyed by attempt too: a stale attempt of a job may end in the
         // same batch as the current one. On Postgres the statement also
         // sends the batch's NOTIFY.
         let applied: HashSet<(String, i64)> = on_tx!(tx,
-            conn => postgres::attempts::succeed(conn, &successes, now).await?,
+            conn => postgres::attempts::succeed(conn, &successes, now, false).await?,
             conn => sqlite::attempts::succeed(conn, &successes, now).await?,
         )
         .into_iter()
@@ -397,7 +420,7 @@ impl Store {
             self.create_events(&mut tx, &finished, traceparent).await?;
         }
         tx.commit().await?;
-        Ok(attempts.iter().map(applies).collect())
+        Ok(attempts.iter().copied().map(applies).collect())
     }
 
     /// [`Store::finish_succeeded`] for a group commit whose writes must not
@@ -554,4 +577,23 @@ impl Store {
         }
         Ok(released)
     }
+}
+
+/// The writes as the success statements bind them.
+fn successes_of<'a>(writes: impl IntoIterator<Item = &'a SuccessWrite>) -> Vec<Success<'a>> {
+    writes
+        .into_iter()
+        .map(|write| Success {
+            job_id: &write.job_id,
+            attempt: write.attempt,
+            document: match &write.result {
+                ResultBody::Document(document) => Some(document),
+                ResultBody::Chunks(_) => None,
+            },
+            chunks: match write.result {
+                ResultBody::Document(_) => None,
+                ResultBody::Chunks(count) => Some(count),
+            },
+        })
+        .collect()
 }

@@ -7,7 +7,7 @@ use shared::{
 };
 
 use crate::{
-    Result, Store, WriteTx, on_pool, on_tx, postgres,
+    Result, Store, TxConnection, WriteTx, on_pool, on_tx, postgres,
     sql::{EventTypes, Millis},
     sqlite,
 };
@@ -192,11 +192,12 @@ pub(crate) struct NewDelivery<'a> {
 
 impl Store {
     /// Registers a webhook, within `caps`. A per-job webhook locks its
-    /// job's row first, so it and the job's final-status transaction run
-    /// one after the other: either the final status sees the webhook and
-    /// makes the event, or the webhook sees the final status and makes it
-    /// here; that lock also orders registrations for the same job, so the
-    /// count is exact. A tenant-wide one takes the tenant's webhook lock
+    /// job's row first (on Postgres it marks the row `webhook_watched`,
+    /// which a success statement waiting for the row sees), so it and the
+    /// job's final-status write run one after the other: either the final
+    /// status sees the webhook and makes the event, or the webhook sees the
+    /// final status and makes it here; that lock also orders registrations
+    /// for the same job, so the count is exact. A tenant-wide one takes the tenant's webhook lock
     /// (Postgres; SQLite has one writer at a time) for the same reason.
     pub async fn register_webhook(
         &self,
@@ -220,6 +221,11 @@ impl Store {
                 }
                 if job.status.is_final() {
                     final_job = Some(job);
+                } else if let TxConnection::Postgres(conn) = tx.connection() {
+                    // On Postgres a success may end without a transaction
+                    // of its own (`Store::finish_succeeded`); the mark on
+                    // the row sends this job's the way that writes events.
+                    postgres::webhooks::mark_job_watched(conn, job_id).await?;
                 }
             }
             None => {

@@ -150,10 +150,16 @@ pub(crate) async fn end(
 /// sends the batch's NOTIFY (delivered at commit), in one statement: the
 /// result insert joins the update's rows, so only an attempt that applied
 /// stores its result (the fence). Returns the attempts that applied.
+///
+/// `unwatched_only` leaves out every job a webhook may want an event of:
+/// one marked `webhook_watched` (checked again on a row that changed while
+/// the statement waited for it), or of a tenant with an enabled tenant-wide
+/// webhook. Such a statement needs no transaction around it.
 pub(crate) async fn succeed(
-    conn: &mut PgConnection,
+    db: impl PgExecutor<'_>,
     successes: &[Success<'_>],
     now: Millis,
+    unwatched_only: bool,
 ) -> sqlx::Result<Vec<(String, i64)>> {
     sqlx::query_as(sql!(
         "WITH attempt AS (
@@ -166,6 +172,9 @@ pub(crate) async fn succeed(
              FROM attempt a
              WHERE jobs.job_id = a.job_id AND jobs.attempts = a.attempt
                AND jobs.status = 'RUNNING'
+               AND NOT ($7 AND (jobs.webhook_watched OR EXISTS (
+                   SELECT 1 FROM webhooks w
+                   WHERE w.tenant_id = jobs.tenant_id AND w.job_id IS NULL AND w.enabled)))
              RETURNING jobs.job_id, jobs.attempts
          ), stored AS (
              INSERT INTO job_results (job_id, body, chunk_attempt, chunk_count)
@@ -190,7 +199,8 @@ pub(crate) async fn succeed(
             .collect::<Vec<_>>(),
     )
     .bind(successes.iter().map(|s| s.chunks).collect::<Vec<_>>())
-    .fetch_all(conn)
+    .bind(unwatched_only)
+    .fetch_all(db)
     .await
 }
 

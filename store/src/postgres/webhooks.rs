@@ -22,6 +22,19 @@ pub(crate) async fn count_for_job(
     .await
 }
 
+/// Marks the job, whose row the registration holds, as one a webhook of
+/// its own watches: a success waiting for that row then sees the mark and
+/// takes the way that writes events (migration `watched_jobs`).
+pub(crate) async fn mark_job_watched(conn: &mut PgConnection, job_id: &str) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "UPDATE jobs SET webhook_watched = true WHERE job_id = $1 AND NOT webhook_watched"
+    ))
+    .bind(job_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The tenant's lock on its tenant-wide webhooks, until the transaction
 /// ends: registrations count and insert one after the other.
 pub(crate) async fn lock_tenant_webhooks(

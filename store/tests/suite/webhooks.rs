@@ -3,8 +3,12 @@
 
 use std::collections::HashSet;
 
-use shared::time::now_ms;
-use store::{DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps};
+use std::time::{Duration, Instant};
+
+use shared::{model::ResultBody, time::now_ms};
+use store::{
+    DeliveryRecord, DueEvent, NewWebhook, Registration, SuccessWrite, Webhook, WebhookCaps,
+};
 
 use crate::{
     harness::TestDb,
@@ -20,6 +24,7 @@ on_both_databases!(
     claims_lease_each_due_event_to_one_dispatcher,
     concurrent_claims_never_share_an_event,
     a_delivery_is_logged_and_moves_its_event_on,
+    successes_make_the_events_of_the_webhooks_that_watch_them,
 );
 
 const CAPS: WebhookCaps = WebhookCaps {
@@ -103,6 +108,28 @@ pub fn record(status: u16, next_attempt_at: Option<i64>) -> DeliveryRecord {
         delivered: (200..300).contains(&status),
         gone: status == 410,
     }
+}
+
+/// A job of `tenant_id` claimed by a worker: running its first attempt.
+async fn running_job(db: &TestDb, tenant_id: &str) -> String {
+    let job = TestJob::queued(tenant_id);
+    insert_job(db, &job).await;
+    let claimed = db
+        .store
+        .claim_attempts(
+            std::slice::from_ref(&job.job_id),
+            "w1",
+            now_ms() + 60_000,
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    assert!(claimed[0].is_some(), "the job is claimed");
+    job.job_id
+}
+
+fn success(job_id: &str) -> SuccessWrite {
+    SuccessWrite::new(job_id, 1, ResultBody::Document("{}".into()))
 }
 
 fn ids(events: &[DueEvent]) -> HashSet<String> {
@@ -548,4 +575,99 @@ async fn a_delivery_is_logged_and_moves_its_event_on(db: &TestDb) {
     )
     .await;
     assert_eq!(logged, 0);
+}
+
+async fn successes_make_the_events_of_the_webhooks_that_watch_them(db: &TestDb) {
+    let tenant_wide = registered(db, "acme", &["job.succeeded"], None).await;
+    let of_acme = running_job(db, "acme").await;
+    let watched = running_job(db, "globex").await;
+    let unwatched = running_job(db, "globex").await;
+    let per_job = registered(db, "globex", &["job.succeeded"], Some(&watched)).await;
+    let writes = [success(&unwatched), success(&of_acme), success(&watched)];
+
+    let applied = db.store.finish_succeeded(&writes).await.unwrap();
+
+    assert_eq!(applied, [true, true, true]);
+    assert_eq!(
+        events(db).await,
+        sorted(vec![
+            format!("{} {of_acme} job.succeeded", tenant_wide.webhook_id),
+            format!("{} {watched} job.succeeded", per_job.webhook_id),
+        ]),
+        "one event per watching webhook, none for the job nothing watches"
+    );
+    let succeeded = scalar(
+        db,
+        "SELECT COUNT(*) FROM jobs WHERE status = 'SUCCEEDED' AND finished_at IS NOT NULL",
+    )
+    .await;
+    assert_eq!(succeeded, 3);
+}
+
+fn sorted(mut lines: Vec<String>) -> Vec<String> {
+    lines.sort();
+    lines
+}
+
+/// A per-job webhook registered while the job's success waits for the
+/// job's row: the registration holds the row (uncommitted) when the
+/// success starts, so the success's statement began before the webhook
+/// existed, and must still end the job with the webhook's event.
+#[tokio::test]
+async fn a_success_waiting_for_a_registration_makes_the_new_webhooks_event() {
+    let db = TestDb::postgres().await;
+    let job_id = running_job(&db, "acme").await;
+    let new = NewWebhook {
+        tenant_id: "acme".to_owned(),
+        url: "https://receiver.example/hook".to_owned(),
+        events: vec!["job.succeeded".to_owned()],
+        job_id: Some(job_id.clone()),
+    };
+    let mut registration = db.store.begin_write().await.unwrap();
+    let webhook = match db
+        .store
+        .register_webhook(&mut registration, &new, CAPS)
+        .await
+        .unwrap()
+    {
+        Registration::Registered(webhook) => webhook,
+        other => panic!("not registered: {other:?}"),
+    };
+    let store = db.store.clone();
+    let write = success(&job_id);
+    let finishing = tokio::spawn(async move { store.finish_succeeded(&[write]).await });
+    wait_for_lock_waits(&db, 1).await;
+    registration.commit().await.unwrap();
+
+    let applied = finishing.await.unwrap().unwrap();
+
+    assert_eq!(applied, [true]);
+    assert_eq!(
+        events(&db).await,
+        [format!("{} {job_id} job.succeeded", webhook.webhook_id)],
+        "the webhook registered while the success waited gets its event"
+    );
+    db.finish().await;
+}
+
+/// Waits (up to 30 s) until `n` sessions of the test's database wait for
+/// a lock.
+async fn wait_for_lock_waits(db: &TestDb, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = scalar(
+            db,
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .await;
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} sessions wait for a lock, not {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
