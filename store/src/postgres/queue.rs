@@ -43,7 +43,9 @@ pub(crate) async fn push(
 /// allows. Rows another fetch is taking are skipped, not waited for.
 ///
 /// The tenants are found by a walk of `queue_messages_waiting` (one probe
-/// per tenant, not a scan of the waiting messages).
+/// per tenant, not a scan of the waiting messages), and the messages taken
+/// by their keys: as a join, with statistics taken while the queue was
+/// short, Postgres hashed the whole table to find them.
 pub(crate) async fn fetch(
     pool: &PgPool,
     queue: &str,
@@ -97,10 +99,13 @@ pub(crate) async fn fetch(
              ) AS c
          ), chosen AS (
              SELECT message_id, turn, n FROM candidates ORDER BY n, turn LIMIT $3
+         ), taken AS (
+             UPDATE queue_messages q SET consumer = $2, fetched_at = now()
+             WHERE q.message_id = ANY (ARRAY(SELECT message_id FROM chosen))
+             RETURNING q.message_id, q.job_id, q.tenant_id, q.rank_at
          )
-         UPDATE queue_messages q SET consumer = $2, fetched_at = now()
-         FROM chosen WHERE q.message_id = chosen.message_id
-         RETURNING q.message_id, q.job_id, q.tenant_id, q.rank_at, chosen.turn, chosen.n"
+         SELECT t.message_id, t.job_id, t.tenant_id, t.rank_at, c.turn, c.n
+         FROM taken t JOIN chosen c ON c.message_id = t.message_id"
     ))
     .bind(queue)
     .bind(consumer)
