@@ -197,8 +197,9 @@ impl Store {
     /// job's final-status write run one after the other: either the final
     /// status sees the webhook and makes the event, or the webhook sees the
     /// final status and makes it here; that lock also orders registrations
-    /// for the same job, so the count is exact. A tenant-wide one takes the tenant's webhook lock
-    /// (Postgres; SQLite has one writer at a time) for the same reason.
+    /// for the same job, so the count is exact. A tenant-wide one takes the
+    /// tenant's webhook lock (Postgres; SQLite has one writer at a time) for
+    /// the same reason.
     pub async fn register_webhook(
         &self,
         tx: &mut WriteTx,
@@ -224,7 +225,8 @@ impl Store {
                 } else if let TxConnection::Postgres(conn) = tx.connection() {
                     // On Postgres a success may end without a transaction
                     // of its own (`Store::finish_succeeded`); the mark on
-                    // the row sends this job's the way that writes events.
+                    // the row sends this job's success the way that writes
+                    // events.
                     postgres::webhooks::mark_job_watched(conn, job_id).await?;
                 }
             }

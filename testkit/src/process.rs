@@ -315,9 +315,7 @@ impl Process {
 
     /// SIGKILL: the process dies without any cleanup.
     pub fn kill_hard(&mut self) {
-        let mut child = self.child();
-        let _ = child.kill();
-        let _ = child.wait();
+        kill_and_reap(&self.child);
     }
 
     /// SIGTERM, then waits (up to 30 s) for the exit status.
@@ -351,11 +349,16 @@ impl Survivor {
     /// SIGKILL and wait, if the process's `Process` is still held.
     pub fn kill(&self) {
         if let Some(child) = self.0.upgrade() {
-            let mut child = child.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_and_reap(&child);
         }
     }
+}
+
+/// SIGKILL, then waits for the exit (a no-op for a child already reaped).
+fn kill_and_reap(child: &Mutex<Child>) {
+    let mut child = child.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl Drop for Process {

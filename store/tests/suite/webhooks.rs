@@ -1,9 +1,10 @@
 //! Webhooks: registration within the caps, reads and changes, the events
 //! of final statuses, their leases and the delivery log.
 
-use std::collections::HashSet;
-
-use std::time::{Duration, Instant};
+use std::{
+    collections::HashSet,
+    time::{Duration, Instant},
+};
 
 use shared::{model::ResultBody, time::now_ms};
 use store::{
