@@ -7,7 +7,9 @@
 //! metrics' sample of the queue's age reads the first entry of an index
 //! per kind, whatever the backlog. A claim finds its jobs by key, even
 //! when statistics taken while few jobs were queued make that index look
-//! like the cheaper way to them.
+//! like the cheaper way to them. The database queue's fetch acknowledges
+//! and takes its messages by key, whatever the queue held when a plan for
+//! it could have been cached.
 
 use std::time::Duration;
 
@@ -196,6 +198,92 @@ async fn a_claim_behind_a_backlog_reads_jobs_by_key() {
     assert!(
         read < 100,
         "one claim read {read} entries of jobs_queued_by_kind, behind a backlog of {BACKLOG}"
+    );
+    store.close().await;
+}
+
+/// `count` waiting messages of the database queue `queue`, for jobs named
+/// `{prefix}{n}`.
+fn waiting_messages(queue: &str, prefix: &str, count: i64) -> String {
+    format!(
+        "INSERT INTO queue_messages (job_id, queue, tenant_id, rank_at)
+         SELECT '{prefix}' || lpad(i::text, 6, '0'), '{queue}', 'tenant-a', 'epoch'
+         FROM generate_series(1, {count}) AS s(i);"
+    )
+}
+
+/// Fetches before the backlog: enough for every connection of the store's
+/// pool to run the statement more often than Postgres makes custom plans
+/// for before it settles on a generic one (five).
+const EARLY_FETCHES: i64 = 40;
+
+const MESSAGES_UPDATED: &str =
+    "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'queue_messages'";
+const MESSAGES_SCANNED: &str =
+    "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'queue_messages'";
+
+#[tokio::test]
+async fn a_queue_fetch_behind_a_backlog_reads_messages_by_key() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let store = env.store().await;
+    store.migrate().await.expect("migrate");
+    let queue = format!("{}:jobs", env.queue_name);
+    // Statistics taken while the queue was short, as autovacuum takes them
+    // between bursts.
+    env.execute_sql(&format!(
+        "{} ANALYZE queue_messages;",
+        waiting_messages(&queue, "early", EARLY_FETCHES * 4)
+    ))
+    .await;
+    let fetch = async |acks: &[i64]| {
+        store
+            .queue_fetch(store::QueueFetch {
+                queue: &queue,
+                consumer: "worker-1",
+                most: 4,
+                after_tenant: "",
+                acks,
+                alive: Duration::from_secs(60),
+            })
+            .await
+            .expect("fetch")
+            .into_iter()
+            .map(|message| message.message_id)
+            .collect::<Vec<_>>()
+    };
+    // Fetches of a few messages each, as a busy pool's are.
+    let mut held = Vec::new();
+    for _ in 0..EARLY_FETCHES {
+        held = fetch(&[]).await;
+        assert_eq!(held.len(), 4, "an early fetch took {held:?}");
+    }
+    env.execute_sql(&waiting_messages(&queue, "backlog", BACKLOG))
+        .await;
+    let before = statistic_after(&env, MESSAGES_UPDATED, EARLY_FETCHES * 4, MESSAGES_SCANNED).await;
+
+    let taken = fetch(&held).await;
+
+    assert_eq!(
+        taken.len(),
+        4,
+        "the fetch behind the backlog took {taken:?}"
+    );
+    let read = statistic_after(
+        &env,
+        MESSAGES_UPDATED,
+        EARLY_FETCHES * 4 + 4,
+        MESSAGES_SCANNED,
+    )
+    .await
+        - before;
+    assert!(
+        read < BACKLOG,
+        "one fetch read {read} queue messages by sequential scan, behind a backlog of {BACKLOG}"
+    );
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM queue_messages").await,
+        BACKLOG + EARLY_FETCHES * 4 - 4,
+        "the fetch deleted the four messages it acknowledged and no other"
     );
     store.close().await;
 }

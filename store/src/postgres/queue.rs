@@ -1,5 +1,9 @@
 //! The database queue on Postgres (`queue_messages`, `queue_consumers`):
-//! see `store::queue`.
+//! see `store::queue`. A plan cached while the queue held a few messages
+//! would scan all of them once it holds a backlog: the fetch, on every
+//! job's way, runs as a function whose plans price sequential scans out;
+//! the hand-back, rare, is planned each time it runs (`persistent(false)`),
+//! as the outbox's statements are.
 
 use sqlx::PgPool;
 
@@ -36,16 +40,18 @@ pub(crate) async fn push(
     Ok(())
 }
 
-/// In one statement: refreshes the consumer's heartbeat, deletes the
-/// messages it acknowledges, and takes up to `most` waiting messages: the
-/// tenants with waiting messages in turn, starting after `after_tenant`
-/// and wrapping around, each tenant's first by rank, as evenly as `most`
-/// allows. Rows another fetch is taking are skipped, not waited for.
+/// In one statement (the function `queue_fetch`): refreshes the consumer's
+/// heartbeat, deletes the messages it acknowledges, and takes up to `most`
+/// waiting messages: the tenants with waiting messages in turn, starting
+/// after `after_tenant` and wrapping around, each tenant's first by rank,
+/// as evenly as `most` allows. Rows another fetch is taking are skipped,
+/// not waited for.
 ///
 /// The tenants are found by a walk of `queue_messages_waiting` (one probe
 /// per tenant, not a scan of the waiting messages), and the messages taken
-/// by their keys: as a join, with statistics taken while the queue was
-/// short, Postgres hashed the whole table to find them.
+/// by their keys. The function's plans are made with sequential scans
+/// priced out, so a plan cached while the queue was short serves a backlog
+/// as well.
 pub(crate) async fn fetch(
     pool: &PgPool,
     queue: &str,
@@ -56,56 +62,8 @@ pub(crate) async fn fetch(
     alive_ms: i64,
 ) -> sqlx::Result<Vec<FetchedMessage>> {
     sqlx::query_as(sql!(
-        "WITH RECURSIVE alive AS (
-             INSERT INTO queue_consumers (queue, consumer, alive_until)
-             VALUES ($1, $2, now() + $6::float8 * interval '1 millisecond')
-             ON CONFLICT (queue, consumer) DO UPDATE SET alive_until = EXCLUDED.alive_until
-         ), acked AS (
-             DELETE FROM queue_messages WHERE message_id = ANY($5) AND consumer = $2
-         ), after_cursor (tenant_id, turn) AS (
-             SELECT min(tenant_id), 1::bigint FROM queue_messages
-             WHERE queue = $1 AND consumer IS NULL AND tenant_id > $4
-           UNION ALL
-             SELECT (SELECT min(m.tenant_id) FROM queue_messages m
-                     WHERE m.queue = $1 AND m.consumer IS NULL AND m.tenant_id > t.tenant_id),
-                    t.turn + 1
-             FROM after_cursor t WHERE t.tenant_id IS NOT NULL AND t.turn < $3
-         ), from_start (tenant_id, turn) AS (
-             SELECT min(tenant_id), 1::bigint FROM queue_messages
-             WHERE queue = $1 AND consumer IS NULL AND tenant_id <= $4
-           UNION ALL
-             SELECT (SELECT min(m.tenant_id) FROM queue_messages m
-                     WHERE m.queue = $1 AND m.consumer IS NULL
-                       AND m.tenant_id > t.tenant_id AND m.tenant_id <= $4),
-                    t.turn + 1
-             FROM from_start t WHERE t.tenant_id IS NOT NULL AND t.turn < $3
-         ), tenants AS (
-             SELECT tenant_id, turn FROM (
-                 SELECT tenant_id, turn FROM after_cursor WHERE tenant_id IS NOT NULL
-                 UNION ALL
-                 SELECT tenant_id, turn + $3 FROM from_start WHERE tenant_id IS NOT NULL
-             ) AS both_sides ORDER BY turn LIMIT $3
-         ), per_tenant AS (
-             SELECT GREATEST(1, ceil($3::float8 / GREATEST(1, count(*))))::bigint AS most
-             FROM tenants
-         ), candidates AS (
-             SELECT c.message_id, t.turn,
-                    row_number() OVER (PARTITION BY t.turn ORDER BY c.rank_at, c.message_id) AS n
-             FROM tenants t CROSS JOIN per_tenant p CROSS JOIN LATERAL (
-                 SELECT m.message_id, m.rank_at FROM queue_messages m
-                 WHERE m.queue = $1 AND m.consumer IS NULL AND m.tenant_id = t.tenant_id
-                 ORDER BY m.rank_at, m.message_id LIMIT p.most
-                 FOR UPDATE SKIP LOCKED
-             ) AS c
-         ), chosen AS (
-             SELECT message_id, turn, n FROM candidates ORDER BY n, turn LIMIT $3
-         ), taken AS (
-             UPDATE queue_messages q SET consumer = $2, fetched_at = now()
-             WHERE q.message_id = ANY (ARRAY(SELECT message_id FROM chosen))
-             RETURNING q.message_id, q.job_id, q.tenant_id, q.rank_at
-         )
-         SELECT t.message_id, t.job_id, t.tenant_id, t.rank_at, c.turn, c.n
-         FROM taken t JOIN chosen c ON c.message_id = t.message_id"
+        "SELECT message_id, job_id, tenant_id, rank_at, turn, n
+         FROM queue_fetch($1, $2, $3, $4, $5, $6)"
     ))
     .bind(queue)
     .bind(consumer)
@@ -181,6 +139,7 @@ pub(crate) async fn hand_back(
          )
          SELECT (SELECT count(*) FROM returned) + 0 * (SELECT count(*) FROM woken)"
     ))
+    .persistent(false)
     .bind(queue)
     .bind(consumer)
     .bind(keep)
