@@ -5,14 +5,16 @@
 -- tenants and the taking of the chosen messages, so that behind a backlog
 -- every fetch read the whole queue. Planning it afresh on every call costs
 -- more than the fetch itself. Every access here has an index made for it;
--- the setting holds only while the function runs.
+-- the settings hold only while the function runs. JIT is off with them:
+-- were a plan ever left with a scan it cannot avoid, the price put on it
+-- would pass the threshold for compiling the plan, on every fetch.
 CREATE FUNCTION queue_fetch(
     fetch_queue TEXT, fetch_consumer TEXT, most BIGINT, after_tenant TEXT, acks BIGINT[],
     alive_ms BIGINT
 )
 RETURNS TABLE (
     message_id BIGINT, job_id TEXT, tenant_id TEXT, rank_at timestamptz, turn BIGINT, n BIGINT
-) LANGUAGE plpgsql SET enable_seqscan = off AS $$
+) LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
