@@ -8,6 +8,10 @@
 -- the settings hold only while the function runs. JIT is off with them:
 -- were a plan ever left with a scan it cannot avoid, the price put on it
 -- would pass the threshold for compiling the plan, on every fetch.
+-- Its transaction (the statement that calls it) commits without waiting
+-- for its WAL to reach disk: nothing a fetch writes must outlive a crash
+-- (docs/design.md, The database queue), and every later claim or outcome,
+-- which waits, puts it on disk before it answers.
 CREATE FUNCTION queue_fetch(
     fetch_queue TEXT, fetch_consumer TEXT, most BIGINT, after_tenant TEXT, acks BIGINT[],
     alive_ms BIGINT
@@ -17,6 +21,7 @@ RETURNS TABLE (
 ) LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
     RETURN QUERY
     WITH RECURSIVE alive AS (
             INSERT INTO queue_consumers (queue, consumer, alive_until)

@@ -16,7 +16,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use futures::lock::Mutex as AsyncMutex;
@@ -32,6 +32,15 @@ use crate::{
 /// How long an idle consumer waits for a NOTIFY before it looks again on
 /// its own (a notification missed while reconnecting costs no more).
 const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// How often a consumer hands back what it holds beyond what it knows of.
+/// A fetch commits without waiting for its WAL to reach disk (the function
+/// `queue_fetch`): a crash of Postgres can undo one that answered. Its
+/// messages then wait again (a second delivery, which the claim fences),
+/// and the messages it acknowledged come back in flight under this
+/// consumer, which forgot them; handed back, they are delivered again and
+/// acknowledged, their jobs not claimable.
+const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 
 /// The database queue named `name` (`{QUEUE_NAME}:jobs`).
 #[derive(Clone)]
@@ -121,6 +130,7 @@ impl DatabaseQueue {
             after_tenant: Mutex::new(String::new()),
             held: Mutex::new(HashSet::new()),
             answer_lost: AtomicBool::new(false),
+            reconciled: Mutex::new(Instant::now()),
             listener: AsyncMutex::new(None),
         };
         Consumer::new(Source::Database(Box::new(fetcher)), slots, refresh)
@@ -138,6 +148,8 @@ pub(crate) struct DatabaseFetcher {
     /// A fetch failed after it may have taken messages: before the next,
     /// whatever this consumer holds beyond `held` is handed back.
     answer_lost: AtomicBool,
+    /// When that was last done ([`RECONCILE_EVERY`]).
+    reconciled: Mutex<Instant>,
     /// The session an idle consumer waits for a NOTIFY on.
     listener: AsyncMutex<Option<PgListener>>,
 }
@@ -173,20 +185,30 @@ impl DatabaseFetcher {
 
     pub(crate) async fn fetch(&self, slots: usize, acks: &[String]) -> Result<Vec<Vec<u8>>> {
         let store = &self.queue.store;
-        if self.answer_lost.load(Ordering::Relaxed) {
+        let answer_lost = self.answer_lost.load(Ordering::Relaxed);
+        if answer_lost || Self::lock(&self.reconciled).elapsed() >= RECONCILE_EVERY {
             let keep: Vec<i64> = Self::lock(&self.held).iter().copied().collect();
             let back = store
                 .queue_reconcile(&self.queue.name, &self.name, &keep)
                 .await?;
             self.answer_lost.store(false, Ordering::Relaxed);
+            *Self::lock(&self.reconciled) = Instant::now();
             if back > 0 {
                 warn!(
                     back,
-                    "handed back messages of a fetch whose answer was lost"
+                    answer_lost, "handed back messages this consumer held without knowing"
                 );
             }
         }
         let ack_ids = message_ids(acks);
+        // The window a crash of Postgres that undid a fetch opens: its
+        // acknowledgements never applied, and this consumer forgot them.
+        let sent_acks =
+            if !ack_ids.is_empty() && shared::failpoints::armed("queue::fetch_acks_undone") {
+                Vec::new()
+            } else {
+                ack_ids.clone()
+            };
         let after_tenant = Self::lock(&self.after_tenant).clone();
         let fetched = store
             .queue_fetch(QueueFetch {
@@ -194,7 +216,7 @@ impl DatabaseFetcher {
                 consumer: &self.name,
                 most: slots,
                 after_tenant: &after_tenant,
-                acks: &ack_ids,
+                acks: &sent_acks,
                 alive: ALIVE,
             })
             .await;

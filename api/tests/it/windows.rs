@@ -140,6 +140,42 @@ mod fetch_answer_lost {
     }
 }
 
+/// A fetch that acknowledged a finished job's message answered, then a
+/// crash of Postgres undid it (a fetch does not wait for its WAL to reach
+/// disk): the message is back in flight under the consumer, which forgot
+/// it. The consumer hands it back within its reconcile period, and its
+/// next delivery is acknowledged without running the job again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_undone_by_a_crash_leaves_no_message_behind() {
+    let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let worker = env.start_worker(&[("FAILPOINTS", "queue::fetch_acks_undone=1*return")]);
+    let submitted = post_sleep(&api.base, "fetch-undone")
+        .await
+        .expect("answered");
+    assert_eq!(submitted.status(), StatusCode::ACCEPTED);
+    let job: Value = submitted.json().await.expect("a job");
+    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+
+    worker.wait_for_line_containing("handed back messages this consumer held without knowing");
+    wait::until_ok("the queue to hold no message", SOON, async || {
+        match env.count("SELECT COUNT(*) FROM queue_messages").await {
+            0 => Ok(()),
+            left => Err(left),
+        }
+    })
+    .await;
+    assert_eq!(
+        env.count(&format!(
+            "SELECT attempts FROM jobs WHERE job_id = '{job_id}'"
+        ))
+        .await,
+        1,
+        "the job ran once"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_between_fetch_and_claim_leaves_its_job_to_another() {
     let env = TestEnv::new(Backend::PgRedis).await;
