@@ -203,11 +203,11 @@ impl DatabaseFetcher {
         let ack_ids = message_ids(acks);
         // The window a crash of Postgres that undid a fetch opens: its
         // acknowledgements never applied, and this consumer forgot them.
-        let sent_acks =
+        let sent_acks: &[i64] =
             if !ack_ids.is_empty() && shared::failpoints::armed("queue::fetch_acks_undone") {
-                Vec::new()
+                &[]
             } else {
-                ack_ids.clone()
+                &ack_ids
             };
         let after_tenant = Self::lock(&self.after_tenant).clone();
         let fetched = store
@@ -216,7 +216,7 @@ impl DatabaseFetcher {
                 consumer: &self.name,
                 most: slots,
                 after_tenant: &after_tenant,
-                acks: &sent_acks,
+                acks: sent_acks,
                 alive: ALIVE,
             })
             .await;

@@ -25,6 +25,14 @@ async fn post_sleep(base: &str, key: &str) -> reqwest::Result<reqwest::Response>
         .await
 }
 
+/// The job a first submit for `key` made (answered 202).
+async fn accepted(base: &str, key: &str) -> String {
+    let response = post_sleep(base, key).await.expect("answered");
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let job: Value = response.json().await.expect("a job");
+    job["job_id"].as_str().expect("job_id").to_owned()
+}
+
 /// The job the stored answer for `key` names, from a retry of the submit.
 async fn accepted_on_retry(base: &str, key: &str) -> String {
     let response = post_sleep(base, key).await.expect("the retry is answered");
@@ -113,10 +121,7 @@ async fn a_submit_whose_commit_answer_was_lost_runs_within_seconds() {
 /// hands the message back on its behalf: the consumer must.
 async fn a_message_whose_fetch_answer_was_lost_still_runs(env: TestEnv) {
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-    let submitted = post_sleep(&api.base, "fetch-lost").await.expect("answered");
-    assert_eq!(submitted.status(), StatusCode::ACCEPTED);
-    let job: Value = submitted.json().await.expect("a job");
-    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    let job_id = accepted(&api.base, "fetch-lost").await;
 
     let _worker = env.start_worker(&[("FAILPOINTS", "queue::fetch_answer_lost=1*return")]);
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
@@ -150,12 +155,7 @@ async fn a_fetch_undone_by_a_crash_leaves_no_message_behind() {
     let env = TestEnv::new(Backend::PgRedis).await.without_redis();
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let worker = env.start_worker(&[("FAILPOINTS", "queue::fetch_acks_undone=1*return")]);
-    let submitted = post_sleep(&api.base, "fetch-undone")
-        .await
-        .expect("answered");
-    assert_eq!(submitted.status(), StatusCode::ACCEPTED);
-    let job: Value = submitted.json().await.expect("a job");
-    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    let job_id = accepted(&api.base, "fetch-undone").await;
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
 
     worker.wait_for_line_containing("handed back messages this consumer held without knowing");
@@ -181,12 +181,7 @@ async fn a_worker_killed_between_fetch_and_claim_leaves_its_job_to_another() {
     let env = TestEnv::new(Backend::PgRedis).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let mut dying = env.start_worker(&[("FAILPOINTS", "worker::before_claim=return")]);
-    let submitted = post_sleep(&api.base, "worker-killed")
-        .await
-        .expect("answered");
-    assert_eq!(submitted.status(), StatusCode::ACCEPTED);
-    let job: Value = submitted.json().await.expect("a job");
-    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    let job_id = accepted(&api.base, "worker-killed").await;
     dying.wait_exit();
     let killed = Instant::now();
 
@@ -234,9 +229,7 @@ async fn a_claim_whose_commit_answer_was_lost_runs_its_job_once() {
         ("FAILPOINTS", "worker::claim_answer_lost=1*return"),
         ("JOB_LEASE", "60s"),
     ]);
-    let submitted = post_sleep(&api.base, "claim-lost").await.expect("answered");
-    let job: Value = submitted.json().await.expect("a job");
-    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    let job_id = accepted(&api.base, "claim-lost").await;
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
 }
 
@@ -248,11 +241,7 @@ async fn a_success_whose_commit_answer_was_lost_is_recorded_once() {
     let announced = Announcements::start();
     announced.subscribe(&api).await;
     let _worker = env.start_worker(&[("FAILPOINTS", "worker::outcome_answer_lost=1*return")]);
-    let submitted = post_sleep(&api.base, "success-lost")
-        .await
-        .expect("answered");
-    let job: Value = submitted.json().await.expect("a job");
-    let job_id = job["job_id"].as_str().expect("job_id").to_owned();
+    let job_id = accepted(&api.base, "success-lost").await;
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
     let result = reqwest::Client::new()
         .get(format!("{}/v1/jobs/{job_id}/result", api.base))
