@@ -98,6 +98,14 @@ impl ReportKind for Sleep {
                 ctx.progress(started.elapsed().as_secs_f64() / total.as_secs_f64())
                     .await?;
             }
+            // A test that must see a job running, however slowly it looks,
+            // holds every `sleep` here until the file the point names exists.
+            if let Some(gate) = shared::failpoints::argument("reports::sleep_held_until") {
+                while !std::path::Path::new(&gate).exists() {
+                    ctx.checkpoint()?;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
             if u64::try_from(ctx.attempt).unwrap_or(0) <= params.fail_times {
                 let message = format!(
                     "failing on purpose: attempt {} of the first {}",

@@ -25,6 +25,14 @@ pub fn armed(point: &str) -> bool {
     false
 }
 
+/// The argument a point is armed with (`name=return(argument)`), when it
+/// is armed; `None` when it is not, or armed without one.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn argument(point: &str) -> Option<String> {
+    fail::fail_point!(point, |argument| argument);
+    None
+}
+
 /// Ends the process at once when the point is armed, as a `SIGKILL` would:
 /// no destructor, no flush, no answer sent.
 pub fn crash_if_armed(point: &str) {

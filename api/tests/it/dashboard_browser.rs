@@ -204,9 +204,21 @@ fn id_of(job: &Value) -> String {
 
 async fn a_person_signs_in_watches_a_job_finish_retries_cancels_and_signs_out(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let api = env.start_embedded_with_local_receivers().await;
-    let driver = Driver::start();
     let profile = tempfile::tempdir().expect("a browser profile");
+    // Every `sleep` job holds, running, until this file exists: the page
+    // shows the first one running however slowly the browser looks.
+    let release = profile.path().join("release-sleeps");
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+            (
+                "FAILPOINTS",
+                &format!("reports::sleep_held_until=return({})", release.display()),
+            ),
+        ])
+        .await;
+    let driver = Driver::start();
     let person = Person {
         browser: driver.browser(profile.path()).await,
         base: api.base.clone(),
@@ -216,7 +228,7 @@ async fn a_person_signs_in_watches_a_job_finish_retries_cancels_and_signs_out(ba
         },
     };
     // Closing the session quits Chromium, also when the scenario fails.
-    let outcome = AssertUnwindSafe(scenario(&env, &api, &person))
+    let outcome = AssertUnwindSafe(scenario(&env, &api, &person, &release))
         .catch_unwind()
         .await;
     let _ = person.browser.clone().close().await;
@@ -226,7 +238,7 @@ async fn a_person_signs_in_watches_a_job_finish_retries_cancels_and_signs_out(ba
     }
 }
 
-async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
+async fn scenario(env: &TestEnv, api: &Api, person: &Person, release: &std::path::Path) {
     // Signing in.
     person.open("/dashboard/jobs").await;
     assert_eq!(person.path().await, "/dashboard/sign-in");
@@ -239,12 +251,13 @@ async fn scenario(env: &TestEnv, api: &Api, person: &Person) {
 
     // A job submitted over HTTP appears, runs and finishes, on a page
     // that refreshes itself.
-    let job = id_of(&api.submit("sleep", json!({"ms": 2500})).await);
+    let job = id_of(&api.submit("sleep", json!({"ms": 0})).await);
     person.open("/dashboard/jobs").await;
     person.click(&format!("tr[data-job-id='{job}'] a")).await;
     assert_eq!(person.path().await, format!("/dashboard/jobs/{job}"));
     person.wait_text("#job-status", "RUNNING").await;
     person.screenshot("job-running").await;
+    std::fs::write(release, b"").expect("release the sleeps");
     person.wait_text("#job-status", "SUCCEEDED").await;
     person.find("#download-json").await;
     assert_eq!(api.job(&job).await["status"], "SUCCEEDED");
