@@ -5,7 +5,7 @@
 use actix_web::{HttpRequest, HttpResponse};
 use queue::{Handoff, Queue};
 use shared::notify::Signals;
-use store::{QueuedJob, Store, Submission, SubmissionKey, Submitted, batch::Batcher};
+use store::{Publishing, QueuedJob, Store, Submission, SubmissionKey, Submitted, batch::Batcher};
 
 use crate::{
     error::{ApiError, ApiResult},
@@ -46,7 +46,7 @@ pub async fn submit(
         Err(_) => {
             let submitted = state
                 .store
-                .submit_batch(std::slice::from_ref(&submission), None)
+                .submit_batch(std::slice::from_ref(&submission), Publishing::Relay)
                 .await?
                 .pop()
                 .ok_or_else(|| ApiError::Internal("a batch of one answered nothing".into()))?;
@@ -112,13 +112,19 @@ impl SubmitGroup {
                 .filter(|s| !s.is_delayed())
                 .map(|s| s.job.tenant_id.as_str()),
         );
-        let outcomes = self
-            .store
-            .submit_batch(
-                &submissions,
-                handoff.publishes().then_some(self.republish_after_ms),
-            )
-            .await;
+        // A queue the relay sweeps for lost messages needs no outbox row
+        // for a job pushed at once: the sweep finds a push that never
+        // happened as it finds a lost message.
+        let publishing = if !handoff.publishes() {
+            Publishing::Relay
+        } else if self.queue.can_lose_published() {
+            Publishing::CallerSwept
+        } else {
+            Publishing::Caller {
+                republish_after_ms: self.republish_after_ms,
+            }
+        };
+        let outcomes = self.store.submit_batch(&submissions, publishing).await;
         // The windows between this commit and the push that follows it.
         let outcomes = store::lose_answer("api::submit_commit_answer_lost", outcomes)?;
         shared::failpoints::crash_if_armed("api::submit_after_commit");

@@ -10,7 +10,7 @@ use shared::{
     notify::Signals,
     time::{duration_ms, now_ms},
 };
-use store::{QueuedJob, Store};
+use store::{QueuedJob, Store, SweepCursor};
 use tokio_util::sync::CancellationToken as Shutdown;
 use tracing::warn;
 
@@ -55,7 +55,7 @@ pub async fn run_relay(
                 ),
             }
             if queue.can_lose_published() {
-                sweep.look(&store, &queue).await;
+                sweep.look(&store, &queue, republish_after).await;
             }
         }
         let (handoff, batch) = queue.handoff_up_to(BATCH);
@@ -100,33 +100,33 @@ async fn send(handoff: crate::Handoff, queue: &Queue, jobs: Vec<QueuedJob>) -> b
     }
 }
 
-/// Walks the published, unclaimed jobs a page per look, in job id order,
-/// and publishes again those the queue does not hold: a job committed by
-/// an api that died before its push, or whose commit's answer was lost,
-/// and messages a Redis crash or failover lost. Found by asking the queue,
-/// not by waiting for `REPUBLISH_AFTER`, which stays the last resort.
+/// Walks the queued jobs the queue should hold a page per look, and
+/// publishes again those it does not: a job pushed at once without an
+/// outbox row whose api died before its push, whose push failed, or whose
+/// commit's answer was lost, and messages a Redis crash or failover lost.
+/// Found by asking the queue, not by waiting for `REPUBLISH_AFTER`, which
+/// stays the last resort for jobs that have a row.
 #[derive(Default)]
 struct LostMessageSweep {
-    /// The last job id looked at; empty to start from the first again.
-    after: String,
+    /// Where the next look starts; the default starts from the first.
+    after: SweepCursor,
 }
 
 impl LostMessageSweep {
-    async fn look(&mut self, store: &Store, queue: &Queue) {
+    async fn look(&mut self, store: &Store, queue: &Queue, republish_after: Duration) {
         let published_before = now_ms() - duration_ms(LOST_AFTER);
         let page = match store
-            .published_unclaimed(&self.after, published_before, LOSS_CHECK_PAGE)
+            .queued_unclaimed(&self.after, published_before, LOSS_CHECK_PAGE)
             .await
         {
-            Ok(page) => page,
+            Ok((page, next)) => {
+                self.after = next.unwrap_or_default();
+                page
+            }
             Err(error) => {
-                warn!(%error, "could not read the published jobs");
+                warn!(%error, "could not read the queued jobs");
                 return;
             }
-        };
-        self.after = match page.last() {
-            Some(last) if page.len() as i64 == LOSS_CHECK_PAGE => last.job_id.clone(),
-            _ => String::new(),
         };
         let lost = match queue.not_held(page).await {
             Ok(lost) if lost.is_empty() => return,
@@ -135,14 +135,17 @@ impl LostMessageSweep {
             Err(_) => return,
         };
         let republished = store
-            .republish_outbox(&lost, published_before, |jobs| {
-                send(crate::Handoff::Push, queue, jobs)
-            })
+            .republish_outbox(
+                &lost,
+                published_before,
+                duration_ms(republish_after),
+                |jobs| send(crate::Handoff::Push, queue, jobs),
+            )
             .await;
         match republished {
             Ok(jobs) if !jobs.is_empty() => warn!(
                 count = jobs.len(),
-                "the queue did not hold these published jobs; published them again"
+                "the queue did not hold these queued jobs; published them again"
             ),
             Ok(_) => {}
             Err(error) => warn!(%error, "could not publish lost jobs again"),
@@ -151,7 +154,7 @@ impl LostMessageSweep {
 }
 
 /// When the queue lost its messages (Redis came back empty), every job
-/// published but not yet claimed is made due at once, then the queue is
+/// published but not yet claimed, with a row or without, is made due at once, then the queue is
 /// marked intact again; in that order, so a process that dies in between
 /// leaves the work to the next relay that looks. Several relays may do it
 /// at the same moment: a job published twice is claimed once.

@@ -65,14 +65,14 @@ pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, JobFilter, NewJob, RetryOutcome};
 pub use keys::{ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key};
 pub use ledger::{GstRow, ImportOutcome};
-pub use outbox::QueuedJob;
+pub use outbox::{QueuedJob, SweepCursor};
 pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
 pub use queue::{QUEUE_CHANNEL, QueueFetch, QueueMessage};
 pub use results::StoredResult;
 pub use retention::Pruned;
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
 pub use schedules::{FirePlan, Fired, FiredJob, Schedule};
-pub use submit::{Submission, SubmissionKey, Submitted};
+pub use submit::{Publishing, Submission, SubmissionKey, Submitted};
 pub use webhooks::{
     Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,
 };

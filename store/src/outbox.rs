@@ -34,6 +34,26 @@ impl From<OutboxRow> for QueuedJob {
     }
 }
 
+/// Where the lost-message sweep goes on from: the last job it looked at,
+/// in the order of the queued jobs' index (kind, due time, id). The
+/// default starts from the first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepCursor {
+    pub(crate) kind: String,
+    pub(crate) run_after: i64,
+    pub(crate) job_id: String,
+}
+
+/// A queued job the sweep looks at, with its place in the sweep's order.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SweptRow {
+    job_id: String,
+    tenant_id: String,
+    rank_at: Option<Millis>,
+    kind: String,
+    run_after: Millis,
+}
+
 impl Store {
     /// Leases up to `limit` due outbox rows and hands them to `publish`
     /// before the lease commits: their next publish time moves
@@ -84,33 +104,56 @@ impl Store {
         Ok(due)
     }
 
-    /// Up to `limit` jobs that were published before `published_before`
-    /// and are not yet claimed, in job id order after `after`: the ones
-    /// whose message the queue should still hold. A relay asks the queue
-    /// about them ([`Store::republish_outbox`] for those it lost).
-    pub async fn published_unclaimed(
+    /// Up to `limit` jobs the queue should hold, in the sweep's order after
+    /// `after`: queued, due since `published_before`, not parked by a cap,
+    /// and with no outbox row but one published before then. That is a job
+    /// pushed at once without a row ([`crate::Publishing::CallerSwept`]),
+    /// or one the relay published, whether its push happened or not. A
+    /// relay asks the queue about them ([`Store::republish_outbox`] for
+    /// those it lost). Returns the next page's cursor, or `None` after the
+    /// last page.
+    pub async fn queued_unclaimed(
         &self,
-        after: &str,
+        after: &SweepCursor,
         published_before: i64,
         limit: i64,
-    ) -> Result<Vec<QueuedJob>> {
+    ) -> Result<(Vec<QueuedJob>, Option<SweepCursor>)> {
         let before = Millis(published_before);
         let rows = on_pool!(self,
-            pool => postgres::outbox::published_unclaimed(pool, after, before, limit).await?,
-            pool => sqlite::outbox::published_unclaimed(pool, after, before, limit).await?,
+            pool => postgres::outbox::queued_unclaimed(pool, after, before, limit).await?,
+            pool => sqlite::outbox::queued_unclaimed(pool, after, before, limit).await?,
         );
-        Ok(rows.into_iter().map(QueuedJob::from).collect())
+        let next = match rows.last() {
+            Some(last) if rows.len() as i64 == limit => Some(SweepCursor {
+                kind: last.kind.clone(),
+                run_after: last.run_after.0,
+                job_id: last.job_id.clone(),
+            }),
+            _ => None,
+        };
+        let jobs = rows
+            .into_iter()
+            .map(|row| QueuedJob {
+                job_id: row.job_id,
+                tenant_id: row.tenant_id,
+                rank_at: row.rank_at.map_or(0, i64::from),
+            })
+            .collect();
+        Ok((jobs, next))
     }
 
-    /// Publishes again those of `jobs` (from [`Store::published_unclaimed`])
+    /// Publishes again those of `jobs` (from [`Store::queued_unclaimed`])
     /// that are still unclaimed and were not published since
     /// `published_before`, through `publish`, before the new publish time
-    /// commits; the condition keeps two relays that found the same lost
+    /// commits: a published row moves ahead by its own wait, and a job
+    /// without a row gets one, published, due again `republish_after_ms`
+    /// from now. The conditions keep two relays that found the same lost
     /// message from both sending it. Returns the jobs published.
     pub async fn republish_outbox<F, Fut>(
         &self,
         jobs: &[QueuedJob],
         published_before: i64,
+        republish_after_ms: i64,
         publish: F,
     ) -> Result<Vec<QueuedJob>>
     where
@@ -124,8 +167,8 @@ impl Store {
         let (now, before) = (Millis(now_ms()), Millis(published_before));
         let mut tx = self.begin_write().await?;
         let taken: std::collections::HashSet<String> = on_tx!(tx,
-            conn => postgres::outbox::republish(conn, &ids, now, before).await?,
-            conn => sqlite::outbox::republish(conn, &ids, now, before).await?,
+            conn => postgres::outbox::republish(conn, &ids, now, before, republish_after_ms).await?,
+            conn => sqlite::outbox::republish(conn, &ids, now, before, republish_after_ms).await?,
         )
         .into_iter()
         .collect();
@@ -142,28 +185,34 @@ impl Store {
     }
 
     /// Makes every outbox row that was published due now, as if it never
-    /// had been; returns how many. For a queue that starts empty (the
-    /// in-process one). Rows not yet published keep their time (a retry's
-    /// backoff).
+    /// had been, and gives every due, unparked queued job without a row one
+    /// due now (a job pushed without a row); returns how many. For a queue
+    /// that starts empty (the in-process one) or came back empty (Redis).
+    /// Rows not yet published keep their time (a retry's backoff).
     pub async fn make_outbox_due_now(&self) -> Result<u64> {
-        let _turn = self.write_turn().await;
         let now = Millis(now_ms());
-        Ok(on_pool!(self,
-            pool => postgres::outbox::make_published_due(pool, now).await?,
-            pool => sqlite::outbox::make_published_due(pool, now).await?,
-        ))
+        let mut tx = self.begin_write().await?;
+        let due = on_tx!(tx,
+            conn => postgres::outbox::make_published_due(conn, now).await?,
+            conn => sqlite::outbox::make_published_due(conn, now).await?,
+        );
+        tx.commit().await?;
+        Ok(due)
     }
 
-    /// Makes outbox rows due again (their publish failed).
+    /// Makes the jobs' outbox rows due at `at`, unpublished, as their
+    /// publish failed: a job pushed without a row gets one, if it is still
+    /// queued.
     pub async fn retry_outbox_soon(&self, job_ids: &[String], at: i64) -> Result<()> {
         if job_ids.is_empty() {
             return Ok(());
         }
-        let _turn = self.write_turn().await;
-        on_pool!(self,
-            pool => postgres::outbox::set_due(pool, job_ids, Millis(at)).await?,
-            pool => sqlite::outbox::set_due(pool, job_ids, Millis(at)).await?,
+        let mut tx = self.begin_write().await?;
+        on_tx!(tx,
+            conn => postgres::outbox::set_due(conn, job_ids, Millis(at)).await?,
+            conn => sqlite::outbox::set_due(conn, job_ids, Millis(at)).await?,
         );
+        tx.commit().await?;
         Ok(())
     }
 }

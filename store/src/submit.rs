@@ -78,6 +78,37 @@ pub struct SubmissionKey {
     pub response: StoredResponse,
 }
 
+/// Who publishes the jobs of a batch that run at once, which decides the
+/// outbox rows they are written with. A delayed job's row is always
+/// written, due and unpublished at its start: the relay publishes it then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publishing {
+    /// The relay: each job's row is due at once, unpublished.
+    Relay,
+    /// The caller, right after the commit: each row is written as if the
+    /// relay had just leased it, published again only if the job is not
+    /// claimed within `republish_after_ms`, like any other.
+    Caller { republish_after_ms: i64 },
+    /// The caller, right after the commit, to a queue the relay sweeps for
+    /// lost messages by asking it (Redis): no row at all. A job whose push
+    /// never happened (its api died, or the push failed) or whose message
+    /// the queue lost is found by that sweep, which writes its row then
+    /// ([`Store::queued_unclaimed`]).
+    CallerSwept,
+}
+
+impl Publishing {
+    /// The outbox rows' `republish_ms` for jobs that run at once; negative
+    /// for none.
+    fn republish_ms(self) -> i64 {
+        match self {
+            Publishing::Relay => 0,
+            Publishing::Caller { republish_after_ms } => republish_after_ms,
+            Publishing::CallerSwept => -1,
+        }
+    }
+}
+
 /// What became of one submit of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Submitted {
@@ -127,16 +158,13 @@ impl Store {
     }
 
     /// Writes a batch of submits in one transaction; answers in order.
-    /// With `published_for_ms`, the caller publishes the inserted jobs
-    /// itself right after the commit (the embedded queue), so their outbox
-    /// rows are written as if the relay had just leased them: published
-    /// again only if not claimed by then, like any other. A delayed job is
-    /// never published by the caller: its row is due, unpublished, at its
-    /// start.
+    /// `publishing` says who publishes the jobs that run at once, and so
+    /// which outbox rows they get ([`Publishing`]). A delayed job is never
+    /// published by the caller: its row is due, unpublished, at its start.
     pub async fn submit_batch(
         &self,
         submissions: &[Submission],
-        published_for_ms: Option<i64>,
+        publishing: Publishing,
     ) -> Result<Vec<Submitted>> {
         // The first submit of each key owns it; the others follow it.
         let mut owners: Vec<&SubmissionKey> = Vec::new();
@@ -156,7 +184,7 @@ impl Store {
             }));
         }
         let now = Millis(now_ms());
-        let republish_ms = published_for_ms.unwrap_or(0);
+        let republish_ms = publishing.republish_ms();
         if let crate::Db::Postgres(pool) = &self.db {
             // One statement: keys, jobs and outbox rows commit together, in
             // one round trip instead of five.
@@ -342,7 +370,8 @@ pub(crate) async fn insert_job_now(
 }
 
 /// Inserts the jobs, each with its outbox row due `republish_ms` after it
-/// was made (a delayed job's: at its start, unpublished).
+/// was made (a delayed job's: at its start, unpublished); with a negative
+/// `republish_ms`, only the delayed jobs' rows.
 async fn insert_jobs(
     tx: &mut WriteTx,
     submissions: &[&Submission],

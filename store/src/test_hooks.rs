@@ -14,7 +14,7 @@ impl Store {
     /// for the relay at once.
     pub async fn submit_job(&self, job: &NewJob) -> Result<Job> {
         let submission = Submission::at_once(job.clone(), now_ms());
-        self.submit_batch(std::slice::from_ref(&submission), None)
+        self.submit_batch(std::slice::from_ref(&submission), crate::Publishing::Relay)
             .await?;
         Ok(submission.queued())
     }

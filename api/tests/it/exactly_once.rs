@@ -114,8 +114,13 @@ async fn a_relay_that_publishes_again_before_the_claim_changes_nothing(backend: 
         .await;
     let announced = Announcements::start();
     announced.subscribe(&api).await;
-    let job = api.submit("sleep", json!({"ms": 50})).await;
-    let job_id = job["job_id"].as_str().unwrap().to_owned();
+    // Delayed a second, so that the relay publishes it, on every queue (a
+    // job the api pushes to Redis itself has no row to publish again).
+    let reply = api
+        .post("/v1/reports/sleep?delay=1", &json!({"ms": 50}))
+        .await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let job_id = reply.json()["job_id"].as_str().unwrap().to_owned();
     // Published four times at least (the row's republish delay doubles
     // from 100 ms on each: 800 ms after the fourth).
     wait::until_true(

@@ -430,7 +430,10 @@ async fn a_batch_of_submits_settles_each_key(backend: Backend) {
     store.migrate().await.unwrap();
     let earlier = [submission(Some(("k-stored", "fp-1")), "stored answer")];
     assert_eq!(
-        store.submit_batch(&earlier, None).await.unwrap(),
+        store
+            .submit_batch(&earlier, store::Publishing::Relay)
+            .await
+            .unwrap(),
         [Submitted::Inserted]
     );
 
@@ -450,7 +453,10 @@ async fn a_batch_of_submits_settles_each_key(backend: Backend) {
         }))
     };
     assert_eq!(
-        store.submit_batch(&batch, None).await.unwrap(),
+        store
+            .submit_batch(&batch, store::Publishing::Relay)
+            .await
+            .unwrap(),
         [
             Submitted::Inserted,
             replay("new answer"),
@@ -493,7 +499,7 @@ async fn a_key_a_concurrent_writer_commits_first_replays_its_answer() {
     let written = {
         let store = store.clone();
         let batch = batch.clone();
-        tokio::spawn(async move { store.submit_batch(&batch, None).await })
+        tokio::spawn(async move { store.submit_batch(&batch, store::Publishing::Relay).await })
     };
     // The batch now waits on the uncommitted key.
     wait_for_a_blocked_statement(&env).await;

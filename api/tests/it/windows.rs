@@ -89,6 +89,12 @@ async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() 
         1,
         "the job was committed before the api died"
     );
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM outbox").await,
+        0,
+        "a job the api pushes to Redis itself has no outbox row: the relay's \
+         sweep, asking Redis, is what finds it"
+    );
 
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let job_id = accepted_on_retry(&api.base, "killed-after-commit").await;

@@ -5,7 +5,10 @@
 
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::{outbox::OutboxRow, sql::Millis};
+use crate::{
+    outbox::{OutboxRow, SweepCursor, SweptRow},
+    sql::Millis,
+};
 
 /// Takes up to `limit` due rows and moves their next publish ahead (the
 /// lease), doubling the wait on each republish up to 32 times the first.
@@ -63,21 +66,28 @@ pub(crate) async fn lease_due(
     Ok(due)
 }
 
-/// Published (`republish_ms > 0`) before `before`, in job id order.
-pub(crate) async fn published_unclaimed(
+/// Queued, due and unparked jobs in the order of `jobs_queued_by_kind`
+/// after `after`, due since `before`, with no outbox row but one
+/// published since then.
+pub(crate) async fn queued_unclaimed(
     db: impl PgExecutor<'_>,
-    after: &str,
+    after: &SweepCursor,
     before: Millis,
     limit: i64,
-) -> sqlx::Result<Vec<OutboxRow>> {
+) -> sqlx::Result<Vec<SweptRow>> {
     sqlx::query_as(sql!(
-        "SELECT o.job_id, j.tenant_id, COALESCE(j.rank_at, o.rank_at) AS rank_at
-         FROM outbox o LEFT JOIN jobs j ON j.job_id = o.job_id
-         WHERE o.job_id > $1 AND o.republish_ms > 0
-           AND o.publish_at - interval '1 millisecond' * o.republish_ms <= $2
-         ORDER BY o.job_id LIMIT $3"
+        "SELECT j.job_id, j.tenant_id, j.rank_at, j.kind, j.run_after FROM jobs j
+         WHERE j.status = 'QUEUED' AND (j.kind, j.run_after, j.job_id) > ($1, $2, $3)
+           AND j.run_after <= $4 AND j.capped IS NULL
+           AND NOT EXISTS (
+               SELECT 1 FROM outbox o WHERE o.job_id = j.job_id
+                 AND (o.republish_ms = 0
+                      OR o.publish_at - interval '1 millisecond' * o.republish_ms > $4))
+         ORDER BY j.kind, j.run_after, j.job_id LIMIT $5"
     ))
-    .bind(after)
+    .bind(&after.kind)
+    .bind(Millis(after.run_after))
+    .bind(&after.job_id)
     .bind(before)
     .bind(limit)
     .persistent(false)
@@ -86,14 +96,18 @@ pub(crate) async fn published_unclaimed(
 }
 
 /// The rows of `ids` still published before `before`, given a new publish
-/// time; returns their ids.
+/// time, and a published row for those of `ids` still queued, due since
+/// `before` and unparked that have none; returns their ids. The queued
+/// jobs are locked while read, so a claim that commits meanwhile is seen
+/// and its job left without a row.
 pub(crate) async fn republish(
     conn: &mut PgConnection,
     ids: &[String],
     now: Millis,
     before: Millis,
+    republish_after_ms: i64,
 ) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar(sql!(
+    let mut taken: Vec<String> = sqlx::query_scalar(sql!(
         "UPDATE outbox SET publish_at = $1::timestamptz + interval '1 millisecond' * republish_ms
          WHERE republish_ms > 0 AND publish_at - interval '1 millisecond' * republish_ms <= $2
            AND job_id = ANY ($3)
@@ -103,22 +117,57 @@ pub(crate) async fn republish(
     .bind(before)
     .bind(ids)
     .persistent(false)
+    .fetch_all(&mut *conn)
+    .await?;
+    let added: Vec<String> = sqlx::query_scalar(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1::timestamptz + interval '1 millisecond' * $4, $4,
+                COALESCE(j.rank_at, $1)
+         FROM jobs j
+         WHERE j.job_id = ANY ($3) AND j.status = 'QUEUED' AND j.run_after <= $2
+           AND j.capped IS NULL
+         FOR SHARE OF j
+         ON CONFLICT (job_id) DO NOTHING
+         RETURNING job_id"
+    ))
+    .bind(now)
+    .bind(before)
+    .bind(ids)
+    .bind(republish_after_ms)
+    .persistent(false)
     .fetch_all(conn)
-    .await
+    .await?;
+    taken.extend(added);
+    Ok(taken)
 }
 
-pub(crate) async fn make_published_due(db: impl PgExecutor<'_>, now: Millis) -> sqlx::Result<u64> {
-    let done = sqlx::query(sql!(
+/// Every published row due now and unpublished, and a row due now for
+/// every due, unparked queued job without one; returns how many.
+pub(crate) async fn make_published_due(conn: &mut PgConnection, now: Millis) -> sqlx::Result<u64> {
+    let made = sqlx::query(sql!(
         "UPDATE outbox SET publish_at = $1, republish_ms = 0 WHERE republish_ms > 0"
     ))
     .bind(now)
-    .execute(db)
+    .execute(&mut *conn)
     .await?;
-    Ok(done.rows_affected())
+    let added = sqlx::query(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
+         WHERE j.status = 'QUEUED' AND j.run_after <= $1 AND j.capped IS NULL
+         FOR SHARE OF j
+         ON CONFLICT (job_id) DO NOTHING"
+    ))
+    .bind(now)
+    .persistent(false)
+    .execute(conn)
+    .await?;
+    Ok(made.rows_affected() + added.rows_affected())
 }
 
+/// The jobs' rows due at `at`; a row due then, unpublished, for those
+/// still queued and unparked that have none.
 pub(crate) async fn set_due(
-    db: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
     ids: &[String],
     at: Millis,
 ) -> sqlx::Result<()> {
@@ -127,7 +176,18 @@ pub(crate) async fn set_due(
     ))
     .bind(at)
     .bind(ids)
-    .execute(db)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
+         WHERE j.job_id = ANY ($2) AND j.status = 'QUEUED' AND j.capped IS NULL
+         FOR SHARE OF j
+         ON CONFLICT (job_id) DO NOTHING"
+    ))
+    .bind(at)
+    .bind(ids)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -74,7 +74,7 @@ pub(crate) async fn submit_in_one_statement(
                          ELSE created_at + interval '1 millisecond' * $2 END,
                     CASE WHEN run_after > created_at THEN 0 ELSE $2 END,
                     rank_at
-             FROM inserted
+             FROM inserted WHERE run_after > created_at OR $2 >= 0
          )
          SELECT tenant_id, idem_key FROM written"
     ))
@@ -163,7 +163,8 @@ pub(crate) async fn submit_in_one_statement(
 }
 
 /// Inserts the jobs and their outbox rows, due `republish_ms` after each
-/// job was made, or unpublished at a delayed job's start.
+/// job was made, or unpublished at a delayed job's start; with a negative
+/// `republish_ms`, only the delayed jobs' rows.
 pub(crate) async fn insert_jobs(
     conn: &mut PgConnection,
     submissions: &[&Submission],
@@ -189,7 +190,7 @@ pub(crate) async fn insert_jobs(
                      ELSE created_at + interval '1 millisecond' * $1 END,
                 CASE WHEN run_after > created_at THEN 0 ELSE $1 END,
                 rank_at
-         FROM inserted"
+         FROM inserted WHERE run_after > created_at OR $1 >= 0"
     ))
     .bind(republish_ms)
     .bind(

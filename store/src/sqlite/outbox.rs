@@ -3,7 +3,10 @@
 use sqlx::{SqliteConnection, SqliteExecutor};
 
 use super::json_list;
-use crate::{outbox::OutboxRow, sql::Millis};
+use crate::{
+    outbox::{OutboxRow, SweepCursor, SweptRow},
+    sql::Millis,
+};
 
 /// Whether any row is due: a read, before the relay takes the one write
 /// lock.
@@ -64,32 +67,43 @@ pub(crate) async fn lease_due(
     Ok(due)
 }
 
-pub(crate) async fn published_unclaimed(
+/// Queued, due and unparked jobs in the order of `jobs_queued_by_kind`
+/// after `after`, due since `before`, with no outbox row but one
+/// published since then.
+pub(crate) async fn queued_unclaimed(
     db: impl SqliteExecutor<'_>,
-    after: &str,
+    after: &SweepCursor,
     before: Millis,
     limit: i64,
-) -> sqlx::Result<Vec<OutboxRow>> {
+) -> sqlx::Result<Vec<SweptRow>> {
     sqlx::query_as(sql!(
-        "SELECT o.job_id, j.tenant_id, COALESCE(j.rank_at, o.rank_at) AS rank_at
-         FROM outbox o LEFT JOIN jobs j ON j.job_id = o.job_id
-         WHERE o.job_id > $1 AND o.republish_ms > 0 AND o.publish_at - o.republish_ms <= $2
-         ORDER BY o.job_id LIMIT $3"
+        "SELECT j.job_id, j.tenant_id, j.rank_at, j.kind, j.run_after FROM jobs j
+         WHERE j.status = 'QUEUED' AND (j.kind, j.run_after, j.job_id) > ($1, $2, $3)
+           AND j.run_after <= $4 AND j.capped IS NULL
+           AND NOT EXISTS (
+               SELECT 1 FROM outbox o WHERE o.job_id = j.job_id
+                 AND (o.republish_ms = 0 OR o.publish_at - o.republish_ms > $4))
+         ORDER BY j.kind, j.run_after, j.job_id LIMIT $5"
     ))
-    .bind(after)
+    .bind(&after.kind)
+    .bind(Millis(after.run_after))
+    .bind(&after.job_id)
     .bind(before)
     .bind(limit)
     .fetch_all(db)
     .await
 }
 
+/// See Postgres's `republish`; SQLite's one writer needs no lock.
 pub(crate) async fn republish(
     conn: &mut SqliteConnection,
     ids: &[String],
     now: Millis,
     before: Millis,
+    republish_after_ms: i64,
 ) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar(sql!(
+    let ids = json_list(ids.iter().map(String::as_str));
+    let mut taken: Vec<String> = sqlx::query_scalar(sql!(
         "UPDATE outbox SET publish_at = $1 + republish_ms
          WHERE republish_ms > 0 AND publish_at - republish_ms <= $2
            AND job_id IN (SELECT value FROM json_each($3))
@@ -97,35 +111,74 @@ pub(crate) async fn republish(
     ))
     .bind(now)
     .bind(before)
-    .bind(json_list(ids.iter().map(String::as_str)))
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let added: Vec<String> = sqlx::query_scalar(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1 + $4, $4, COALESCE(j.rank_at, $1) FROM jobs j
+         WHERE j.job_id IN (SELECT value FROM json_each($3)) AND j.status = 'QUEUED'
+           AND j.run_after <= $2 AND j.capped IS NULL
+         ON CONFLICT (job_id) DO NOTHING
+         RETURNING job_id"
+    ))
+    .bind(now)
+    .bind(before)
+    .bind(&ids)
+    .bind(republish_after_ms)
     .fetch_all(conn)
-    .await
+    .await?;
+    taken.extend(added);
+    Ok(taken)
 }
 
+/// See Postgres's `make_published_due`.
 pub(crate) async fn make_published_due(
-    db: impl SqliteExecutor<'_>,
+    conn: &mut SqliteConnection,
     now: Millis,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query(sql!(
+    let made = sqlx::query(sql!(
         "UPDATE outbox SET publish_at = $1, republish_ms = 0 WHERE republish_ms > 0"
     ))
     .bind(now)
-    .execute(db)
+    .execute(&mut *conn)
     .await?;
-    Ok(done.rows_affected())
+    let added = sqlx::query(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
+         WHERE j.status = 'QUEUED' AND j.run_after <= $1 AND j.capped IS NULL
+         ON CONFLICT (job_id) DO NOTHING"
+    ))
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(made.rows_affected() + added.rows_affected())
 }
 
+/// See Postgres's `set_due`.
 pub(crate) async fn set_due(
-    db: impl SqliteExecutor<'_>,
+    conn: &mut SqliteConnection,
     ids: &[String],
     at: Millis,
 ) -> sqlx::Result<()> {
+    let ids = json_list(ids.iter().map(String::as_str));
     sqlx::query(sql!(
         "UPDATE outbox SET publish_at = $1 WHERE job_id IN (SELECT value FROM json_each($2))"
     ))
     .bind(at)
-    .bind(json_list(ids.iter().map(String::as_str)))
-    .execute(db)
+    .bind(&ids)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
+         WHERE j.job_id IN (SELECT value FROM json_each($2)) AND j.status = 'QUEUED'
+           AND j.capped IS NULL
+         ON CONFLICT (job_id) DO NOTHING"
+    ))
+    .bind(at)
+    .bind(&ids)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -5,7 +5,8 @@ use sqlx::SqliteConnection;
 use crate::{Submission, sql::Millis};
 
 /// Inserts the jobs and their outbox rows, due `republish_ms` after each
-/// job was made, or unpublished at a delayed job's start.
+/// job was made, or unpublished at a delayed job's start; with a negative
+/// `republish_ms`, only the delayed jobs' rows.
 pub(crate) async fn insert_jobs(
     conn: &mut SqliteConnection,
     submissions: &[&Submission],
@@ -55,7 +56,8 @@ pub(crate) async fn insert_jobs(
                 CASE WHEN json_extract(value, '$[6]') > json_extract(value, '$[5]')
                      THEN 0 ELSE $2 END,
                 json_extract(value, '$[8]')
-         FROM json_each($1)"
+         FROM json_each($1)
+         WHERE json_extract(value, '$[6]') > json_extract(value, '$[5]') OR $2 >= 0"
     ))
     .bind(&rows)
     .bind(republish_ms)

@@ -80,7 +80,7 @@ async fn jobs_over_the_tenant_cap_are_parked_in_rank_order_and_woken_one_by_one(
     let other = job("other", "sleep", Priority::Low);
     let all = [&n1, &n2, &n3, &high, &other];
     db.store
-        .submit_batch(&all.map(|s| s.clone()), None)
+        .submit_batch(&all.map(|s| s.clone()), store::Publishing::Relay)
         .await
         .unwrap();
     let caps = Caps {
@@ -159,7 +159,7 @@ async fn the_cap_of_a_kind_parks_only_that_kind(db: &TestDb) {
     let flaky = job("acme", "flaky", Priority::Normal);
     let all = [&s1, &s2, &flaky];
     db.store
-        .submit_batch(&all.map(|s| s.clone()), None)
+        .submit_batch(&all.map(|s| s.clone()), store::Publishing::Relay)
         .await
         .unwrap();
     let caps = Caps {

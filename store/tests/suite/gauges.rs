@@ -53,7 +53,7 @@ async fn a_sample_counts_the_queue_and_ages_what_waits_past_its_time(db: &TestDb
                 delayed.clone(),
                 running.clone(),
             ],
-            None,
+            store::Publishing::Relay,
         )
         .await
         .unwrap();
