@@ -207,7 +207,9 @@ impl Runner {
             }
             Err(error) => {
                 // Not an outage (or shutting down): the outbox row
-                // survives, and the relay publishes the job again.
+                // survives, and the relay publishes the job again; on
+                // Redis, where a job pushed at submit has none, the
+                // relay's sweep finds the job Redis no longer holds.
                 warn!(job_id, %error, "could not claim; the relay will publish it again");
                 None
             }
