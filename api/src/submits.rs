@@ -114,8 +114,13 @@ impl SubmitGroup {
         );
         // A queue the relay sweeps for lost messages needs no outbox row
         // for a job pushed at once: the sweep finds a push that never
-        // happened as it finds a lost message.
-        let publishing = if !handoff.publishes() {
+        // happened as it finds a lost message. The database queue takes
+        // its messages in the jobs' own statement: nothing to publish.
+        let publishing = if let Some(queue) = self.queue.written_with_jobs() {
+            Publishing::WithTheJob {
+                queue: queue.to_owned(),
+            }
+        } else if !handoff.publishes() {
             Publishing::Relay
         } else if self.queue.can_lose_published() {
             Publishing::CallerSwept
@@ -124,6 +129,7 @@ impl SubmitGroup {
                 republish_after_ms: self.republish_after_ms,
             }
         };
+        let with_the_jobs = matches!(publishing, Publishing::WithTheJob { .. });
         let outcomes = self.store.submit_batch(&submissions, publishing).await;
         // The windows between this commit and the push that follows it.
         let outcomes = store::lose_answer("api::submit_commit_answer_lost", outcomes)?;
@@ -136,7 +142,7 @@ impl SubmitGroup {
             })
             .map(|(submission, _)| self.store.queued_job(submission))
             .collect();
-        if new_jobs.is_empty() {
+        if new_jobs.is_empty() || with_the_jobs {
             return Ok(outcomes);
         }
         match handoff {

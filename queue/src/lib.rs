@@ -197,6 +197,15 @@ impl Queue {
         matches!(self, Queue::Redis(_))
     }
 
+    /// The database queue's name: its messages can be written in the
+    /// statement that makes their jobs (`store::Publishing::WithTheJob`).
+    pub fn written_with_jobs(&self) -> Option<&str> {
+        match self {
+            Queue::Postgres(queue) => Some(queue.name()),
+            _ => None,
+        }
+    }
+
     /// Those of `jobs` whose message this queue does not hold, waiting or
     /// in flight: published, unclaimed, and lost. Only Redis is asked
     /// ([`Queue::can_lose_published`]).

@@ -81,7 +81,7 @@ pub struct SubmissionKey {
 /// Who publishes the jobs of a batch that run at once, which decides the
 /// outbox rows they are written with. A delayed job's row is always
 /// written, due and unpublished at its start: the relay publishes it then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Publishing {
     /// The relay: each job's row is due at once, unpublished.
     Relay,
@@ -95,16 +95,28 @@ pub enum Publishing {
     /// the queue lost is found by that sweep, which writes its row then
     /// ([`Store::queued_unclaimed`]).
     CallerSwept,
+    /// The database queue named `queue`: each job's message is written in
+    /// the statement that makes the job, so nothing is published after the
+    /// commit, and nothing between the two can be lost: no row.
+    WithTheJob { queue: String },
 }
 
 impl Publishing {
     /// The outbox rows' `republish_ms` for jobs that run at once; negative
     /// for none.
-    fn republish_ms(self) -> i64 {
+    fn republish_ms(&self) -> i64 {
         match self {
             Publishing::Relay => 0,
-            Publishing::Caller { republish_after_ms } => republish_after_ms,
-            Publishing::CallerSwept => -1,
+            Publishing::Caller { republish_after_ms } => *republish_after_ms,
+            Publishing::CallerSwept | Publishing::WithTheJob { .. } => -1,
+        }
+    }
+
+    /// The database queue the batch's messages are written into, if any.
+    fn queue(&self) -> Option<&str> {
+        match self {
+            Publishing::WithTheJob { queue } => Some(queue),
+            _ => None,
         }
     }
 }
@@ -203,6 +215,7 @@ impl Store {
                 &ranks(&candidates, self.priority_aging),
                 now,
                 republish_ms,
+                publishing.queue(),
             )
             .await?;
             let taken = taken_keys(&owners, &written);
@@ -223,7 +236,9 @@ impl Store {
             let (outcomes, _) = settle(submissions, &owner_of, &owners, &taken, &stored);
             return Ok(outcomes);
         }
-        // SQLite: the same, as a transaction of a few statements.
+        // SQLite: the same, as a transaction of a few statements. Its
+        // queues (in-process, or apalis's) are never written with the job.
+        debug_assert!(publishing.queue().is_none());
         let mut tx = self.begin_write().await?;
         let written = if owners.is_empty() {
             Vec::new()

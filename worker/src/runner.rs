@@ -64,6 +64,24 @@ const STORE_OUTAGE: Retry = Retry::doubling(Duration::from_millis(100), Duration
 /// pool's concurrency, few enough to keep one transaction short.
 const MAX_BATCH: usize = 64;
 
+/// What became of a delivery's claim.
+enum Taken {
+    /// The attempt is claimed: run it.
+    Claim(Claim),
+    /// Nothing to run, and the message is done with: a duplicate or stale
+    /// delivery, a job not claimable, or one handed to the relay.
+    Nothing,
+    /// Nothing to run, and the message is kept by its consumer.
+    Kept,
+}
+
+/// When the point is armed, an error that is not an outage, for a claim
+/// refused before anything was written.
+fn refused(point: &str) -> Option<store::Error> {
+    shared::failpoints::armed(point)
+        .then(|| store::Error::Config(format!("failpoint {point}: claim refused")))
+}
+
 impl Runner {
     /// Must be called inside the tokio runtime (it spawns the batchers).
     pub fn new(store: Store, signals: Signals, settings: &Settings, worker_id: String) -> Self {
@@ -107,17 +125,22 @@ impl Runner {
     }
 
     /// Handles one queue message. Never fails and never panics across the
-    /// apalis boundary: whatever happens is recorded in the store.
-    pub async fn handle(&self, message: Value) {
+    /// apalis boundary: whatever happens is recorded in the store. Answers
+    /// whether the message is done with; one that is not (its claim could
+    /// not be written, nor the job handed to the relay) stays with its
+    /// consumer, which hands it back to the queue when it stops.
+    pub async fn handle(&self, message: Value) -> bool {
         let Some(job_id) = message.get("job_id").and_then(Value::as_str) else {
             warn!(%message, "dropping a queue message without a job_id");
-            return;
+            return true;
         };
         let arrived = SystemTime::now();
         // The window between a fetch and its claim.
         shared::failpoints::crash_if_armed("worker::before_claim");
-        let Some(claim) = self.claim(job_id).await else {
-            return;
+        let claim = match self.claim(job_id).await {
+            Taken::Claim(claim) => claim,
+            Taken::Nothing => return true,
+            Taken::Kept => return false,
         };
         let attempt = AttemptSpan::start(&self.destination, &claim, arrived);
         let started = std::time::Instant::now();
@@ -150,6 +173,7 @@ impl Runner {
         if running.get(&claim.job_id) == Some(&claim.attempt) {
             running.remove(&claim.job_id);
         }
+        true
     }
 
     /// Claims the job's next attempt and lists it as running here; `None`
@@ -161,15 +185,18 @@ impl Runner {
     /// earlier try's commit went through but its answer was lost, the job
     /// is RUNNING under this process's worker id with no attempt running
     /// here: that attempt is ours, and is adopted rather than left to lapse.
-    async fn claim(&self, job_id: &str) -> Option<Claim> {
+    async fn claim(&self, job_id: &str) -> Taken {
         let claimed = STORE_OUTAGE
             .run_until(
                 self.stopping.cancelled(),
                 |try_number| async move {
-                    let claimed = store::lose_answer(
-                        "worker::claim_answer_lost",
-                        self.claims.call(job_id.to_owned()).await,
-                    );
+                    let claimed = match refused("worker::claim_refused") {
+                        Some(refused) => Err(refused),
+                        None => store::lose_answer(
+                            "worker::claim_answer_lost",
+                            self.claims.call(job_id.to_owned()).await,
+                        ),
+                    };
                     match claimed {
                         // An earlier try may have committed, its answer lost.
                         Ok(None) if try_number > 1 => {
@@ -192,10 +219,10 @@ impl Runner {
                 let mut running = self.lock_running();
                 if running.get(&claim.job_id) == Some(&claim.attempt) {
                     // Adopted, but another delivery of the job runs it here.
-                    return None;
+                    return Taken::Nothing;
                 }
                 running.insert(claim.job_id.clone(), claim.attempt);
-                Some(claim)
+                Taken::Claim(claim)
             }
             // Not claimable: a duplicate or stale delivery, or a job that
             // was cancelled or finished. The claim's WHERE status =
@@ -203,15 +230,29 @@ impl Runner {
             // running twice.
             Ok(None) => {
                 debug!(job_id, "message for a job that is not claimable; dropped");
-                None
+                Taken::Nothing
             }
+            // Shutting down through an outage: the message goes back to the
+            // queue with the rest of what the consumer holds.
+            Err(_) if self.stopping.is_cancelled() => Taken::Kept,
             Err(error) => {
-                // Not an outage (or shutting down): the outbox row
-                // survives, and the relay publishes the job again; on
-                // Redis, where a job pushed at submit has none, the
-                // relay's sweep finds the job Redis no longer holds.
+                // Not an outage. A job made with its message (the database
+                // queue) or pushed at submit (Redis) has no outbox row: it
+                // gets one, due in a second, so the relay publishes it
+                // again; a row it has is made due the same way.
                 warn!(job_id, %error, "could not claim; the relay will publish it again");
-                None
+                let soon = now_ms() + 1_000;
+                match self
+                    .store
+                    .retry_outbox_soon(&[job_id.to_owned()], soon)
+                    .await
+                {
+                    Ok(()) => Taken::Nothing,
+                    Err(error) => {
+                        warn!(job_id, %error, "could not hand the job to the relay; its message is kept");
+                        Taken::Kept
+                    }
+                }
             }
         }
     }

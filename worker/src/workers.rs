@@ -41,8 +41,10 @@ async fn handle_message(
     let delivery = consumer
         .as_ref()
         .map(|consumer| consumer.delivery(&message));
-    runner.handle(message).await;
-    if let Some(delivery) = &delivery {
+    let done = runner.handle(message).await;
+    if let Some(delivery) = &delivery
+        && done
+    {
         delivery.finished();
     }
     Ok(())

@@ -15,8 +15,12 @@ use crate::common::{Announcements, Backend, KEY_A, StoreOf, TestEnv, assert_anno
 const SOON: Duration = Duration::from_secs(20);
 
 async fn post_sleep(base: &str, key: &str) -> reqwest::Result<reqwest::Response> {
+    post_sleep_to(&format!("{base}/v1/reports/sleep"), key).await
+}
+
+async fn post_sleep_to(url: &str, key: &str) -> reqwest::Result<reqwest::Response> {
     reqwest::Client::new()
-        .post(format!("{base}/v1/reports/sleep"))
+        .post(url)
         .bearer_auth(KEY_A)
         .header("Idempotency-Key", key)
         .json(&json!({ "ms": 10 }))
@@ -99,6 +103,67 @@ async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() 
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let job_id = accepted_on_retry(&api.base, "killed-after-commit").await;
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+}
+
+/// On the database queue a job's message commits with the job: an api
+/// that dies right after the commit leaves nothing for anyone to publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_committed_by_an_api_killed_after_its_commit_runs_on_the_database_queue() {
+    let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+    let mut dying = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "false"),
+            ("FAILPOINTS", "api::submit_after_commit=return"),
+        ])
+        .await;
+    assert!(
+        post_sleep(&dying.base, "killed-after-commit")
+            .await
+            .is_err(),
+        "the api dies before it answers"
+    );
+    dying.process.as_mut().expect("api").wait_exit();
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM queue_messages").await,
+        1,
+        "the job's message committed with it"
+    );
+    assert_eq!(env.count("SELECT COUNT(*) FROM outbox").await, 0);
+
+    let killed = Instant::now();
+    let _worker = env.start_worker(&[]);
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let job_id = accepted_on_retry(&api.base, "killed-after-commit").await;
+    assert_succeeds_by(&env, &job_id, killed + SOON).await;
+}
+
+/// A claim that fails on an error that is not an outage (a bug, say) hands
+/// the job to the relay: a job with no outbox row (pushed at submit, or
+/// made with its message) must not wait for ever.
+async fn a_job_whose_claim_was_refused_runs_within_seconds(env: TestEnv) {
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let worker = env.start_worker(&[("FAILPOINTS", "worker::claim_refused=1*return")]);
+    let job_id = accepted(&api.base, "claim-refused").await;
+    worker.wait_for_line_containing("could not claim; the relay will publish it again");
+    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+}
+
+mod claim_refused {
+    use crate::common::{Backend, TestEnv};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_queue() {
+        super::a_job_whose_claim_was_refused_runs_within_seconds(
+            TestEnv::new(Backend::PgRedis).await,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn database_queue() {
+        let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+        super::a_job_whose_claim_was_refused_runs_within_seconds(env).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,8 +262,8 @@ async fn a_worker_killed_between_fetch_and_claim_leaves_its_job_to_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_between_its_push_and_its_lease_leaves_nothing_waiting() {
-    // Postgres without Redis: the relay publishes every job, into
-    // apalis's queue table, and dies before its lease commits.
+    // Postgres without Redis: the relay publishes a job delayed by a
+    // second into the database queue, and dies before its lease commits.
     let env = TestEnv::new(Backend::PgRedis).await.without_redis();
     let mut dying = env
         .start_api(&[
@@ -206,7 +271,8 @@ async fn a_relay_killed_between_its_push_and_its_lease_leaves_nothing_waiting() 
             ("FAILPOINTS", "store::outbox_published_before_lease=return"),
         ])
         .await;
-    let submitted = post_sleep(&dying.base, "relay-killed").await;
+    let delayed = format!("{}/v1/reports/sleep?delay=1", dying.base);
+    let submitted = post_sleep_to(&delayed, "relay-killed").await;
     let process = dying.process.as_mut().expect("api");
     process.wait_exit();
     let job_id = match submitted {
@@ -217,7 +283,13 @@ async fn a_relay_killed_between_its_push_and_its_lease_leaves_nothing_waiting() 
         // The relay may have died before the answer went out.
         _ => {
             let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-            accepted_on_retry(&api.base, "relay-killed").await
+            let delayed = format!("{}/v1/reports/sleep?delay=1", api.base);
+            let response = post_sleep_to(&delayed, "relay-killed")
+                .await
+                .expect("the retry is answered");
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            let job: Value = response.json().await.expect("a job");
+            job["job_id"].as_str().expect("job_id").to_owned()
         }
     };
     let killed = Instant::now();

@@ -19,6 +19,7 @@ pub(crate) async fn submit_in_one_statement(
     ranks: &[Millis],
     now: Millis,
     republish_ms: i64,
+    queue: Option<&str>,
 ) -> crate::Result<Vec<(String, String)>> {
     let key = |f: fn(&crate::SubmissionKey) -> &str| {
         candidates
@@ -66,7 +67,7 @@ pub(crate) async fn submit_in_one_statement(
              WHERE s.idem_key IS NULL OR EXISTS (
                  SELECT 1 FROM written w
                  WHERE w.tenant_id = s.key_tenant AND w.idem_key = s.idem_key)
-             RETURNING job_id, created_at, run_after, rank_at
+             RETURNING job_id, tenant_id, created_at, run_after, rank_at
          ), queued AS (
              INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
              SELECT job_id,
@@ -75,6 +76,15 @@ pub(crate) async fn submit_in_one_statement(
                     CASE WHEN run_after > created_at THEN 0 ELSE $2 END,
                     rank_at
              FROM inserted WHERE run_after > created_at OR $2 >= 0
+         ), pushed AS (
+             -- The database queue's messages, in the job's own statement;
+             -- its consumers are woken once per transaction (Postgres folds
+             -- equal notifications into one).
+             INSERT INTO queue_messages (job_id, queue, tenant_id, rank_at)
+             SELECT job_id, $20, tenant_id, rank_at
+             FROM inserted WHERE $20::text IS NOT NULL AND run_after <= created_at
+             ON CONFLICT (job_id) WHERE consumer IS NULL DO NOTHING
+             RETURNING pg_notify($21, $20)
          )
          SELECT tenant_id, idem_key FROM written"
     ))
@@ -157,6 +167,8 @@ pub(crate) async fn submit_in_one_statement(
             .map(|s| s.traceparent.as_deref())
             .collect::<Vec<_>>(),
     )
+    .bind(queue)
+    .bind(crate::QUEUE_CHANNEL)
     .fetch_all(db)
     .await?;
     Ok(written)
