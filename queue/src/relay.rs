@@ -154,10 +154,11 @@ impl LostMessageSweep {
 }
 
 /// When the queue lost its messages (Redis came back empty), every job
-/// published but not yet claimed, with a row or without, is made due at once, then the queue is
-/// marked intact again; in that order, so a process that dies in between
-/// leaves the work to the next relay that looks. Several relays may do it
-/// at the same moment: a job published twice is claimed once.
+/// published but not yet claimed, with a row or without, is made due at
+/// once, then the queue is marked intact again; in that order, so a
+/// process that dies in between leaves the work to the next relay that
+/// looks. Several relays may do it at the same moment: a job published
+/// twice is claimed once.
 async fn recover_lost_messages(store: &Store, queue: &Queue) {
     match queue.lost_messages().await {
         Ok(true) => match store.make_outbox_due_now().await {

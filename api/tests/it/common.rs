@@ -289,3 +289,31 @@ macro_rules! on_every_queue_shape {
         }
     };
 }
+
+/// Declares one async test per production queue (Redis, and the database
+/// queue of Postgres without Redis) from an `async fn(TestEnv)`.
+#[macro_export]
+macro_rules! on_both_production_queues {
+    ($($name:ident),* $(,)?) => {
+        mod redis_queue {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let env = $crate::common::TestEnv::new($crate::common::Backend::PgRedis).await;
+                    super::$name(env).await;
+                }
+            )*
+        }
+        mod database_queue {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let env = $crate::common::TestEnv::new($crate::common::Backend::PgRedis)
+                        .await
+                        .without_redis();
+                    super::$name(env).await;
+                }
+            )*
+        }
+    };
+}

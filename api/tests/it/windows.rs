@@ -70,10 +70,9 @@ async fn assert_succeeds_by(env: &TestEnv, job_id: &str, deadline: Instant) {
     assert_eq!(job.as_ref().map(|j| j.attempts), Some(1), "{job:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() {
-    let env = TestEnv::new(Backend::PgRedis).await;
-    let _worker = env.start_worker(&[]);
+/// Submits for `key` to an api that dies right after its commit, before
+/// it answers or publishes anything.
+async fn submit_to_an_api_killed_after_its_commit(env: &TestEnv, key: &str) {
     let mut dying = env
         .start_api(&[
             ("EMBEDDED_WORKER", "false"),
@@ -81,12 +80,17 @@ async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() 
         ])
         .await;
     assert!(
-        post_sleep(&dying.base, "killed-after-commit")
-            .await
-            .is_err(),
+        post_sleep(&dying.base, key).await.is_err(),
         "the api dies before it answers"
     );
     dying.process.as_mut().expect("api").wait_exit();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let _worker = env.start_worker(&[]);
+    submit_to_an_api_killed_after_its_commit(&env, "killed-after-commit").await;
     assert_eq!(
         env.count("SELECT COUNT(*) FROM jobs WHERE status = 'QUEUED'")
             .await,
@@ -110,19 +114,7 @@ async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_committed_by_an_api_killed_after_its_commit_runs_on_the_database_queue() {
     let env = TestEnv::new(Backend::PgRedis).await.without_redis();
-    let mut dying = env
-        .start_api(&[
-            ("EMBEDDED_WORKER", "false"),
-            ("FAILPOINTS", "api::submit_after_commit=return"),
-        ])
-        .await;
-    assert!(
-        post_sleep(&dying.base, "killed-after-commit")
-            .await
-            .is_err(),
-        "the api dies before it answers"
-    );
-    dying.process.as_mut().expect("api").wait_exit();
+    submit_to_an_api_killed_after_its_commit(&env, "killed-after-commit").await;
     assert_eq!(
         env.count("SELECT COUNT(*) FROM queue_messages").await,
         1,
@@ -146,24 +138,6 @@ async fn a_job_whose_claim_was_refused_runs_within_seconds(env: TestEnv) {
     let job_id = accepted(&api.base, "claim-refused").await;
     worker.wait_for_line_containing("could not claim; the relay will publish it again");
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
-}
-
-mod claim_refused {
-    use crate::common::{Backend, TestEnv};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_queue() {
-        super::a_job_whose_claim_was_refused_runs_within_seconds(
-            TestEnv::new(Backend::PgRedis).await,
-        )
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn database_queue() {
-        let env = TestEnv::new(Backend::PgRedis).await.without_redis();
-        super::a_job_whose_claim_was_refused_runs_within_seconds(env).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,23 +172,10 @@ async fn a_message_whose_fetch_answer_was_lost_still_runs(env: TestEnv) {
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
 }
 
-mod fetch_answer_lost {
-    use crate::common::{Backend, TestEnv};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redis_queue() {
-        super::a_message_whose_fetch_answer_was_lost_still_runs(
-            TestEnv::new(Backend::PgRedis).await,
-        )
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn database_queue() {
-        let env = TestEnv::new(Backend::PgRedis).await.without_redis();
-        super::a_message_whose_fetch_answer_was_lost_still_runs(env).await;
-    }
-}
+crate::on_both_production_queues!(
+    a_message_whose_fetch_answer_was_lost_still_runs,
+    a_job_whose_claim_was_refused_runs_within_seconds,
+);
 
 /// A fetch that acknowledged a finished job's message answered, then a
 /// crash of Postgres undid it (a fetch does not wait for its WAL to reach

@@ -95,11 +95,38 @@ pub(crate) async fn queued_unclaimed(
     .await
 }
 
+/// A row due at `at` with `republish_ms` for each queued, unparked job due
+/// by `due_by` that has none: those of `ids`, or every one; returns their
+/// ids. The jobs are locked while read, so a claim that commits meanwhile
+/// is seen and its job left without a row (a final job never has one).
+async fn add_missing_rows(
+    conn: &mut PgConnection,
+    ids: Option<&[String]>,
+    at: Millis,
+    republish_ms: i64,
+    due_by: Millis,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1, $2, COALESCE(j.rank_at, j.run_after) FROM jobs j
+         WHERE j.status = 'QUEUED' AND j.run_after <= $3 AND j.capped IS NULL
+           AND ($4::text[] IS NULL OR j.job_id = ANY ($4))
+         FOR SHARE OF j
+         ON CONFLICT (job_id) DO NOTHING
+         RETURNING job_id"
+    ))
+    .bind(at)
+    .bind(republish_ms)
+    .bind(due_by)
+    .bind(ids)
+    .persistent(false)
+    .fetch_all(conn)
+    .await
+}
+
 /// The rows of `ids` still published before `before`, given a new publish
 /// time, and a published row for those of `ids` still queued, due since
-/// `before` and unparked that have none; returns their ids. The queued
-/// jobs are locked while read, so a claim that commits meanwhile is seen
-/// and its job left without a row.
+/// `before` and unparked that have none; returns their ids.
 pub(crate) async fn republish(
     conn: &mut PgConnection,
     ids: &[String],
@@ -119,25 +146,8 @@ pub(crate) async fn republish(
     .persistent(false)
     .fetch_all(&mut *conn)
     .await?;
-    let added: Vec<String> = sqlx::query_scalar(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-         SELECT j.job_id, $1::timestamptz + interval '1 millisecond' * $4, $4,
-                COALESCE(j.rank_at, $1)
-         FROM jobs j
-         WHERE j.job_id = ANY ($3) AND j.status = 'QUEUED' AND j.run_after <= $2
-           AND j.capped IS NULL
-         FOR SHARE OF j
-         ON CONFLICT (job_id) DO NOTHING
-         RETURNING job_id"
-    ))
-    .bind(now)
-    .bind(before)
-    .bind(ids)
-    .bind(republish_after_ms)
-    .persistent(false)
-    .fetch_all(conn)
-    .await?;
-    taken.extend(added);
+    let at = Millis(now.0 + republish_after_ms);
+    taken.extend(add_missing_rows(conn, Some(ids), at, republish_after_ms, before).await?);
     Ok(taken)
 }
 
@@ -150,18 +160,8 @@ pub(crate) async fn make_published_due(conn: &mut PgConnection, now: Millis) -> 
     .bind(now)
     .execute(&mut *conn)
     .await?;
-    let added = sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
-         WHERE j.status = 'QUEUED' AND j.run_after <= $1 AND j.capped IS NULL
-         FOR SHARE OF j
-         ON CONFLICT (job_id) DO NOTHING"
-    ))
-    .bind(now)
-    .persistent(false)
-    .execute(conn)
-    .await?;
-    Ok(made.rows_affected() + added.rows_affected())
+    let added = add_missing_rows(conn, None, now, 0, now).await?;
+    Ok(made.rows_affected() + added.len() as u64)
 }
 
 /// The jobs' rows due at `at`; a row due then, unpublished, for those
@@ -178,17 +178,7 @@ pub(crate) async fn set_due(
     .bind(ids)
     .execute(&mut *conn)
     .await?;
-    sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
-         WHERE j.job_id = ANY ($2) AND j.status = 'QUEUED' AND j.capped IS NULL
-         FOR SHARE OF j
-         ON CONFLICT (job_id) DO NOTHING"
-    ))
-    .bind(at)
-    .bind(ids)
-    .execute(conn)
-    .await?;
+    add_missing_rows(conn, Some(ids), at, 0, at).await?;
     Ok(())
 }
 

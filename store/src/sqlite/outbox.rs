@@ -94,7 +94,32 @@ pub(crate) async fn queued_unclaimed(
     .await
 }
 
-/// See Postgres's `republish`; SQLite's one writer needs no lock.
+/// See Postgres's `add_missing_rows`; SQLite's one writer needs no lock.
+/// `ids` is a JSON list, or `None` for every job.
+async fn add_missing_rows(
+    conn: &mut SqliteConnection,
+    ids: Option<&str>,
+    at: Millis,
+    republish_ms: i64,
+    due_by: Millis,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(sql!(
+        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+         SELECT j.job_id, $1, $2, COALESCE(j.rank_at, j.run_after) FROM jobs j
+         WHERE j.status = 'QUEUED' AND j.run_after <= $3 AND j.capped IS NULL
+           AND ($4 IS NULL OR j.job_id IN (SELECT value FROM json_each($4)))
+         ON CONFLICT (job_id) DO NOTHING
+         RETURNING job_id"
+    ))
+    .bind(at)
+    .bind(republish_ms)
+    .bind(due_by)
+    .bind(ids)
+    .fetch_all(conn)
+    .await
+}
+
+/// See Postgres's `republish`.
 pub(crate) async fn republish(
     conn: &mut SqliteConnection,
     ids: &[String],
@@ -114,21 +139,8 @@ pub(crate) async fn republish(
     .bind(&ids)
     .fetch_all(&mut *conn)
     .await?;
-    let added: Vec<String> = sqlx::query_scalar(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-         SELECT j.job_id, $1 + $4, $4, COALESCE(j.rank_at, $1) FROM jobs j
-         WHERE j.job_id IN (SELECT value FROM json_each($3)) AND j.status = 'QUEUED'
-           AND j.run_after <= $2 AND j.capped IS NULL
-         ON CONFLICT (job_id) DO NOTHING
-         RETURNING job_id"
-    ))
-    .bind(now)
-    .bind(before)
-    .bind(&ids)
-    .bind(republish_after_ms)
-    .fetch_all(conn)
-    .await?;
-    taken.extend(added);
+    let at = Millis(now.0 + republish_after_ms);
+    taken.extend(add_missing_rows(conn, Some(&ids), at, republish_after_ms, before).await?);
     Ok(taken)
 }
 
@@ -143,16 +155,8 @@ pub(crate) async fn make_published_due(
     .bind(now)
     .execute(&mut *conn)
     .await?;
-    let added = sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
-         WHERE j.status = 'QUEUED' AND j.run_after <= $1 AND j.capped IS NULL
-         ON CONFLICT (job_id) DO NOTHING"
-    ))
-    .bind(now)
-    .execute(conn)
-    .await?;
-    Ok(made.rows_affected() + added.rows_affected())
+    let added = add_missing_rows(conn, None, now, 0, now).await?;
+    Ok(made.rows_affected() + added.len() as u64)
 }
 
 /// See Postgres's `set_due`.
@@ -169,17 +173,7 @@ pub(crate) async fn set_due(
     .bind(&ids)
     .execute(&mut *conn)
     .await?;
-    sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-         SELECT j.job_id, $1, 0, COALESCE(j.rank_at, $1) FROM jobs j
-         WHERE j.job_id IN (SELECT value FROM json_each($2)) AND j.status = 'QUEUED'
-           AND j.capped IS NULL
-         ON CONFLICT (job_id) DO NOTHING"
-    ))
-    .bind(at)
-    .bind(&ids)
-    .execute(conn)
-    .await?;
+    add_missing_rows(conn, Some(&ids), at, 0, at).await?;
     Ok(())
 }
 
