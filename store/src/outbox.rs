@@ -1,6 +1,8 @@
 //! The outbox: one row per job the queue is to carry, written in the
 //! transaction that queues the job and leased by the relay that publishes it.
 
+use std::collections::HashSet;
+
 use shared::time::now_ms;
 
 use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
@@ -15,13 +17,15 @@ pub struct QueuedJob {
     pub rank_at: i64,
 }
 
-/// An outbox row with its job's tenant and rank, read without locking the
-/// job.
+/// An outbox row with its job's tenant, rank and whether it is queued,
+/// read without locking the job.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct OutboxRow {
     pub(crate) job_id: String,
     tenant_id: Option<String>,
     rank_at: Option<Millis>,
+    /// `None` when the job is gone.
+    queued: Option<bool>,
 }
 
 impl From<OutboxRow> for QueuedJob {
@@ -86,13 +90,35 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut tx = self.begin_write().await?;
-        let due: Vec<QueuedJob> = on_tx!(tx,
+        let mut due = on_tx!(tx,
             conn => postgres::outbox::lease_due(conn, now, limit, republish_after_ms).await?,
             conn => sqlite::outbox::lease_due(conn, now, limit, republish_after_ms).await?,
-        )
-        .into_iter()
-        .map(QueuedJob::from)
-        .collect();
+        );
+        // A row whose job was claimed, finished or cancelled is left over
+        // (a claim's delete can miss a row written while it waited: see
+        // `claim_uncapped`): dropped, not published. The delete looks at
+        // each job as it is now; the rows stay locked meanwhile, so a job
+        // queued again (which writes its row in the same transaction)
+        // waits, and gets its row back after this commits.
+        let stale: Vec<&str> = due
+            .iter()
+            .filter(|row| row.queued != Some(true))
+            .map(|row| row.job_id.as_str())
+            .collect();
+        if !stale.is_empty() {
+            let dropped: HashSet<String> = on_tx!(tx,
+                conn => postgres::outbox::drop_unqueued(conn, &stale).await?,
+                conn => sqlite::outbox::drop_unqueued(conn, &stale).await?,
+            )
+            .into_iter()
+            .collect();
+            due.retain(|row| !dropped.contains(&row.job_id));
+            if due.is_empty() {
+                tx.commit().await?;
+                return Ok(Vec::new());
+            }
+        }
+        let due: Vec<QueuedJob> = due.into_iter().map(QueuedJob::from).collect();
         if due.is_empty() {
             return Ok(due);
         }

@@ -8,8 +8,9 @@ use crate::{
     sql::{JsonText, Millis},
 };
 
-/// One call of `claim_jobs` (see its migration), which parks the jobs
-/// over a cap.
+/// Claims the jobs of `job_ids` that are queued and due: with no cap set,
+/// one prepared statement; with caps, one call of `claim_jobs` (see its
+/// migration), which parks the jobs over a cap.
 pub(crate) async fn claim(
     db: impl PgExecutor<'_>,
     job_ids: &[String],
@@ -18,6 +19,9 @@ pub(crate) async fn claim(
     worker_id: &str,
     caps: &Caps,
 ) -> sqlx::Result<Vec<ClaimRow>> {
+    if caps.is_none() {
+        return claim_uncapped(db, job_ids, now, lease_until, worker_id).await;
+    }
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
                 traceparent
@@ -40,6 +44,52 @@ pub(crate) async fn claim(
             .map(|(_, cap)| i64::from(*cap))
             .collect::<Vec<_>>(),
     )
+    .fetch_all(db)
+    .await
+}
+
+/// `claim_jobs` without caps as a single statement, which Postgres plans
+/// once per connection rather than running a function's loop and a
+/// dynamic delete on every call. The guards are written as in
+/// `claim_jobs` (`CASE`, so that only `jobs_pkey` serves the ids). The
+/// outbox delete names its ids in the outbox's collation: compared in the
+/// jobs' `"C"`, `outbox_pkey` could not serve them and each claim would
+/// scan the outbox.
+///
+/// The delete sees the outbox as the statement began: a row written for
+/// one of these jobs while the update waited for its lock (a relay handing
+/// a queued job a row) stays behind. The relay drops such a row when it
+/// next comes due, rather than publish a job that is no longer queued
+/// (`lease_due` in `outbox.rs`).
+async fn claim_uncapped(
+    db: impl PgExecutor<'_>,
+    job_ids: &[String],
+    now: Millis,
+    lease_until: Millis,
+    worker_id: &str,
+) -> sqlx::Result<Vec<ClaimRow>> {
+    sqlx::query_as(sql!(
+        "WITH claimed AS (
+             UPDATE jobs AS j
+             SET status = 'RUNNING', attempts = j.attempts + 1, capped = NULL,
+                 started_at = COALESCE(j.started_at, $2), lease_expires_at = $3,
+                 worker_id = $4
+             WHERE j.job_id = ANY ($1)
+               AND CASE WHEN j.status = 'QUEUED' AND j.run_after <= $2 THEN true ELSE false END
+             RETURNING j.job_id, j.tenant_id, j.kind, j.params, j.attempts, j.handbacks,
+                       j.max_attempts, j.created_at, j.traceparent
+         ), unpublished AS (
+             DELETE FROM outbox o
+             WHERE o.job_id = ANY (ARRAY(SELECT c.job_id COLLATE \"default\" FROM claimed c))
+         )
+         SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
+                traceparent
+         FROM claimed"
+    ))
+    .bind(job_ids)
+    .bind(now)
+    .bind(lease_until)
+    .bind(worker_id)
     .fetch_all(db)
     .await
 }

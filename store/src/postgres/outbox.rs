@@ -35,7 +35,8 @@ pub(crate) async fn lease_due(
              SELECT job_id, rank_at, 0 AS turn FROM lapsed
              UNION ALL SELECT job_id, rank_at, 1 AS turn FROM ready
          )
-         SELECT t.job_id, j.tenant_id, COALESCE(j.rank_at, t.rank_at) AS rank_at
+         SELECT t.job_id, j.tenant_id, COALESCE(j.rank_at, t.rank_at) AS rank_at,
+                j.status = 'QUEUED' AS queued
          FROM taken t LEFT JOIN jobs j ON j.job_id = t.job_id
          ORDER BY t.turn, t.rank_at LIMIT $2"
     ))
@@ -180,6 +181,24 @@ pub(crate) async fn set_due(
     .await?;
     add_missing_rows(conn, Some(ids), at, 0, at).await?;
     Ok(())
+}
+
+/// Deletes the rows of `job_ids` whose job is not queued as this
+/// statement begins; returns their ids.
+pub(crate) async fn drop_unqueued(
+    conn: &mut PgConnection,
+    job_ids: &[&str],
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(sql!(
+        "DELETE FROM outbox o
+         WHERE o.job_id = ANY ($1)
+           AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = o.job_id AND j.status = 'QUEUED')
+         RETURNING o.job_id"
+    ))
+    .bind(job_ids)
+    .persistent(false)
+    .fetch_all(conn)
+    .await
 }
 
 /// The job's row due at `at`, unpublished, at the job's rank.

@@ -32,7 +32,8 @@ pub(crate) async fn lease_due(
     republish_after_ms: i64,
 ) -> sqlx::Result<Vec<OutboxRow>> {
     let due: Vec<OutboxRow> = sqlx::query_as(sql!(
-        "SELECT t.job_id, j.tenant_id, COALESCE(j.rank_at, t.rank_at) AS rank_at
+        "SELECT t.job_id, j.tenant_id, COALESCE(j.rank_at, t.rank_at) AS rank_at,
+                j.status = 'QUEUED' AS queued
          FROM (SELECT * FROM (
                    SELECT job_id, rank_at, 0 AS turn FROM outbox
                    WHERE republish_ms > 0 AND publish_at <= $1 ORDER BY publish_at LIMIT $2)
@@ -201,4 +202,22 @@ pub(crate) async fn delete(conn: &mut SqliteConnection, job_id: &str) -> sqlx::R
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// Deletes the rows of `job_ids` whose job is not queued; returns their
+/// ids.
+pub(crate) async fn drop_unqueued(
+    conn: &mut SqliteConnection,
+    job_ids: &[&str],
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(sql!(
+        "DELETE FROM outbox
+         WHERE job_id IN (SELECT value FROM json_each($1))
+           AND NOT EXISTS (SELECT 1 FROM jobs j
+                           WHERE j.job_id = outbox.job_id AND j.status = 'QUEUED')
+         RETURNING job_id"
+    ))
+    .bind(json_list(job_ids.iter().copied()))
+    .fetch_all(conn)
+    .await
 }

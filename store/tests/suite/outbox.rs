@@ -3,14 +3,21 @@
 
 use serde_json::json;
 use shared::{ids::new_job_id, time::now_ms};
+use sqlx::{Connection, Executor, PgConnection};
 use store::{NewJob, QueuedJob, Submission};
 
-use crate::{harness::TestDb, on_both_databases};
+use crate::{
+    harness::TestDb,
+    on_both_databases,
+    rows::{scalar, wait_for_lock_waits},
+};
 
 on_both_databases!(
     a_delayed_job_waits_unpublished_in_the_outbox_until_its_start,
     a_job_pushed_without_a_row_is_found_by_the_sweep_and_given_one_once,
     the_sweep_pages_through_every_queued_job_once,
+    a_claim_takes_its_jobs_rows_with_it,
+    the_relay_drops_a_row_whose_job_is_no_longer_queued,
 );
 
 fn submission(run_after_ms: i64) -> Submission {
@@ -244,4 +251,128 @@ async fn the_sweep_pages_through_every_queued_job_once(db: &TestDb) {
     let mut expected: Vec<String> = jobs.iter().map(|s| s.job.job_id.clone()).collect();
     expected.sort();
     assert_eq!(seen, expected);
+}
+
+async fn outbox_rows(db: &TestDb) -> i64 {
+    scalar(db, "SELECT COUNT(*) FROM outbox").await
+}
+
+async fn a_claim_takes_its_jobs_rows_with_it(db: &TestDb) {
+    let published = submission(0);
+    let delayed = submission(60_000);
+    db.store
+        .submit_batch(
+            &[published.clone(), delayed.clone()],
+            store::Publishing::Relay,
+        )
+        .await
+        .unwrap();
+    assert_eq!(publish_due(db).await, std::slice::from_ref(&published.job.job_id));
+
+    let lease_until = now_ms() + 60_000;
+    let claims = db
+        .store
+        .claim_attempts(
+            &[published.job.job_id.clone(), delayed.job.job_id.clone()],
+            "w1",
+            lease_until,
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+
+    assert!(claims[0].is_some(), "the published job is claimed");
+    assert!(claims[1].is_none(), "a job not yet due is not");
+    assert_eq!(
+        outbox_rows(db).await,
+        1,
+        "the claimed job's row is gone, the delayed job's stays"
+    );
+}
+
+async fn the_relay_drops_a_row_whose_job_is_no_longer_queued(db: &TestDb) {
+    let running = submission(0);
+    let queued = submission(0);
+    db.store
+        .submit_batch(
+            &[running.clone(), queued.clone()],
+            store::Publishing::CallerSwept,
+        )
+        .await
+        .unwrap();
+    let claim = db
+        .store
+        .claim_attempt(&running.job.job_id, "w1", now_ms() + 60_000)
+        .await
+        .unwrap();
+    assert!(claim.is_some());
+    // Rows due now for both, past the store (no store method writes a row
+    // for a running job).
+    crate::rows::execute(
+        db,
+        &format!(
+            "INSERT INTO outbox (job_id, publish_at, rank_at)
+             SELECT job_id, created_at, created_at FROM jobs
+             WHERE job_id IN ('{}', '{}')",
+            running.job.job_id, queued.job.job_id
+        ),
+    )
+    .await;
+
+    assert_eq!(
+        publish_due(db).await,
+        std::slice::from_ref(&queued.job.job_id),
+        "only the queued job is published"
+    );
+    assert_eq!(
+        outbox_rows(db).await,
+        1,
+        "the running job's row is gone, the queued job's leased"
+    );
+}
+
+/// A queued job handed a row while its claim waits for the job's row (as
+/// the relay does for a job whose message looks lost): the claim's
+/// statement began before the outbox row existed, so it cannot delete it.
+/// The relay must drop that row when it comes due, not publish a running
+/// job again and again.
+#[tokio::test]
+async fn a_row_written_while_its_claim_waited_is_dropped_not_published() {
+    let db = TestDb::postgres().await;
+    let job = submission(0);
+    db.store
+        .submit_batch(std::slice::from_ref(&job), store::Publishing::CallerSwept)
+        .await
+        .unwrap();
+    assert_eq!(outbox_rows(&db).await, 0, "pushed at submit: no row");
+    let mut relay = PgConnection::connect(db.store.url()).await.unwrap();
+    relay.execute("BEGIN").await.unwrap();
+    for statement in [
+        "SELECT 1 FROM jobs WHERE job_id = $1 AND status = 'QUEUED' FOR SHARE",
+        "INSERT INTO outbox (job_id, publish_at, rank_at)
+         SELECT job_id, created_at, created_at FROM jobs WHERE job_id = $1",
+    ] {
+        sqlx::query(statement)
+            .bind(&job.job.job_id)
+            .execute(&mut relay)
+            .await
+            .unwrap();
+    }
+    let store = db.store.clone();
+    let job_id = job.job.job_id.clone();
+    let claiming =
+        tokio::spawn(async move { store.claim_attempt(&job_id, "w1", now_ms() + 60_000).await });
+    wait_for_lock_waits(&db, 1).await;
+    relay.execute("COMMIT").await.unwrap();
+
+    let claim = claiming.await.unwrap().unwrap();
+
+    assert_eq!(claim.map(|claim| claim.attempt), Some(1));
+    assert_eq!(
+        publish_due(&db).await,
+        Vec::<String>::new(),
+        "a running job is not published"
+    );
+    assert_eq!(outbox_rows(&db).await, 0, "its row is gone");
+    db.finish().await;
 }

@@ -3,7 +3,10 @@
 //! tested here makes one), and the tables read back to check what a store
 //! method did.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, SqliteConnection};
 use store::Dialect;
@@ -233,4 +236,26 @@ pub async fn finished_by_minute(db: &TestDb, tenant_id: &str) -> BTreeMap<(i64, 
     rows.into_iter()
         .map(|(minute, status, n)| ((minute, status), n))
         .collect()
+}
+
+/// Waits (up to 30 s) until `n` sessions of the test's database wait for
+/// a lock.
+pub async fn wait_for_lock_waits(db: &TestDb, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = scalar(
+            db,
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .await;
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} sessions wait for a lock, not {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

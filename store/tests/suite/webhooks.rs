@@ -1,10 +1,7 @@
 //! Webhooks: registration within the caps, reads and changes, the events
 //! of final statuses, their leases and the delivery log.
 
-use std::{
-    collections::HashSet,
-    time::{Duration, Instant},
-};
+use std::collections::HashSet;
 
 use shared::{model::ResultBody, time::now_ms};
 use store::{
@@ -14,7 +11,7 @@ use store::{
 use crate::{
     harness::TestDb,
     on_both_databases,
-    rows::{TestJob, execute, insert_job, scalar, set_status, strings},
+    rows::{TestJob, execute, insert_job, scalar, set_status, strings, wait_for_lock_waits},
 };
 
 on_both_databases!(
@@ -649,26 +646,4 @@ async fn a_success_waiting_for_a_registration_makes_the_new_webhooks_event() {
         "the webhook registered while the success waited gets its event"
     );
     db.finish().await;
-}
-
-/// Waits (up to 30 s) until `n` sessions of the test's database wait for
-/// a lock.
-async fn wait_for_lock_waits(db: &TestDb, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting = scalar(
-            db,
-            "SELECT COUNT(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .await;
-        if waiting >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{waiting} sessions wait for a lock, not {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
