@@ -1,6 +1,6 @@
-//! In-process signals: "this job reached a final status" (wakes long polls
-//! and the webhook dispatcher) and "the outbox has new rows" (wakes the
-//! relay). Across processes the
+//! In-process signals: "this job reached a final status" (wakes long polls,
+//! and the webhook dispatcher if the end wrote events), "webhook events
+//! are due" and "the outbox has new rows" (wakes the relay). Across processes the
 //! store adds Postgres NOTIFY; everything also re-checks on a timer.
 
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use tokio::sync::{Notify, broadcast};
 pub struct Signals {
     finished: broadcast::Sender<String>,
     outbox: Arc<Notify>,
+    finishes: Arc<Notify>,
     events: Arc<Notify>,
     published: Arc<Notify>,
 }
@@ -21,6 +22,7 @@ impl Default for Signals {
         Self {
             finished,
             outbox: Arc::new(Notify::new()),
+            finishes: Arc::new(Notify::new()),
             events: Arc::new(Notify::new()),
             published: Arc::new(Notify::new()),
         }
@@ -28,10 +30,16 @@ impl Default for Signals {
 }
 
 impl Signals {
-    /// A job reached a final status; its webhook events may be waiting.
+    /// A job reached a final status in this process; its webhook events
+    /// may be waiting (the dispatcher tells by the store's count of
+    /// commits that wrote events).
     pub fn job_finished(&self, job_id: &str) {
         let _ = self.finished.send(job_id.to_owned());
-        self.events.notify_one();
+        self.finishes.notify_one();
+    }
+
+    pub async fn finishes_wait(&self) {
+        self.finishes.notified().await;
     }
 
     /// This process's relay put messages in the queue: its workers may
@@ -44,6 +52,9 @@ impl Signals {
         self.published.clone()
     }
 
+    /// Webhook events may be due: the dispatcher looks whatever the
+    /// store's count says (events written by another process, a webhook
+    /// registered for a finished job).
     pub fn events_changed(&self) {
         self.events.notify_one();
     }

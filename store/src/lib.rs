@@ -43,7 +43,14 @@ mod submit;
 mod test_hooks;
 mod webhooks;
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::{
+    str::FromStr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use sqlx::{
     Connection, Executor, PgConnection, PgPool, Postgres, SqliteConnection, SqlitePool,
@@ -114,6 +121,8 @@ pub struct Store {
     session_url: String,
     /// `PRIORITY_AGING`: what one priority step is worth in a job's rank.
     priority_aging: Duration,
+    /// See [`Store::events_committed`]; shared by the store's clones.
+    events_committed: Arc<AtomicU64>,
 }
 
 #[derive(Clone, Debug)]
@@ -162,7 +171,13 @@ pub(crate) use {on_pool, on_tx};
 /// the caller's transaction. On SQLite it runs on the process's one
 /// writing connection, which it holds (and with it this process's turn to
 /// write, see [`Store::write_turn`]) until it ends.
-pub struct WriteTx(TxOn);
+pub struct WriteTx {
+    on: TxOn,
+    /// Whether the transaction wrote webhook events: its commit then
+    /// moves [`Store::events_committed`].
+    wrote_events: bool,
+    events_committed: Arc<AtomicU64>,
+}
 
 enum TxOn {
     Postgres(Transaction<'static, Postgres>),
@@ -180,15 +195,19 @@ pub(crate) enum TxConnection<'t> {
 
 impl WriteTx {
     pub(crate) fn connection(&mut self) -> TxConnection<'_> {
-        match &mut self.0 {
+        match &mut self.on {
             TxOn::Postgres(tx) => TxConnection::Postgres(tx),
             TxOn::Sqlite(Some(conn)) => TxConnection::Sqlite(conn),
             TxOn::Sqlite(None) => unreachable!("a WriteTx is used only before it ends"),
         }
     }
 
+    pub(crate) fn wrote_events(&mut self) {
+        self.wrote_events = true;
+    }
+
     pub async fn commit(mut self) -> Result<()> {
-        match std::mem::replace(&mut self.0, TxOn::Sqlite(None)) {
+        match std::mem::replace(&mut self.on, TxOn::Sqlite(None)) {
             TxOn::Postgres(tx) => tx.commit().await?,
             TxOn::Sqlite(Some(mut conn)) => {
                 let committed = conn.execute(sql!("COMMIT")).await.map(|_| ());
@@ -201,11 +220,14 @@ impl WriteTx {
             }
             TxOn::Sqlite(None) => {}
         }
+        if self.wrote_events {
+            self.events_committed.fetch_add(1, Ordering::Release);
+        }
         Ok(())
     }
 
     pub async fn rollback(mut self) -> Result<()> {
-        match std::mem::replace(&mut self.0, TxOn::Sqlite(None)) {
+        match std::mem::replace(&mut self.on, TxOn::Sqlite(None)) {
             TxOn::Postgres(tx) => tx.rollback().await?,
             TxOn::Sqlite(Some(mut conn)) => {
                 conn.execute(sql!("ROLLBACK")).await?;
@@ -221,7 +243,7 @@ impl WriteTx {
 /// rollback keeps the turn until it is done.
 impl Drop for WriteTx {
     fn drop(&mut self) {
-        if let TxOn::Sqlite(writer) = &mut self.0
+        if let TxOn::Sqlite(writer) = &mut self.on
             && let Some(mut conn) = writer.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -335,6 +357,7 @@ impl Store {
             url,
             session_url,
             priority_aging: DEFAULT_PRIORITY_AGING,
+            events_committed: Arc::default(),
         })
     }
 
@@ -403,15 +426,30 @@ impl Store {
     /// pings a connection it is given back: a round trip to its thread).
     pub async fn begin_write(&self) -> Result<WriteTx> {
         match &self.db {
-            Db::Postgres(pool) => Ok(WriteTx(TxOn::Postgres(pool.begin().await?))),
+            Db::Postgres(pool) => Ok(self.write_tx(TxOn::Postgres(pool.begin().await?))),
             Db::Sqlite(db) => {
                 let mut conn =
                     OwnedMutexGuard::try_map(db.writer.clone().lock_owned().await, Option::as_mut)
                         .map_err(|_| sqlx::Error::PoolClosed)?;
                 conn.execute(sql!("BEGIN IMMEDIATE")).await?;
-                Ok(WriteTx(TxOn::Sqlite(Some(conn))))
+                Ok(self.write_tx(TxOn::Sqlite(Some(conn))))
             }
         }
+    }
+
+    fn write_tx(&self, on: TxOn) -> WriteTx {
+        WriteTx {
+            on,
+            wrote_events: false,
+            events_committed: self.events_committed.clone(),
+        }
+    }
+
+    /// How many of this process's transactions that wrote webhook events
+    /// have committed: the webhook dispatcher looks for due events when it
+    /// moves, not after every job that ends with no webhook to call.
+    pub fn events_committed(&self) -> u64 {
+        self.events_committed.load(Ordering::Acquire)
     }
 
     /// SQLite: this process's writers take turns here, in order, instead
@@ -544,6 +582,9 @@ pub async fn forward_finished_notifications(url: String, signals: shared::notify
                             for job_id in notification.payload().split(',') {
                                 signals.job_finished(job_id);
                             }
+                            // Another process's end may have written events
+                            // this process's dispatcher sends.
+                            signals.events_changed();
                         }
                         Err(error) => {
                             tracing::warn!(%error, "lost the Postgres notification listener");

@@ -505,5 +505,6 @@ async fn insert_event(
         conn => postgres::webhooks::insert_event(conn, &event).await?,
         conn => sqlite::webhooks::insert_event(conn, &event).await?,
     );
+    tx.wrote_events();
     Ok(())
 }

@@ -23,8 +23,8 @@ use tracing::warn;
 /// Deliveries one process makes at once.
 const CONCURRENT_DELIVERIES: usize = 64;
 const IDLE_POLL: Duration = Duration::from_millis(200);
-/// Every final status wakes the dispatcher, most with no webhook to call:
-/// under load it looks at most this often, not once per finished job.
+/// Under load the dispatcher looks at most this often, not once per
+/// commit that wrote events.
 const MIN_GAP: Duration = Duration::from_millis(20);
 
 #[derive(Clone)]
@@ -50,6 +50,9 @@ impl Dispatcher {
         // A delivery in flight keeps its lease: longer than any attempt.
         let lease = self.timeout + Duration::from_secs(5);
         loop {
+            // Taken before the look: events committed during it move the
+            // count, and wake the next look.
+            let seen = self.store.events_committed();
             let free = slots.available_permits() as i64;
             let mut claimed_all = false;
             if free > 0 {
@@ -82,10 +85,20 @@ impl Dispatcher {
                 }
             }
             let looked = tokio::time::Instant::now();
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = signals.events_wait() => {}
-                () = tokio::time::sleep(IDLE_POLL) => {}
+            // A job's end in this process wakes a look only if some commit
+            // wrote events since the last one: most ends (every success no
+            // webhook watches) write none.
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = signals.events_wait() => break,
+                    () = signals.finishes_wait() => {
+                        if self.store.events_committed() != seen {
+                            break;
+                        }
+                    }
+                    () = tokio::time::sleep_until(looked + IDLE_POLL) => break,
+                }
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,

@@ -2,8 +2,10 @@
 //! next. A statement prepared while it was small keeps the plan Postgres
 //! made then (a sequential scan) and would read the whole backlog, dead
 //! rows and all, on every job; the statements that touch it on every job
-//! are planned for the rows it holds when they run (the claim's delete runs
-//! as dynamic SQL inside `claim_jobs`, the relay's are not prepared). The
+//! are planned for the rows it holds when they run (the relay's are not
+//! prepared), or can only be served by key (the claim's delete names its
+//! ids in the outbox's collation; under caps it runs as dynamic SQL inside
+//! `claim_jobs`). The
 //! metrics' sample of the queue's age reads the first entry of an index
 //! per kind, whatever the backlog. A claim finds its jobs by key, even
 //! when statistics taken while few jobs were queued make that index look

@@ -267,7 +267,10 @@ async fn a_claim_takes_its_jobs_rows_with_it(db: &TestDb) {
         )
         .await
         .unwrap();
-    assert_eq!(publish_due(db).await, std::slice::from_ref(&published.job.job_id));
+    assert_eq!(
+        publish_due(db).await,
+        std::slice::from_ref(&published.job.job_id)
+    );
 
     let lease_until = now_ms() + 60_000;
     let claims = db

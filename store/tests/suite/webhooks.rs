@@ -23,6 +23,7 @@ on_both_databases!(
     concurrent_claims_never_share_an_event,
     a_delivery_is_logged_and_moves_its_event_on,
     successes_make_the_events_of_the_webhooks_that_watch_them,
+    only_committed_writes_of_events_move_the_count,
 );
 
 const CAPS: WebhookCaps = WebhookCaps {
@@ -646,4 +647,53 @@ async fn a_success_waiting_for_a_registration_makes_the_new_webhooks_event() {
         "the webhook registered while the success waited gets its event"
     );
     db.finish().await;
+}
+
+/// The count the dispatcher watches (`Store::events_committed`) moves for
+/// a commit that wrote events, and for nothing else.
+async fn only_committed_writes_of_events_move_the_count(db: &TestDb) {
+    let start = db.store.events_committed();
+    let unwatched = running_job(db, "acme").await;
+    db.store
+        .finish_succeeded(&[success(&unwatched)])
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.events_committed(),
+        start,
+        "a success no webhook watches writes no event"
+    );
+
+    let finished = finished_job(db, "acme", "SUCCEEDED").await;
+    let new = NewWebhook {
+        tenant_id: "acme".to_owned(),
+        url: "https://receiver.example/hook".to_owned(),
+        events: vec!["job.succeeded".to_owned()],
+        job_id: Some(finished.job_id.clone()),
+    };
+    let mut tx = db.store.begin_write().await.unwrap();
+    db.store
+        .register_webhook(&mut tx, &new, CAPS)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(events(db).await, Vec::<String>::new());
+    assert_eq!(
+        db.store.events_committed(),
+        start,
+        "events rolled back were never there"
+    );
+
+    registered(db, "acme", &["job.succeeded"], None).await;
+    let watched = running_job(db, "acme").await;
+    db.store
+        .finish_succeeded(&[success(&watched)])
+        .await
+        .unwrap();
+    assert_eq!(events(db).await.len(), 1);
+    assert_eq!(
+        db.store.events_committed(),
+        start + 1,
+        "the success that wrote its event moved the count"
+    );
 }
