@@ -5,7 +5,10 @@
 //! claimed: every write an attempt makes is conditional on it, so a stale or
 //! duplicated attempt changes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use shared::{
     model::{AttemptOutcome, Cap, JobErrorObject, JobStatus, ResultBody},
@@ -74,14 +77,14 @@ impl SuccessWrite {
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct ClaimRow {
     pub(crate) job_id: String,
-    tenant_id: String,
-    kind: String,
-    params: JsonText,
-    attempts: i64,
-    handbacks: i64,
-    max_attempts: i64,
-    created_at: Millis,
-    traceparent: Option<String>,
+    pub(crate) tenant_id: String,
+    pub(crate) kind: String,
+    pub(crate) params: JsonText,
+    pub(crate) attempts: i64,
+    pub(crate) handbacks: i64,
+    pub(crate) max_attempts: i64,
+    pub(crate) created_at: Millis,
+    pub(crate) traceparent: Option<String>,
 }
 
 impl From<ClaimRow> for Claim {
@@ -200,14 +203,94 @@ impl Store {
                 rows
             }
         };
-        let mut claims: HashMap<String, Claim> = rows
-            .into_iter()
-            .map(|row| {
-                let claim = Claim::from(row);
-                (claim.job_id.clone(), claim)
-            })
+        Ok(in_claim_order(job_ids, rows))
+    }
+
+    /// A worker's claims and successes waiting at one moment: on Postgres
+    /// without caps, one statement for both (`claim_and_succeed`), one
+    /// commit where there would be two; elsewhere, or for a list alone, as
+    /// [`Store::claim_attempts`] and [`Store::finish_succeeded_each`]. Each
+    /// answers as those would. A statement that fails on an error other
+    /// than an outage is followed by each list on its own, so that a write
+    /// the database refuses fails nothing else.
+    pub async fn claim_and_finish_succeeded(
+        &self,
+        job_ids: &[String],
+        worker_id: &str,
+        lease_until: i64,
+        caps: &Caps,
+        successes: &[SuccessWrite],
+    ) -> (Result<Vec<Option<Claim>>>, Result<Vec<Result<bool>>>) {
+        let separately = async || {
+            let claimed = match job_ids {
+                [] => Ok(Vec::new()),
+                _ => {
+                    self.claim_attempts(job_ids, worker_id, lease_until, caps)
+                        .await
+                }
+            };
+            let succeeded = match successes {
+                [] => Ok(Vec::new()),
+                _ => self.finish_succeeded_each(successes).await,
+            };
+            (claimed, succeeded)
+        };
+        let crate::Db::Postgres(pool) = &self.db else {
+            return separately().await;
+        };
+        if !caps.is_none() || job_ids.is_empty() || successes.is_empty() {
+            return separately().await;
+        }
+        let now = Millis(now_ms());
+        let claims = postgres::attempts::SlotClaims {
+            job_ids,
+            lease_until: Millis(lease_until),
+            worker_id,
+        };
+        let writes = match postgres::attempts::claim_and_succeed(
+            pool,
+            &claims,
+            &successes_of(successes),
+            now,
+            true,
+        )
+        .await
+        .map_err(Error::from)
+        {
+            Ok(writes) => writes,
+            Err(error) if error.is_unavailable() => {
+                let error = Arc::new(error);
+                return (Err(Error::Batch(error.clone())), Err(Error::Batch(error)));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "a group commit of claims and successes failed; writing each list alone");
+                return separately().await;
+            }
+        };
+        let ended: HashSet<(String, i64)> = writes.ended.into_iter().collect();
+        let ends = |write: &SuccessWrite| ended.contains(&(write.job_id.clone(), write.attempt));
+        // Jobs a webhook may watch: their events are written in a
+        // transaction of their own.
+        let rest: Vec<SuccessWrite> = successes
+            .iter()
+            .filter(|write| !ends(write))
+            .cloned()
             .collect();
-        Ok(job_ids.iter().map(|id| claims.remove(id)).collect())
+        let succeeded = match rest.as_slice() {
+            [] => Ok(Vec::new()),
+            rest => self.finish_succeeded_each(rest).await,
+        }
+        .map(|rest_applied| {
+            let mut rest_applied = rest_applied.into_iter();
+            successes
+                .iter()
+                .map(|write| match ends(write) {
+                    true => Ok(true),
+                    false => rest_applied.next().unwrap_or(Ok(false)),
+                })
+                .collect()
+        });
+        (Ok(in_claim_order(job_ids, writes.claimed)), succeeded)
     }
 
     /// The running attempt of the job if `worker_id` holds it: a claim
@@ -580,6 +663,19 @@ impl Store {
 }
 
 /// The writes as the success statements bind them.
+/// The claims of `rows` in the order of `job_ids`, `None` where a job was
+/// not claimed; a job named twice is claimed by its first place.
+fn in_claim_order(job_ids: &[String], rows: Vec<ClaimRow>) -> Vec<Option<Claim>> {
+    let mut claims: HashMap<String, Claim> = rows
+        .into_iter()
+        .map(|row| {
+            let claim = Claim::from(row);
+            (claim.job_id.clone(), claim)
+        })
+        .collect();
+    job_ids.iter().map(|id| claims.remove(id)).collect()
+}
+
 fn successes_of<'a>(writes: impl IntoIterator<Item = &'a SuccessWrite>) -> Vec<Success<'a>> {
     writes
         .into_iter()

@@ -18,7 +18,7 @@ use shared::{
     settings::Settings,
     time::{backoff_delay, duration_ms, now_ms},
 };
-use store::{Claim, LeaseCheck, Store, SuccessWrite, batch::Batcher};
+use store::{Claim, Dialect, LeaseCheck, Store, SuccessWrite, batch::Batcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -41,10 +41,7 @@ pub struct Runner {
     pub stopping: CancellationToken,
     /// Group commits of the two writes every job makes (`docs/design.md`,
     /// Group commit: batching is how throughput grows).
-    claims: Batcher<String, Option<Claim>>,
-    /// Each success answers on its own: one write the database refuses
-    /// does not fail the others of its batch.
-    successes: Batcher<SuccessWrite, store::Result<bool>>,
+    writes: SlotWrites,
     /// Whether concurrency caps are set: then every end of an attempt may
     /// have woken a parked job, whose outbox row the relay is told of.
     capped: bool,
@@ -63,6 +60,158 @@ const STORE_OUTAGE: Retry = Retry::doubling(Duration::from_millis(100), Duration
 /// Writes per group commit: enough to amortize a commit over a busy
 /// pool's concurrency, few enough to keep one transaction short.
 const MAX_BATCH: usize = 64;
+
+/// The group commits of a pool's claims and successes.
+enum SlotWrites {
+    /// Each kind in batches of its own (SQLite, or claims under caps).
+    Apart {
+        claims: Batcher<String, Option<Claim>>,
+        /// Each success answers on its own: one write the database
+        /// refuses does not fail the others of its batch.
+        successes: Batcher<SuccessWrite, store::Result<bool>>,
+    },
+    /// Both kinds in one batch, written by one statement (Postgres
+    /// without caps, the Redis queue): one slot's success and another's
+    /// claim waiting at one moment commit once. Not on the database queue,
+    /// whose fetches are statements of the same database: there a slot
+    /// waits on Postgres three times a job, and one stream of writes for
+    /// both kinds kept slots waiting longer than the commits it saved.
+    Together(Batcher<SlotWrite, SlotAnswer>),
+}
+
+enum SlotWrite {
+    Claim(String),
+    Success(SuccessWrite),
+}
+
+enum SlotAnswer {
+    Claim(store::Result<Option<Claim>>),
+    Success(store::Result<bool>),
+}
+
+impl SlotWrites {
+    /// Must be called inside the tokio runtime (it spawns the batchers).
+    fn spawn(store: &Store, settings: &Settings, worker_id: &str) -> Self {
+        let (lease, caps) = (settings.job_lease, settings.caps());
+        let together =
+            store.dialect() == Dialect::Postgres && caps.is_none() && settings.redis_url.is_some();
+        let write = {
+            let (store, worker_id, caps) = (store.clone(), worker_id.to_owned(), Arc::new(caps));
+            move |job_ids: Vec<String>, successes: Vec<SuccessWrite>| {
+                let (store, worker_id, caps) = (store.clone(), worker_id.clone(), caps.clone());
+                async move {
+                    let lease_until = now_ms() + duration_ms(lease);
+                    store
+                        .claim_and_finish_succeeded(
+                            &job_ids,
+                            &worker_id,
+                            lease_until,
+                            &caps,
+                            &successes,
+                        )
+                        .await
+                }
+            }
+        };
+        if together {
+            return SlotWrites::Together(Batcher::spawn(
+                MAX_BATCH,
+                move |writes: Vec<SlotWrite>| {
+                    let mut claim_places = Vec::with_capacity(writes.len());
+                    let (mut job_ids, mut successes) = (Vec::new(), Vec::new());
+                    for slot_write in writes {
+                        match slot_write {
+                            SlotWrite::Claim(job_id) => {
+                                claim_places.push(true);
+                                job_ids.push(job_id);
+                            }
+                            SlotWrite::Success(success) => {
+                                claim_places.push(false);
+                                successes.push(success);
+                            }
+                        }
+                    }
+                    let (claim_count, success_count) = (job_ids.len(), successes.len());
+                    let written = write(job_ids, successes);
+                    async move {
+                        let (claimed, succeeded) = written.await;
+                        let claimed = claimed.map(|claims| claims.into_iter().map(Ok).collect());
+                        let mut claimed = each_answer(claimed, claim_count).into_iter();
+                        let mut succeeded = each_answer(succeeded, success_count).into_iter();
+                        Ok(claim_places
+                            .into_iter()
+                            .map(|is_claim| match is_claim {
+                                true => {
+                                    SlotAnswer::Claim(claimed.next().unwrap_or_else(unanswered))
+                                }
+                                false => {
+                                    SlotAnswer::Success(succeeded.next().unwrap_or_else(unanswered))
+                                }
+                            })
+                            .collect())
+                    }
+                },
+            ));
+        }
+        let claims = Batcher::spawn(MAX_BATCH, move |job_ids: Vec<String>| {
+            let written = write(job_ids, Vec::new());
+            async move { written.await.0 }
+        });
+        let successes = {
+            let store = store.clone();
+            Batcher::spawn(MAX_BATCH, move |attempts: Vec<SuccessWrite>| {
+                let store = store.clone();
+                async move { store.finish_succeeded_each(&attempts).await }
+            })
+        };
+        SlotWrites::Apart { claims, successes }
+    }
+
+    async fn claim(&self, job_id: String) -> store::Result<Option<Claim>> {
+        match self {
+            SlotWrites::Apart { claims, .. } => claims.call(job_id).await,
+            SlotWrites::Together(writes) => match writes.call(SlotWrite::Claim(job_id)).await? {
+                SlotAnswer::Claim(claimed) => claimed,
+                SlotAnswer::Success(_) => Err(store::Error::Corrupt(
+                    "a claim answered as a success".into(),
+                )),
+            },
+        }
+    }
+
+    async fn succeed(&self, success: SuccessWrite) -> store::Result<bool> {
+        match self {
+            SlotWrites::Apart { successes, .. } => successes.call(success).await?,
+            SlotWrites::Together(writes) => match writes.call(SlotWrite::Success(success)).await? {
+                SlotAnswer::Success(applied) => applied,
+                SlotAnswer::Claim(_) => Err(store::Error::Corrupt(
+                    "a success answered as a claim".into(),
+                )),
+            },
+        }
+    }
+}
+
+/// A batch's answers one by one: a failed batch fails each of its
+/// `count` writes with its error.
+fn each_answer<T>(
+    answers: store::Result<Vec<store::Result<T>>>,
+    count: usize,
+) -> Vec<store::Result<T>> {
+    match answers {
+        Ok(answers) => answers,
+        Err(error) => {
+            let error = Arc::new(error);
+            (0..count)
+                .map(|_| Err(store::Error::Batch(error.clone())))
+                .collect()
+        }
+    }
+}
+
+fn unanswered<T>() -> store::Result<T> {
+    Err(store::Error::Corrupt("a write went unanswered".into()))
+}
 
 /// What became of a delivery's claim.
 enum Taken {
@@ -85,30 +234,10 @@ fn refused(point: &str) -> Option<store::Error> {
 impl Runner {
     /// Must be called inside the tokio runtime (it spawns the batchers).
     pub fn new(store: Store, signals: Signals, settings: &Settings, worker_id: String) -> Self {
-        let lease = settings.job_lease;
-        let caps = Arc::new(settings.caps());
-        let claims = {
-            let (store, worker_id, caps) = (store.clone(), worker_id.clone(), caps.clone());
-            Batcher::spawn(MAX_BATCH, move |job_ids: Vec<String>| {
-                let (store, worker_id, caps) = (store.clone(), worker_id.clone(), caps.clone());
-                async move {
-                    let lease_until = now_ms() + duration_ms(lease);
-                    store
-                        .claim_attempts(&job_ids, &worker_id, lease_until, &caps)
-                        .await
-                }
-            })
-        };
-        let successes = {
-            let store = store.clone();
-            Batcher::spawn(MAX_BATCH, move |attempts: Vec<SuccessWrite>| {
-                let store = store.clone();
-                async move { store.finish_succeeded_each(&attempts).await }
-            })
-        };
+        let capped = !settings.caps().is_none();
+        let writes = SlotWrites::spawn(&store, settings, &worker_id);
         Self {
-            claims,
-            successes,
+            writes,
             store,
             registry: Registry::new(settings.enable_diagnostic_kinds),
             signals,
@@ -119,7 +248,7 @@ impl Runner {
             run_settings: RunSettings::from(settings),
             running: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
-            capped: !caps.is_none(),
+            capped,
             destination: format!("{}:jobs", settings.queue_name),
         }
     }
@@ -194,7 +323,7 @@ impl Runner {
                         Some(refused) => Err(refused),
                         None => store::lose_answer(
                             "worker::claim_answer_lost",
-                            self.claims.call(job_id.to_owned()).await,
+                            self.writes.claim(job_id.to_owned()).await,
                         ),
                     };
                     match claimed {
@@ -403,16 +532,16 @@ impl Runner {
                 traceparent: traceparent.clone(),
             };
             let written = match outcome {
-                AttemptOutcome::Succeeded { result } => self
-                    .successes
-                    .call(success(ResultBody::Document(result.clone())))
-                    .await
-                    .and_then(|applied| applied),
-                AttemptOutcome::SucceededInChunks { chunks } => self
-                    .successes
-                    .call(success(ResultBody::Chunks(*chunks)))
-                    .await
-                    .and_then(|applied| applied),
+                AttemptOutcome::Succeeded { result } => {
+                    self.writes
+                        .succeed(success(ResultBody::Document(result.clone())))
+                        .await
+                }
+                AttemptOutcome::SucceededInChunks { chunks } => {
+                    self.writes
+                        .succeed(success(ResultBody::Chunks(*chunks)))
+                        .await
+                }
                 _ => {
                     self.store
                         .finish_attempt(

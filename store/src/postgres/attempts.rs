@@ -20,7 +20,14 @@ pub(crate) async fn claim(
     caps: &Caps,
 ) -> sqlx::Result<Vec<ClaimRow>> {
     if caps.is_none() {
-        return claim_uncapped(db, job_ids, now, lease_until, worker_id).await;
+        let claims = SlotClaims {
+            job_ids,
+            lease_until,
+            worker_id,
+        };
+        return Ok(claim_and_succeed(db, &claims, &[], now, true)
+            .await?
+            .claimed);
     }
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
@@ -44,52 +51,6 @@ pub(crate) async fn claim(
             .map(|(_, cap)| i64::from(*cap))
             .collect::<Vec<_>>(),
     )
-    .fetch_all(db)
-    .await
-}
-
-/// `claim_jobs` without caps as a single statement, which Postgres plans
-/// once per connection rather than running a function's loop and a
-/// dynamic delete on every call. The guards are written as in
-/// `claim_jobs` (`CASE`, so that only `jobs_pkey` serves the ids). The
-/// outbox delete names its ids in the outbox's collation: compared in the
-/// jobs' `"C"`, `outbox_pkey` could not serve them and each claim would
-/// scan the outbox.
-///
-/// The delete sees the outbox as the statement began: a row written for
-/// one of these jobs while the update waited for its lock (a relay handing
-/// a queued job a row) stays behind. The relay drops such a row when it
-/// next comes due, rather than publish a job that is no longer queued
-/// (`lease_due` in `outbox.rs`).
-async fn claim_uncapped(
-    db: impl PgExecutor<'_>,
-    job_ids: &[String],
-    now: Millis,
-    lease_until: Millis,
-    worker_id: &str,
-) -> sqlx::Result<Vec<ClaimRow>> {
-    sqlx::query_as(sql!(
-        "WITH claimed AS (
-             UPDATE jobs AS j
-             SET status = 'RUNNING', attempts = j.attempts + 1, capped = NULL,
-                 started_at = COALESCE(j.started_at, $2), lease_expires_at = $3,
-                 worker_id = $4
-             WHERE j.job_id = ANY ($1)
-               AND CASE WHEN j.status = 'QUEUED' AND j.run_after <= $2 THEN true ELSE false END
-             RETURNING j.job_id, j.tenant_id, j.kind, j.params, j.attempts, j.handbacks,
-                       j.max_attempts, j.created_at, j.traceparent
-         ), unpublished AS (
-             DELETE FROM outbox o
-             WHERE o.job_id = ANY (ARRAY(SELECT c.job_id COLLATE \"default\" FROM claimed c))
-         )
-         SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
-                traceparent
-         FROM claimed"
-    ))
-    .bind(job_ids)
-    .bind(now)
-    .bind(lease_until)
-    .bind(worker_id)
     .fetch_all(db)
     .await
 }
@@ -196,23 +157,81 @@ pub(crate) async fn end(
     Ok(done.rows_affected() == 1)
 }
 
-/// Sets the batch's running attempts `SUCCEEDED`, stores their results and
-/// sends the batch's NOTIFY (delivered at commit), in one statement: the
-/// result insert joins the update's rows, so only an attempt that applied
-/// stores its result (the fence). Returns the attempts that applied.
+/// The claims of a slot write: the jobs to claim, and the lease and
+/// worker the claims take.
+pub(crate) struct SlotClaims<'a> {
+    pub(crate) job_ids: &'a [String],
+    pub(crate) lease_until: Millis,
+    pub(crate) worker_id: &'a str,
+}
+
+/// What one [`claim_and_succeed`] did.
+pub(crate) struct SlotWrites {
+    pub(crate) claimed: Vec<ClaimRow>,
+    /// The attempts that ended, as `(job_id, attempt)`.
+    pub(crate) ended: Vec<(String, i64)>,
+}
+
+/// A row of [`claim_and_succeed`]: a claim, or an attempt that ended.
+#[derive(sqlx::FromRow)]
+struct SlotRow {
+    claimed: bool,
+    job_id: String,
+    attempts: i64,
+    tenant_id: Option<String>,
+    kind: Option<String>,
+    params: Option<JsonText>,
+    handbacks: Option<i64>,
+    max_attempts: Option<i64>,
+    created_at: Option<Millis>,
+    traceparent: Option<String>,
+}
+
+/// Claims without caps and ends successful attempts, in one statement,
+/// sent without `BEGIN` and `COMMIT` when it is all its transaction does:
+/// a worker's claims and successes waiting at one moment commit once.
+/// Either list may be empty.
 ///
-/// `unwatched_only` leaves out every job a webhook may want an event of:
-/// one marked `webhook_watched` (checked again on a row that changed while
-/// the statement waited for it), or of a tenant with an enabled tenant-wide
-/// webhook. Such a statement needs no transaction around it.
-pub(crate) async fn succeed(
+/// The claim takes the jobs of `claims` that are queued and due, and
+/// deletes their outbox rows. The guards are written as in `claim_jobs`
+/// (`CASE`, so that only `jobs_pkey` serves the ids). The outbox delete
+/// names its ids in the outbox's collation: compared in the jobs' `"C"`,
+/// `outbox_pkey` could not serve them and a prepared plan would scan the
+/// outbox on every claim. The delete sees the outbox as the statement
+/// began: a row written for one of these jobs while the update waited for
+/// its lock (a relay handing a queued job a row) stays behind, and the
+/// relay drops it when it comes due rather than publish a job no longer
+/// queued (`Store::take_due_outbox`).
+///
+/// Each success sets its job `SUCCEEDED`, stores its result and sends the
+/// batch's NOTIFY (delivered at commit); the result insert joins the
+/// update's rows, so only an attempt that applied stores its result (the
+/// fence). `unwatched_only` leaves out every job a webhook may want an
+/// event of: one marked `webhook_watched` (checked again on a row that
+/// changed while the statement waited for it), or of a tenant with an
+/// enabled tenant-wide webhook. A claim and a success never change one
+/// row: the claim needs the job queued, the success needs it running.
+pub(crate) async fn claim_and_succeed(
     db: impl PgExecutor<'_>,
+    claims: &SlotClaims<'_>,
     successes: &[Success<'_>],
     now: Millis,
     unwatched_only: bool,
-) -> sqlx::Result<Vec<(String, i64)>> {
-    sqlx::query_as(sql!(
-        "WITH attempt AS (
+) -> sqlx::Result<SlotWrites> {
+    let rows: Vec<SlotRow> = sqlx::query_as(sql!(
+        "WITH claimed AS (
+             UPDATE jobs AS j
+             SET status = 'RUNNING', attempts = j.attempts + 1, capped = NULL,
+                 started_at = COALESCE(j.started_at, $1), lease_expires_at = $9,
+                 worker_id = $10
+             WHERE j.job_id = ANY ($8)
+               AND CASE WHEN j.status = 'QUEUED' AND j.run_after <= $1 THEN true ELSE false END
+             RETURNING j.job_id, j.tenant_id, j.kind, j.params, j.attempts, j.handbacks,
+                       j.max_attempts, j.created_at, j.traceparent
+         ), unpublished AS (
+             DELETE FROM outbox o
+             WHERE o.job_id = ANY (ARRAY(SELECT c.job_id COLLATE \"default\" FROM claimed c))
+         ), attempt AS (
              SELECT * FROM UNNEST($3::text[], $4::bigint[], $5::jsonb[], $6::bigint[])
                  AS a (job_id, attempt, body, chunk_count)
          ), done AS (
@@ -236,7 +255,12 @@ pub(crate) async fn succeed(
          ), notified AS (
              SELECT pg_notify($2, string_agg(job_id, ',')) FROM done HAVING COUNT(*) > 0
          )
-         SELECT done.job_id, done.attempts FROM done LEFT JOIN notified ON true"
+         SELECT true AS claimed, job_id, attempts, tenant_id, kind, params, handbacks,
+                max_attempts, created_at, traceparent
+         FROM claimed
+         UNION ALL
+         SELECT false, done.job_id, done.attempts, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+         FROM done LEFT JOIN notified ON true"
     ))
     .bind(now)
     .bind(crate::FINISHED_CHANNEL)
@@ -250,8 +274,54 @@ pub(crate) async fn succeed(
     )
     .bind(successes.iter().map(|s| s.chunks).collect::<Vec<_>>())
     .bind(unwatched_only)
+    .bind(claims.job_ids)
+    .bind(claims.lease_until)
+    .bind(claims.worker_id)
     .fetch_all(db)
-    .await
+    .await?;
+    let mut writes = SlotWrites {
+        claimed: Vec::new(),
+        ended: Vec::new(),
+    };
+    for row in rows {
+        if !row.claimed {
+            writes.ended.push((row.job_id, row.attempts));
+            continue;
+        }
+        let missing = || sqlx::Error::ColumnNotFound("a claim's columns".into());
+        writes.claimed.push(ClaimRow {
+            job_id: row.job_id,
+            tenant_id: row.tenant_id.ok_or_else(missing)?,
+            kind: row.kind.ok_or_else(missing)?,
+            params: row.params.ok_or_else(missing)?,
+            attempts: row.attempts,
+            handbacks: row.handbacks.ok_or_else(missing)?,
+            max_attempts: row.max_attempts.ok_or_else(missing)?,
+            created_at: row.created_at.ok_or_else(missing)?,
+            traceparent: row.traceparent,
+        });
+    }
+    Ok(writes)
+}
+
+/// Ends successful attempts (see [`claim_and_succeed`]); returns the
+/// attempts that applied.
+pub(crate) async fn succeed(
+    db: impl PgExecutor<'_>,
+    successes: &[Success<'_>],
+    now: Millis,
+    unwatched_only: bool,
+) -> sqlx::Result<Vec<(String, i64)>> {
+    let claims = SlotClaims {
+        job_ids: &[],
+        lease_until: now,
+        worker_id: "",
+    };
+    Ok(
+        claim_and_succeed(db, &claims, successes, now, unwatched_only)
+            .await?
+            .ended,
+    )
 }
 
 /// Running jobs whose lease lapsed, locked, found by the partial index

@@ -9,7 +9,7 @@ use shared::{
 };
 use store::{LeaseCheck, NewJob, StoredResult, SuccessWrite};
 
-use crate::{harness::TestDb, on_both_databases};
+use crate::{harness::TestDb, on_both_databases, rows::scalar, webhooks::registered};
 
 on_both_databases!(
     a_claimed_job_succeeds_once_with_its_result,
@@ -17,6 +17,7 @@ on_both_databases!(
     a_retryable_failure_queues_the_job_again_after_its_backoff,
     a_cancel_asked_while_running_wins_over_the_retry,
     a_lapsed_lease_is_requeued_then_failed_when_attempts_are_used_up,
+    claims_and_successes_written_together_answer_each_write,
 );
 
 fn new_job(tenant: &str) -> NewJob {
@@ -279,4 +280,113 @@ async fn a_lapsed_lease_is_requeued_then_failed_when_attempts_are_used_up(db: &T
         .unwrap();
     assert_eq!(job.status, JobStatus::Failed);
     assert_eq!(job.error_type.as_deref(), Some("lease_expired"));
+}
+
+fn document(job_id: &str, attempt: i64, body: &str) -> SuccessWrite {
+    SuccessWrite::new(job_id, attempt, ResultBody::Document(body.into()))
+}
+
+/// What a worker's claims and successes waiting at one moment get, in one
+/// statement on Postgres and apart on SQLite: each write its own answer.
+async fn claims_and_successes_written_together_answer_each_write(db: &TestDb) {
+    let running = db.store.submit_job(&new_job("acme")).await.unwrap();
+    claim(db, &running.job_id, "w1").await.unwrap();
+    let watched = db.store.submit_job(&new_job("acme")).await.unwrap();
+    claim(db, &watched.job_id, "w1").await.unwrap();
+    let webhook = registered(db, "acme", &["job.succeeded"], Some(&watched.job_id)).await;
+    let queued = db.store.submit_job(&new_job("acme")).await.unwrap();
+
+    let (claimed, succeeded) = db
+        .store
+        .claim_and_finish_succeeded(
+            &[
+                queued.job_id.clone(),
+                queued.job_id.clone(),
+                running.job_id.clone(),
+            ],
+            "w2",
+            lease(),
+            &Default::default(),
+            &[
+                document(&running.job_id, 1, r#"{"n":1}"#),
+                document(&watched.job_id, 1, r#"{"n":2}"#),
+                document(&running.job_id, 2, r#"{"n":3}"#),
+            ],
+        )
+        .await;
+
+    let claimed: Vec<Option<(String, i64)>> = claimed
+        .unwrap()
+        .into_iter()
+        .map(|claim| claim.map(|claim| (claim.job_id, claim.attempt)))
+        .collect();
+    assert_eq!(
+        claimed,
+        [Some((queued.job_id.clone(), 1)), None, None],
+        "the queued job once, by its first place; a running job not at all"
+    );
+    let succeeded: Vec<bool> = succeeded.unwrap().into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        succeeded,
+        [true, true, false],
+        "both current attempts end, a stale one does not"
+    );
+    let stored = db
+        .store
+        .stored_result("acme", &running.job_id)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&stored, Some(StoredResult::Document(body)) if body.contains("1")),
+        "{stored:?}"
+    );
+    assert_eq!(
+        scalar(
+            db,
+            &format!(
+                "SELECT COUNT(*) FROM webhook_events WHERE webhook_id = '{}'",
+                webhook.webhook_id
+            )
+        )
+        .await,
+        1,
+        "the watched job's success made its event"
+    );
+    assert_eq!(
+        scalar(db, "SELECT COUNT(*) FROM outbox").await,
+        0,
+        "the claim took its job's row"
+    );
+}
+
+/// One success the database refuses, in the statement that also claims:
+/// the claims and the other successes are written all the same.
+#[tokio::test]
+async fn a_write_the_database_refuses_fails_nothing_written_beside_it() {
+    let db = TestDb::postgres().await;
+    let good = db.store.submit_job(&new_job("acme")).await.unwrap();
+    claim(&db, &good.job_id, "w1").await.unwrap();
+    let bad = db.store.submit_job(&new_job("acme")).await.unwrap();
+    claim(&db, &bad.job_id, "w1").await.unwrap();
+    let queued = db.store.submit_job(&new_job("acme")).await.unwrap();
+
+    let (claimed, succeeded) = db
+        .store
+        .claim_and_finish_succeeded(
+            std::slice::from_ref(&queued.job_id),
+            "w2",
+            lease(),
+            &Default::default(),
+            &[
+                document(&good.job_id, 1, "{}"),
+                document(&bad.job_id, 1, "not JSON"),
+            ],
+        )
+        .await;
+
+    assert!(claimed.unwrap()[0].is_some(), "the claim is written");
+    let succeeded = succeeded.unwrap();
+    assert!(matches!(succeeded[0], Ok(true)), "{:?}", succeeded[0]);
+    assert!(succeeded[1].is_err(), "{:?}", succeeded[1]);
+    db.finish().await;
 }
