@@ -276,20 +276,19 @@ impl Store {
             .filter(|write| !ends(write))
             .cloned()
             .collect();
-        let succeeded = match rest.as_slice() {
-            [] => Ok(Vec::new()),
-            rest => self.finish_succeeded_each(rest).await,
-        }
-        .map(|rest_applied| {
-            let mut rest_applied = rest_applied.into_iter();
-            successes
-                .iter()
-                .map(|write| match ends(write) {
-                    true => Ok(true),
-                    false => rest_applied.next().unwrap_or(Ok(false)),
-                })
-                .collect()
-        });
+        let succeeded = self
+            .each_alone_if_refused(&rest, Some(now))
+            .await
+            .map(|rest_applied| {
+                let mut rest_applied = rest_applied.into_iter();
+                successes
+                    .iter()
+                    .map(|write| match ends(write) {
+                        true => Ok(true),
+                        false => rest_applied.next().unwrap_or(Ok(false)),
+                    })
+                    .collect()
+            });
         (Ok(in_claim_order(job_ids, writes.claimed)), succeeded)
     }
 
@@ -515,13 +514,36 @@ impl Store {
         &self,
         attempts: &[SuccessWrite],
     ) -> Result<Vec<Result<bool>>> {
-        match self.finish_succeeded(attempts).await {
+        self.each_alone_if_refused(attempts, None).await
+    }
+
+    /// Writes `attempts` as one group; when the group fails for anything
+    /// but an outage, writes each again alone, so only a write the
+    /// database refuses fails. With `announced_at`, the writes are those
+    /// the statement for unwatched jobs did not end, and only the
+    /// transaction that writes events runs. Answers in input order.
+    async fn each_alone_if_refused(
+        &self,
+        attempts: &[SuccessWrite],
+        announced_at: Option<Millis>,
+    ) -> Result<Vec<Result<bool>>> {
+        let write = async |group: &[SuccessWrite]| match announced_at {
+            None => self.finish_succeeded(group).await,
+            Some(now) => {
+                self.finish_succeeded_announced(&group.iter().collect::<Vec<_>>(), now)
+                    .await
+            }
+        };
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        match write(attempts).await {
             Ok(applied) => Ok(applied.into_iter().map(Ok).collect()),
             Err(error) if attempts.len() > 1 && !error.is_unavailable() => {
                 tracing::warn!(%error, writes = attempts.len(), "a group commit of successes failed; writing each alone");
                 let mut answers = Vec::with_capacity(attempts.len());
                 for attempt in attempts {
-                    let applied = self.finish_succeeded(std::slice::from_ref(attempt)).await;
+                    let applied = write(std::slice::from_ref(attempt)).await;
                     answers.push(applied.map(|applied| applied.first() == Some(&true)));
                 }
                 Ok(answers)
@@ -662,7 +684,6 @@ impl Store {
     }
 }
 
-/// The writes as the success statements bind them.
 /// The claims of `rows` in the order of `job_ids`, `None` where a job was
 /// not claimed; a job named twice is claimed by its first place.
 fn in_claim_order(job_ids: &[String], rows: Vec<ClaimRow>) -> Vec<Option<Claim>> {
@@ -676,6 +697,7 @@ fn in_claim_order(job_ids: &[String], rows: Vec<ClaimRow>) -> Vec<Option<Claim>>
     job_ids.iter().map(|id| claims.remove(id)).collect()
 }
 
+/// The writes as the success statements bind them.
 fn successes_of<'a>(writes: impl IntoIterator<Item = &'a SuccessWrite>) -> Vec<Success<'a>> {
     writes
         .into_iter()

@@ -96,7 +96,8 @@ impl Store {
         );
         // A row whose job was claimed, finished or cancelled is left over
         // (a claim's delete can miss a row written while it waited: see
-        // `claim_uncapped`): dropped, not published. The delete looks at
+        // `claim_and_succeed` in `postgres/attempts.rs`): dropped, not
+        // published. The delete looks at
         // each job as it is now; the rows stay locked meanwhile, so a job
         // queued again (which writes its row in the same transaction)
         // waits, and gets its row back after this commits.
