@@ -191,6 +191,7 @@ impl Store {
             // the claim and its outbox delete commit together, with no BEGIN
             // or COMMIT.
             crate::Db::Postgres(pool) => {
+                let pool = self.per_job_pool(pool);
                 postgres::attempts::claim(pool, job_ids, now, lease_until, worker_id, caps).await?
             }
             crate::Db::Sqlite(_) => {
@@ -248,7 +249,7 @@ impl Store {
             worker_id,
         };
         let writes = match postgres::attempts::claim_and_succeed(
-            pool,
+            self.per_job_pool(pool),
             &claims,
             &successes_of(successes),
             now,
@@ -440,12 +441,15 @@ impl Store {
         }
         let now = Millis(now_ms());
         let ended: HashSet<(String, i64)> = match &self.db {
-            crate::Db::Postgres(pool) => {
-                postgres::attempts::succeed(pool, &successes_of(attempts), now, true)
-                    .await?
-                    .into_iter()
-                    .collect()
-            }
+            crate::Db::Postgres(pool) => postgres::attempts::succeed(
+                self.per_job_pool(pool),
+                &successes_of(attempts),
+                now,
+                true,
+            )
+            .await?
+            .into_iter()
+            .collect(),
             crate::Db::Sqlite(_) => HashSet::new(),
         };
         let ends = |write: &SuccessWrite| ended.contains(&(write.job_id.clone(), write.attempt));

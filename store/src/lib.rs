@@ -88,6 +88,11 @@ pub use webhooks::{
 /// migrations (which use sqlx's default table) never see ours.
 const MIGRATIONS_TABLE: &str = "receipt_migrations";
 
+/// Connections of [`Store::per_job_pool`]: a process's group commits of
+/// each kind go one at a time (submits; claims and successes, apart or
+/// together), so a few serve them all.
+const GENERIC_PLAN_CONNECTIONS: u32 = 4;
+
 /// The Postgres NOTIFY channel a final status is announced on.
 pub const FINISHED_CHANNEL: &str = "receipt_job_finished";
 
@@ -123,6 +128,9 @@ pub struct Store {
     priority_aging: Duration,
     /// See [`Store::events_committed`]; shared by the store's clones.
     events_committed: Arc<AtomicU64>,
+    /// Postgres, not behind a pooler: connections that keep one generic
+    /// plan per prepared statement (see [`Store::per_job_pool`]).
+    generic_plans: Option<PgPool>,
 }
 
 #[derive(Clone, Debug)]
@@ -319,14 +327,27 @@ impl Store {
     }
 
     async fn connect_to(url: &str, session_url: Option<&str>) -> Result<Self> {
+        let mut generic_plans = None;
         let (db, url) = match Dialect::of_url(url)? {
             Dialect::Postgres => {
                 let options = PgConnectOptions::from_str(url)?;
                 let pool = PgPoolOptions::new()
                     .max_connections(20)
                     .acquire_timeout(Duration::from_secs(5))
-                    .connect_with(options)
+                    .connect_with(options.clone())
                     .await?;
+                // Behind a transaction-mode pooler statements are not kept
+                // (each is planned where it runs), and a pooler may refuse
+                // a connection that sets parameters.
+                generic_plans = session_url.is_none().then(|| {
+                    PgPoolOptions::new()
+                        .max_connections(GENERIC_PLAN_CONNECTIONS)
+                        .acquire_timeout(Duration::from_secs(5))
+                        .connect_lazy_with(options.options([
+                            ("plan_cache_mode", "force_generic_plan"),
+                            ("enable_seqscan", "off"),
+                        ]))
+                });
                 (Db::Postgres(pool), url.to_owned())
             }
             Dialect::Sqlite => {
@@ -358,7 +379,25 @@ impl Store {
             session_url,
             priority_aging: DEFAULT_PRIORITY_AGING,
             events_committed: Arc::default(),
+            generic_plans,
         })
+    }
+
+    /// Postgres: the pool for the statements every job runs through (its
+    /// submit, its claim, its success). Each finds its rows by key from
+    /// arrays of ids, so one plan serves whatever it is given, yet Postgres,
+    /// which cannot size the arrays of a generic plan, would plan each call
+    /// afresh, and planning is a large part of such a statement's cost. Its
+    /// connections keep one generic plan per statement
+    /// (`plan_cache_mode = force_generic_plan`). That plan may be made
+    /// while the tables hold a few rows, where a sequential scan looks
+    /// cheapest, and is kept behind any backlog: sequential scans are off
+    /// on these connections (`enable_seqscan`), and the statements' guards
+    /// are written so that only primary keys serve them.
+    /// `api/tests/it/query_plans.rs` checks both. Behind a pooler: `pool`
+    /// itself.
+    fn per_job_pool<'pool>(&'pool self, pool: &'pool PgPool) -> &'pool PgPool {
+        self.generic_plans.as_ref().unwrap_or(pool)
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -409,7 +448,12 @@ impl Store {
 
     pub async fn close(&self) {
         match &self.db {
-            Db::Postgres(pool) => pool.close().await,
+            Db::Postgres(pool) => {
+                pool.close().await;
+                if let Some(generic) = &self.generic_plans {
+                    generic.close().await;
+                }
+            }
             Db::Sqlite(db) => {
                 db.pool.close().await;
                 if let Some(conn) = db.writer.lock().await.take() {

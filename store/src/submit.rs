@@ -210,7 +210,7 @@ impl Store {
                 .map(|(submission, _)| submission)
                 .collect();
             let written = postgres::submit::submit_in_one_statement(
-                pool,
+                self.per_job_pool(pool),
                 &candidates,
                 &ranks(&candidates, self.priority_aging),
                 now,

@@ -85,4 +85,30 @@ impl Store {
             pool => sqlite::test_hooks::chunk_counts(pool, job_id).await?,
         ))
     }
+
+    /// Postgres: the plans each statement prepared on the per-job pool's
+    /// connections has had, as `(statement, generic plans, custom plans)`
+    /// summed over its connections. Call it while nothing else uses the pool.
+    pub async fn per_job_plans(&self) -> Result<Vec<(String, i64, i64)>> {
+        let crate::Db::Postgres(pool) = &self.db else {
+            return Ok(Vec::new());
+        };
+        let pool = self.per_job_pool(pool);
+        // Holding each connection while taking the next visits them all.
+        let mut held = Vec::new();
+        let mut plans: Vec<(String, i64, i64)> = Vec::new();
+        for _ in 0..pool.size() {
+            let mut conn = pool.acquire().await?;
+            for (statement, generic, custom) in
+                postgres::test_hooks::prepared_plans(&mut *conn).await?
+            {
+                match plans.iter_mut().find(|(seen, _, _)| *seen == statement) {
+                    Some((_, g, c)) => (*g, *c) = (*g + generic, *c + custom),
+                    None => plans.push((statement, generic, custom)),
+                }
+            }
+            held.push(conn);
+        }
+        Ok(plans)
+    }
 }

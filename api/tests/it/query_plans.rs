@@ -4,12 +4,14 @@
 //! rows and all, on every job; the statements that touch it on every job
 //! are planned for the rows it holds when they run (the relay's are not
 //! prepared), or can only be served by key (the claim's delete names its
-//! ids in the outbox's collation; under caps it runs as dynamic SQL inside
-//! `claim_jobs`). The
+//! ids in the outbox's collation and runs where sequential scans are off;
+//! under caps it runs as dynamic SQL inside `claim_jobs`). The
 //! metrics' sample of the queue's age reads the first entry of an index
 //! per kind, whatever the backlog. A claim finds its jobs by key, even
 //! when statistics taken while few jobs were queued make that index look
-//! like the cheaper way to them. The database queue's fetch acknowledges
+//! like the cheaper way to them, and so does a success. The statements
+//! every job runs keep one generic plan per connection, made perhaps while
+//! the tables were small. The database queue's fetch acknowledges
 //! and takes its messages by key, whatever the queue held when a plan for
 //! it could have been cached.
 
@@ -287,5 +289,123 @@ async fn a_queue_fetch_behind_a_backlog_reads_messages_by_key() {
         BACKLOG + EARLY_FETCHES * 4 - 4,
         "the fetch deleted the four messages it acknowledged and no other"
     );
+    store.close().await;
+}
+
+/// `count` running jobs named `{prefix}{n}`, in their first attempt.
+fn running_jobs(prefix: &str, count: i64) -> String {
+    format!(
+        "INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
+                           created_at, run_after, started_at, lease_expires_at, worker_id)
+         SELECT '{prefix}' || lpad(i::text, 6, '0'), 'tenant-a', 'sleep', '{{\"ms\":0}}',
+                'RUNNING', 1, 3, 'epoch', 'epoch', 'epoch', 'infinity', 'worker-1'
+         FROM generate_series(1, {count}) AS s(i);"
+    )
+}
+
+/// Rows of `jobs` read other than through its primary key so far (by
+/// sequential scans, and through its other indexes).
+const JOBS_READ_NOT_BY_KEY: &str = "SELECT
+    (SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'jobs')
+    + (SELECT COALESCE(SUM(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
+       WHERE relname = 'jobs' AND indexrelname <> 'jobs_pkey')";
+
+/// Successes of `ids`' first attempts, as a worker's group commit writes them.
+async fn succeed_first_attempts(store: &store::Store, ids: &[String]) {
+    let writes: Vec<store::SuccessWrite> = ids
+        .iter()
+        .map(|id| {
+            store::SuccessWrite::new(
+                id.as_str(),
+                1,
+                shared::model::ResultBody::Document("{}".into()),
+            )
+        })
+        .collect();
+    let applied = store.finish_succeeded(&writes).await.expect("succeed");
+    assert!(
+        applied.iter().all(|applied| *applied),
+        "{ids:?}: {applied:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_success_behind_a_backlog_reads_jobs_by_key() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let store = env.store().await;
+    store.migrate().await.expect("migrate");
+    // No statistics yet, as before autovacuum first analyzes the table:
+    // Postgres then guesses few running jobs, and an index on status looks
+    // as cheap a way to them as the primary key.
+    env.execute_sql(&running_jobs("early", 48)).await;
+    for batch in 0..12 {
+        let ids: Vec<String> = (1..=4)
+            .map(|n| format!("early{:06}", batch * 4 + n))
+            .collect();
+        succeed_first_attempts(&store, &ids).await;
+    }
+    env.execute_sql(&running_jobs("backlog", BACKLOG)).await;
+    let before = statistic_after(&env, JOBS_UPDATED, 48, JOBS_READ_NOT_BY_KEY).await;
+
+    succeed_first_attempts(
+        &store,
+        &(1..=4)
+            .map(|n| format!("backlog{n:06}"))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+
+    let read = statistic_after(&env, JOBS_UPDATED, 52, JOBS_READ_NOT_BY_KEY).await - before;
+    assert!(
+        read < 100,
+        "one group commit of successes read {read} jobs other than by key, behind {BACKLOG} running"
+    );
+    store.close().await;
+}
+
+/// The statement every job's submit, claim and success run, each planned
+/// once per connection: planned afresh for each call, the plan costs about
+/// what the statement does.
+#[tokio::test]
+async fn the_statements_every_job_runs_are_planned_once() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let store = env.store().await;
+    store.migrate().await.expect("migrate");
+    let lease_until = shared::time::now_ms() + 60_000;
+    // One at a time, so that one connection of the pool runs them all; more
+    // calls than Postgres makes custom plans for before it weighs a generic
+    // one (five).
+    for _ in 0..8 {
+        let job = store
+            .submit_job(&store::NewJob {
+                job_id: shared::ids::new_job_id(),
+                tenant_id: "tenant-a".into(),
+                kind: "sleep".into(),
+                params: r#"{"ms":0}"#.into(),
+                max_attempts: 3,
+                priority: Default::default(),
+            })
+            .await
+            .expect("submit");
+        let claim = store
+            .claim_attempt(&job.job_id, "worker-1", lease_until)
+            .await
+            .expect("claim")
+            .expect("claimed");
+        succeed_first_attempts(&store, &[claim.job_id]).await;
+    }
+
+    let plans = store.per_job_plans().await.expect("plans");
+    for (statement, calls) in [("WITH submitted AS", 8), ("WITH claimed AS", 16)] {
+        let (_, generic, custom) = plans
+            .iter()
+            .find(|(text, _, _)| text.trim_start().starts_with(statement))
+            .unwrap_or_else(|| panic!("no statement {statement}... among {plans:?}"));
+        assert_eq!(
+            (*generic, *custom),
+            (calls, 0),
+            "{statement}...: (generic, custom) plans"
+        );
+    }
     store.close().await;
 }

@@ -239,8 +239,9 @@ pub(crate) async fn claim_and_succeed(
                  error_type = NULL, error_message = NULL, lease_expires_at = NULL,
                  worker_id = NULL, cancel_requested = false
              FROM attempt a
-             WHERE jobs.job_id = a.job_id AND jobs.attempts = a.attempt
-               AND jobs.status = 'RUNNING'
+             WHERE jobs.job_id = a.job_id
+               AND CASE WHEN jobs.attempts = a.attempt AND jobs.status = 'RUNNING'
+                        THEN true ELSE false END
                AND NOT ($7 AND (jobs.webhook_watched OR EXISTS (
                    SELECT 1 FROM webhooks w
                    WHERE w.tenant_id = jobs.tenant_id AND w.job_id IS NULL AND w.enabled)))

@@ -19,6 +19,16 @@ pub(crate) async fn set_lease(
     Ok(())
 }
 
+pub(crate) async fn prepared_plans(
+    db: impl PgExecutor<'_>,
+) -> sqlx::Result<Vec<(String, i64, i64)>> {
+    sqlx::query_as(sql!(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+    ))
+    .fetch_all(db)
+    .await
+}
+
 pub(crate) async fn count_results(db: impl PgExecutor<'_>, job_id: &str) -> sqlx::Result<i64> {
     sqlx::query_scalar(sql!("SELECT COUNT(*) FROM job_results WHERE job_id = $1"))
         .bind(job_id)
