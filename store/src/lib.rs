@@ -93,30 +93,6 @@ const MIGRATIONS_TABLE: &str = "receipt_migrations";
 /// together), so a few serve them all.
 const GENERIC_PLAN_CONNECTIONS: u32 = 4;
 
-/// How long a Postgres connection may wait idle in a pool and still be
-/// handed out without a ping first. Under load a connection comes back
-/// within milliseconds, and a ping on every acquire was a round trip per
-/// statement; one idle longer may have outlived its server (a restart, a
-/// failover), and a failed ping takes another connection in its place.
-const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
-
-/// A Postgres pool of at most `max_connections`, pinging only what sat
-/// idle past [`PING_AFTER_IDLE`].
-fn postgres_pool(max_connections: u32) -> PgPoolOptions {
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(5))
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= PING_AFTER_IDLE {
-                    conn.ping().await?;
-                }
-                Ok(true)
-            })
-        })
-}
-
 /// The Postgres NOTIFY channel a final status is announced on.
 pub const FINISHED_CHANNEL: &str = "receipt_job_finished";
 
@@ -355,15 +331,18 @@ impl Store {
         let (db, url) = match Dialect::of_url(url)? {
             Dialect::Postgres => {
                 let options = PgConnectOptions::from_str(url)?;
-                let pool = postgres_pool(20).connect_with(options.clone()).await?;
+                let pool = PgPoolOptions::new()
+                    .max_connections(20)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(options.clone())
+                    .await?;
                 // Behind a transaction-mode pooler statements are not kept
                 // (each is planned where it runs), and a pooler may refuse
                 // a connection that sets parameters.
                 generic_plans = session_url.is_none().then(|| {
-                    // Only single statements run on it, outside any
-                    // transaction: nothing a ping on release would flush.
-                    postgres_pool(GENERIC_PLAN_CONNECTIONS)
-                        .test_on_release(false)
+                    PgPoolOptions::new()
+                        .max_connections(GENERIC_PLAN_CONNECTIONS)
+                        .acquire_timeout(Duration::from_secs(5))
                         .connect_lazy_with(options.options([
                             ("plan_cache_mode", "force_generic_plan"),
                             ("enable_seqscan", "off"),

@@ -304,11 +304,6 @@ impl<DB: Database> Floating<DB, Live<DB>> {
             }
         }
 
-        if !self.guard.pool.options.test_on_release {
-            self.release();
-            return true;
-        }
-
         // test the connection on-release to ensure it is still viable,
         // and flush anything time-sensitive like transaction rollbacks
         // if an Executor future/stream is dropped during an `.await` call, the connection

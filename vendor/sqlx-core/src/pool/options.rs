@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 /// the perspectives of both API designer and consumer.
 pub struct PoolOptions<DB: Database> {
     pub(crate) test_before_acquire: bool,
-    pub(crate) test_on_release: bool,
     pub(crate) after_connect: Option<
         Arc<
             dyn Fn(&mut DB::Connection, PoolConnectionMetadata) -> BoxFuture<'_, Result<(), Error>>
@@ -95,7 +94,6 @@ impl<DB: Database> Clone for PoolOptions<DB> {
     fn clone(&self) -> Self {
         PoolOptions {
             test_before_acquire: self.test_before_acquire,
-            test_on_release: self.test_on_release,
             after_connect: self.after_connect.clone(),
             before_acquire: self.before_acquire.clone(),
             after_release: self.after_release.clone(),
@@ -149,7 +147,6 @@ impl<DB: Database> PoolOptions<DB> {
             before_acquire: None,
             after_release: None,
             test_before_acquire: true,
-            test_on_release: true,
             // A production application will want to set a higher limit than this.
             max_connections: 10,
             min_connections: 0,
@@ -317,28 +314,6 @@ impl<DB: Database> PoolOptions<DB> {
     pub fn test_before_acquire(mut self, test: bool) -> Self {
         self.test_before_acquire = test;
         self
-    }
-
-    /// If true, a connection given back to the pool is pinged with [`Connection::ping`]
-    /// before it rejoins the idle queue: a round trip that checks its health and sends what
-    /// a dropped [`Transaction`][crate::transaction::Transaction] left to send (its `ROLLBACK`),
-    /// which would otherwise wait in the connection's buffer, its locks held, until the
-    /// connection's next use.
-    ///
-    /// Set it to `false` only for a pool whose connections run no transactions (each statement
-    /// on its own, as [`Executor`][crate::executor::Executor] calls on the pool do), where
-    /// the ping only costs a round trip per call. A call abandoned mid-way still leaves its
-    /// reply for the connection's next user to read past, as it does with the ping.
-    ///
-    /// Defaults to `true`.
-    pub fn test_on_release(mut self, test: bool) -> Self {
-        self.test_on_release = test;
-        self
-    }
-
-    /// Get whether `test_on_release` is currently set.
-    pub fn get_test_on_release(&self) -> bool {
-        self.test_on_release
     }
 
     /// Get whether `test_before_acquire` is currently set.
