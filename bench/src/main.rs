@@ -123,6 +123,11 @@ struct Args {
     /// Worker processes in the production shape.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// The production shape's services connect to Postgres over TLS
+    /// (`sslmode=require`; the server must offer it) instead of plainly, as
+    /// a service on another host than its database would.
+    #[arg(long)]
+    postgres_tls: bool,
     /// The offered scenario: rates in jobs/s, comma-separated, each run on
     /// a service of its own; `max` finds roughly the highest rate the
     /// shape sustains with a short ramp (`--ramp-secs` per step) and runs
@@ -260,17 +265,27 @@ impl Service {
         };
         let keys = format!("bench:{KEY},quiet:{QUIET_KEY}");
         let concurrency_setting = concurrency.to_string();
-        let mut settings = vec![
+        let inherited = inherited_settings()?;
+        let mut settings: Vec<(&str, &str)> = inherited
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        settings.extend([
             ("API_KEYS", keys.as_str()),
             ("ENABLE_DIAGNOSTIC_KINDS", "true"),
             ("WORKER_CONCURRENCY", concurrency_setting.as_str()),
             ("RUST_LOG", "error"),
-        ];
+        ]);
         if shape == Shape::Production {
             settings.push(("EMBEDDED_WORKER", "false"));
         }
         settings.extend_from_slice(extra);
         let mut env = TestEnv::new(backend).await.settings(&settings);
+        if args.postgres_tls {
+            env.database_url = env
+                .database_url
+                .replace("sslmode=disable", "sslmode=require");
+        }
         let queue = args.queue;
         if shape == Shape::Production && queue == QueueKind::Database {
             env = env.without_redis();
@@ -1866,4 +1881,37 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Receipt's settings found in the bench's own environment
+/// (`QUEUE_PREFETCH=16 receipt-bench …`), for the services it starts: they
+/// start with a cleared environment otherwise. The settings are those the
+/// api's `--help` names. Where the bench sets a setting itself (the keys,
+/// the slots), its own value wins; where it chooses (the database, the
+/// queue, the addresses), these are not taken.
+fn inherited_settings() -> Result<Vec<(String, String)>> {
+    const CHOSEN_BY_THE_BENCH: [&str; 7] = [
+        "DATABASE_URL",
+        "DATABASE_DIRECT_URL",
+        "DATABASE_POOLER",
+        "REDIS_URL",
+        "QUEUE_NAME",
+        "BIND_ADDR",
+        "METRICS_ADDR",
+    ];
+    let help = std::process::Command::new(testkit::binary("api")?)
+        .arg("--help")
+        .env_clear()
+        .output()?;
+    let help = String::from_utf8_lossy(&help.stdout);
+    let names: Vec<&str> = help
+        .split("[env: ")
+        .skip(1)
+        .filter_map(|rest| rest.split('=').next())
+        .collect();
+    Ok(std::env::vars()
+        .filter(|(name, _)| {
+            names.contains(&name.as_str()) && !CHOSEN_BY_THE_BENCH.contains(&name.as_str())
+        })
+        .collect())
 }

@@ -135,7 +135,10 @@ impl TestEnv {
             Backend::PgRedis => {
                 admin_sql(PG_ADMIN_URL, &format!("CREATE DATABASE {name}")).await;
                 (
-                    format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    // Plain, as on any loopback: TLS protects nothing here,
+                    // and the bench compares against peers that connect
+                    // plainly. TLS has tests of its own.
+                    format!("postgres://postgres@127.0.0.1:5432/{name}?sslmode=disable"),
                     Some((PG_ADMIN_URL.to_owned(), name.clone())),
                     Some(REDIS_URL.to_owned()),
                 )
@@ -233,7 +236,11 @@ impl TestEnv {
     /// The Postgres database's name, if there is one.
     pub fn database_name(&self) -> Option<&str> {
         match self.backend {
-            Backend::PgRedis => self.database_url.rsplit('/').next(),
+            Backend::PgRedis => self
+                .database_url
+                .rsplit('/')
+                .next()
+                .and_then(|name| name.split('?').next()),
             Backend::Sqlite => None,
         }
     }

@@ -371,8 +371,9 @@ struct Counters {
 
 /// Waits until no connection to the database is left (a backend writes
 /// its statistics when it exits), then reads the counters.
-async fn counters_after_disconnect(database_url: &str) -> Counters {
-    let database = database_url.rsplit('/').next().expect("database name");
+async fn counters_after_disconnect(env: &TestEnv) -> Counters {
+    let database_url = env.database_url.as_str();
+    let database = env.database_name().expect("a Postgres database");
     let mut admin = PgConnection::connect(PG_ADMIN_URL).await.expect("admin");
     wait_for_no_connection(&mut admin, database).await;
     let row = sqlx::query(
@@ -432,7 +433,7 @@ async fn a_flood_of_wrong_keys_makes_no_database_queries() {
     const WRONG_KEYS: usize = 3_000;
     let env = TestEnv::new(Backend::PgRedis).await;
     assert_success(&env.run_api(&["migrate"], &[]), "migrating");
-    let before = counters_after_disconnect(&env.database_url).await;
+    let before = counters_after_disconnect(&env).await;
 
     let mut api = env.start_api(&[]).await;
     assert_eq!(api.get("/v1/jobs").await.status, 200);
@@ -440,14 +441,14 @@ async fn a_flood_of_wrong_keys_makes_no_database_queries() {
     flood_with_wrong_keys(&api, WRONG_KEYS).await;
     let flood_time = started.elapsed();
     api.process.as_mut().unwrap().terminate();
-    let flooded = counters_after_disconnect(&env.database_url).await;
+    let flooded = counters_after_disconnect(&env).await;
 
     let mut api = env.start_api(&[]).await;
     assert_eq!(api.get("/v1/jobs").await.status, 200);
     // The control run: as long as the flood took, with no request at all.
     tokio::time::sleep(flood_time).await;
     api.process.as_mut().unwrap().terminate();
-    let idle = counters_after_disconnect(&env.database_url).await;
+    let idle = counters_after_disconnect(&env).await;
 
     let flood_transactions = flooded.transactions - before.transactions;
     let idle_transactions = idle.transactions - flooded.transactions;

@@ -765,7 +765,7 @@ async fn pg_redis_a_database_outage_answers_503_with_retry_after_until_it_ends()
     let job_path = format!("/v1/jobs/{}", job["job_id"].as_str().unwrap());
     let ready = api.get("/readyz").await;
     assert_eq!(ready.status, StatusCode::OK, "{}", ready.text);
-    let database = env.database_url.rsplit('/').next().unwrap().to_owned();
+    let database = env.database_name().expect("a Postgres database").to_owned();
 
     // Act: the database goes away.
     let outage = DatabaseOutage::begin(&database).await;

@@ -165,6 +165,16 @@ pub trait Connection: Send {
     #[doc(hidden)]
     fn should_flush(&self) -> bool;
 
+    /// Whether the connection is known to be usable without a round trip:
+    /// nothing waits to be sent or read, no transaction is open, and its
+    /// socket has not been closed. The pool then skips the ping it would
+    /// send before handing the connection out and after it is given back.
+    /// `false` (always ping) unless a driver can tell.
+    #[doc(hidden)]
+    fn is_quiet(&mut self) -> bool {
+        false
+    }
+
     /// Establish a new database connection.
     ///
     /// A value of [`Options`][Self::Options] is parsed from the provided connection string. This parsing

@@ -311,7 +311,12 @@ impl<DB: Database> Floating<DB, Live<DB>> {
         // returned to the pool; also of course, if it was dropped due to an error
         // this is simply a band-aid as SQLx-next connections should be able
         // to recover from cancellations
-        if let Err(error) = self.raw.ping().await {
+        // A quiet connection (nothing pending, socket not closed) needs
+        // no round trip to show it is viable.
+        if self.raw.is_quiet() {
+            self.release();
+            true
+        } else if let Err(error) = self.raw.ping().await {
             tracing::warn!(
                 %error,
                 "error occurred while testing the connection on-release",

@@ -470,7 +470,9 @@ async fn check_idle_conn<DB: Database>(
     mut conn: Floating<DB, Idle<DB>>,
     options: &PoolOptions<DB>,
 ) -> Result<Floating<DB, Live<DB>>, DecrementSizeGuard<DB>> {
-    if options.test_before_acquire {
+    // A quiet connection (nothing pending, socket not closed) is live
+    // without a round trip.
+    if options.test_before_acquire && !conn.live.raw.is_quiet() {
         // Check that the connection is still live
         if let Err(error) = conn.ping().await {
             // an error here means the other end has hung up or we lost connectivity

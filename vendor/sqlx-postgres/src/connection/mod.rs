@@ -243,6 +243,17 @@ impl Connection for PgConnection {
     fn should_flush(&self) -> bool {
         !self.inner.stream.write_buffer().is_empty()
     }
+
+    #[doc(hidden)]
+    fn is_quiet(&mut self) -> bool {
+        // A backend that ends a connection (terminated, shut down) sends an
+        // `ErrorResponse` and closes its socket: that shows here as bytes
+        // to read or as the socket's end, and the pool pings, which fails.
+        self.inner.pending_ready_for_query_count == 0
+            && matches!(self.inner.transaction_status, TransactionStatus::Idle)
+            && !self.should_flush()
+            && self.inner.stream.is_quiet()
+    }
 }
 
 // Implement `AsMut<Self>` so that `PgConnection` can be wrapped in

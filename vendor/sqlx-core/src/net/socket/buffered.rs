@@ -2,6 +2,7 @@ use crate::error::Error;
 use crate::net::Socket;
 use bytes::BytesMut;
 use std::ops::ControlFlow;
+use std::task::{Context, Poll, Waker};
 use std::{cmp, io};
 
 use crate::io::{AsyncRead, AsyncReadExt, ProtocolDecode, ProtocolEncode};
@@ -78,6 +79,43 @@ impl<S: Socket> BufferedSocket<S> {
 
             self.read_buf.read(read_len, &mut self.socket).await?;
         }
+    }
+
+    /// Whether the peer has sent nothing since the last message was read:
+    /// nothing buffered, nothing waiting on the socket, and the socket not
+    /// closed or failed. Looks without waiting; bytes found are kept in the
+    /// read buffer for the next read.
+    pub fn is_quiet(&mut self) -> bool {
+        if !self.read_buf.read.is_empty() {
+            return false;
+        }
+        // With its cooperative budget spent, tokio answers every readiness
+        // poll `Pending`, which would read as quiet.
+        #[cfg(feature = "_rt-tokio")]
+        if crate::rt::rt_tokio::available() && !tokio::task::coop::has_budget_remaining() {
+            return false;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.socket.poll_read_ready(&mut cx) {
+            Poll::Pending => {}
+            Poll::Ready(Err(_)) => return false,
+            Poll::Ready(Ok(())) => {
+                // Readiness may be left over from the last read: a read
+                // tells (through TLS, of records already received too).
+                self.read_buf.reserve(DEFAULT_BUF_SIZE);
+                match self.socket.try_read(&mut self.read_buf.available) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Ok(0) | Err(_) => return false,
+                    Ok(read) => {
+                        self.read_buf.advance(read);
+                        return false;
+                    }
+                }
+            }
+        }
+        // The runtime learns of bytes that arrived only when it next polls
+        // for events: the operating system is asked directly.
+        self.socket.peek_pending() == Some(false)
     }
 
     pub fn write_buffer(&self) -> &WriteBuffer {

@@ -28,6 +28,14 @@ pub trait Socket: Send + Sync + Unpin + 'static {
 
     fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 
+    /// Whether bytes, or the end of the stream, wait to be read on the
+    /// underlying socket, asked of the operating system without waiting
+    /// (a runtime's cached readiness may not have seen them yet); `None`
+    /// if this socket cannot tell.
+    fn peek_pending(&self) -> Option<bool> {
+        None
+    }
+
     fn read<'a, B: ReadBuf>(&'a mut self, buf: &'a mut B) -> Read<'a, Self, B>
     where
         Self: Sized,
@@ -178,6 +186,10 @@ impl<S: Socket + ?Sized> Socket for Box<S> {
 
     fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         (**self).poll_shutdown(cx)
+    }
+
+    fn peek_pending(&self) -> Option<bool> {
+        (**self).peek_pending()
     }
 }
 

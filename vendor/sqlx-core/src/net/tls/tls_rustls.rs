@@ -62,6 +62,12 @@ impl<S: Socket> Socket for RustlsSocket<S> {
         self.poll_complete_io(cx)
     }
 
+    fn peek_pending(&self) -> Option<bool> {
+        // Records already read are in `state`: `try_read` finds their
+        // plaintext; what the inner socket holds is not read yet.
+        self.inner.socket.peek_pending()
+    }
+
     fn poll_write_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_complete_io(cx)
     }

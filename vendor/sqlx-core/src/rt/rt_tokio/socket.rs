@@ -29,6 +29,10 @@ impl Socket for TcpStream {
     fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(self).poll_shutdown(cx)
     }
+
+    fn peek_pending(&self) -> Option<bool> {
+        peek_pending(socket2::SockRef::from(self))
+    }
 }
 
 #[cfg(unix)]
@@ -51,5 +55,19 @@ impl Socket for tokio::net::UnixStream {
 
     fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(self).poll_shutdown(cx)
+    }
+
+    fn peek_pending(&self) -> Option<bool> {
+        peek_pending(socket2::SockRef::from(self))
+    }
+}
+
+/// Peeks one byte without waiting: the socket is non-blocking, so an empty
+/// receive queue answers `WouldBlock`; the end of the stream reads 0 bytes.
+fn peek_pending(socket: socket2::SockRef<'_>) -> Option<bool> {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    match socket.peek(&mut byte) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(false),
+        Ok(_) | Err(_) => Some(true),
     }
 }

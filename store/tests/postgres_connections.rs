@@ -1,0 +1,185 @@
+//! What the patched `sqlx-core` and `sqlx-postgres` in `vendor/` change in
+//! Receipt's Postgres connections (see `vendor/PATCHES.md`).
+//!
+//! Connections speak TLS when the server offers it (`sslmode=prefer`, the
+//! default) and insist on it when told (`sslmode=require`).
+//!
+//! Each message goes out at once: with Nagle's algorithm on, a message
+//! written in more than one segment waits for the server's delayed
+//! acknowledgement (about 40 ms on Linux) before its last segment goes out,
+//! which put a submit's median latency at 1,000 requests a second near
+//! 90 ms. sqlx leaves the option unset; the patch sets it.
+//!
+//! A pool pings a connection (a round trip) before handing it out and after
+//! it is given back, unless the connection is quiet: nothing waiting to be
+//! sent or read, no transaction open, its socket not closed. A connection
+//! whose backend has ended is never quiet, so the ping still finds it dead
+//! and the pool closes it.
+
+#![allow(unsafe_code)]
+
+use std::{
+    net::TcpStream,
+    os::fd::BorrowedFd,
+    time::{Duration, Instant},
+};
+
+use sqlx::{Connection, PgConnection, PgPool, postgres::PgPoolOptions};
+
+const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// The same server over TLS, when it offers it (sqlx prefers it), and
+/// without: the quiet check reads each kind of socket its own way.
+const POSTGRES_EACH_WAY: [&str; 2] = [
+    POSTGRES,
+    "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
+];
+
+/// This process's TCP connections to `port`, with their `TCP_NODELAY`.
+fn nodelay_of_connections_to(port: u16) -> Vec<bool> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd") {
+        let Some(fd) = entry
+            .ok()
+            .and_then(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: the descriptor is open for as long as this borrow (read_dir
+        // listed it, and nothing in this test closes descriptors meanwhile);
+        // it is only duplicated, never closed through the borrow.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let Ok(owned) = borrowed.try_clone_to_owned() else {
+            continue;
+        };
+        let stream = TcpStream::from(owned);
+        if let (Ok(peer), Ok(nodelay)) = (stream.peer_addr(), stream.nodelay())
+            && peer.port() == port
+        {
+            found.push(nodelay);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn postgres_connections_send_without_waiting_for_acknowledgements() {
+    let connection = sqlx::PgConnection::connect(POSTGRES)
+        .await
+        .expect("Postgres on 127.0.0.1:5432");
+    let nodelay = nodelay_of_connections_to(5432);
+    connection.close().await.expect("close");
+    assert!(!nodelay.is_empty(), "no connection to port 5432 found");
+    assert!(
+        nodelay.iter().all(|on| *on),
+        "TCP_NODELAY off on a Postgres connection: {nodelay:?}"
+    );
+}
+
+/// Ends the backend of the server process `pid` and waits until it is gone.
+async fn terminate_backend(pid: i32) {
+    let mut admin = PgConnection::connect(POSTGRES).await.expect("admin");
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 10000)")
+        .bind(pid)
+        .fetch_one(&mut admin)
+        .await
+        .expect("terminate");
+    assert!(ended, "backend {pid} did not end");
+    admin.close().await.expect("close admin");
+}
+
+async fn backend_pid(conn: &mut PgConnection) -> sqlx::Result<i32> {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+}
+
+#[tokio::test]
+async fn a_connection_is_quiet_only_between_exchanges_with_a_live_backend() {
+    for url in POSTGRES_EACH_WAY {
+        quiet_only_between_exchanges_with_a_live_backend(url).await;
+    }
+}
+
+async fn quiet_only_between_exchanges_with_a_live_backend(url: &str) {
+    let mut conn = PgConnection::connect(url)
+        .await
+        .expect("Postgres on 127.0.0.1:5432");
+    let pid = backend_pid(&mut conn).await.expect("pid");
+    let tls: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .expect("pg_stat_ssl");
+    assert_eq!(tls, !url.contains("sslmode=disable"), "{url}: TLS is {tls}");
+    assert!(conn.is_quiet(), "idle after a statement");
+
+    let mut tx = conn.begin().await.expect("begin");
+    assert!(!tx.is_quiet(), "a transaction is open");
+    drop(tx);
+    assert!(
+        !conn.is_quiet(),
+        "a dropped transaction's rollback waits to be sent"
+    );
+    conn.ping().await.expect("ping sends the rollback");
+    assert!(conn.is_quiet(), "idle after the rollback");
+
+    terminate_backend(pid).await;
+    // The backend's last message and the socket's end reach this side
+    // after the backend is gone: wait for them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while conn.is_quiet() {
+        assert!(
+            Instant::now() < deadline,
+            "a connection whose backend ended still looks quiet"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!conn.is_quiet(), "stays not quiet once the end was seen");
+    assert!(conn.ping().await.is_err(), "the ping finds it dead");
+}
+
+#[tokio::test]
+async fn a_pool_never_hands_out_a_connection_whose_backend_ended() {
+    for url in POSTGRES_EACH_WAY {
+        never_hands_out_a_connection_whose_backend_ended(url).await;
+    }
+}
+
+async fn never_hands_out_a_connection_whose_backend_ended(url: &str) {
+    let pool: PgPool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("Postgres on 127.0.0.1:5432");
+    // Ended while out of the pool (as a fault that cuts a busy connection)
+    // and while idle in it, in turn: every next statement gets a live one.
+    let mut pids = Vec::new();
+    for round in 0..10 {
+        let mut conn = pool.acquire().await.expect("acquire");
+        let pid = backend_pid(&mut conn).await.unwrap_or_else(|e| {
+            panic!("{url} round {round}: a dead connection was handed out: {e}")
+        });
+        assert!(!pids.contains(&pid), "round {round}: backend {pid} again");
+        pids.push(pid);
+        if round % 2 == 0 {
+            terminate_backend(pid).await;
+            drop(conn);
+        } else {
+            drop(conn);
+            terminate_backend(pid).await;
+        }
+    }
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn a_connection_insists_on_tls_when_told_to() {
+    let mut conn = PgConnection::connect(&format!("{POSTGRES}?sslmode=require"))
+        .await
+        .expect("Postgres on 127.0.0.1:5432 with ssl = on (Debian's default)");
+    let tls: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .expect("pg_stat_ssl");
+    assert!(tls, "sslmode=require connected without TLS");
+    conn.close().await.expect("close");
+}
