@@ -88,6 +88,10 @@ pub use webhooks::{
 /// migrations (which use sqlx's default table) never see ours.
 const MIGRATIONS_TABLE: &str = "receipt_migrations";
 
+/// How long a call waits for a pooled connection before it fails (and a
+/// request is answered 503): every pool of a store waits as long.
+const POOL_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Connections of [`Store::per_job_pool`]: a process's group commits of
 /// each kind go one at a time (submits; claims and successes, apart or
 /// together), so a few serve them all.
@@ -333,7 +337,7 @@ impl Store {
                 let options = PgConnectOptions::from_str(url)?;
                 let pool = PgPoolOptions::new()
                     .max_connections(20)
-                    .acquire_timeout(Duration::from_secs(5))
+                    .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
                     .connect_with(options.clone())
                     .await?;
                 // Behind a transaction-mode pooler statements are not kept
@@ -342,7 +346,7 @@ impl Store {
                 generic_plans = session_url.is_none().then(|| {
                     PgPoolOptions::new()
                         .max_connections(GENERIC_PLAN_CONNECTIONS)
-                        .acquire_timeout(Duration::from_secs(5))
+                        .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
                         .connect_lazy_with(options.options([
                             ("plan_cache_mode", "force_generic_plan"),
                             ("enable_seqscan", "off"),
@@ -357,7 +361,7 @@ impl Store {
                 configure_sqlite(&mut writer).await?;
                 let pool = SqlitePoolOptions::new()
                     .max_connections(8)
-                    .acquire_timeout(Duration::from_secs(5))
+                    .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
                     // A connection to a file in this process cannot have
                     // gone away while idle: no ping on every acquire.
                     .test_before_acquire(false)
