@@ -93,6 +93,14 @@ async fn backend_pid(conn: &mut PgConnection) -> sqlx::Result<i32> {
         .await
 }
 
+/// Whether the server sees this connection as TLS.
+async fn speaks_tls(conn: &mut PgConnection) -> bool {
+    sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+        .expect("pg_stat_ssl")
+}
+
 #[tokio::test]
 async fn a_connection_is_quiet_only_between_exchanges_with_a_live_backend() {
     for url in POSTGRES_EACH_WAY {
@@ -105,10 +113,7 @@ async fn quiet_only_between_exchanges_with_a_live_backend(url: &str) {
         .await
         .expect("Postgres on 127.0.0.1:5432");
     let pid = backend_pid(&mut conn).await.expect("pid");
-    let tls: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-        .fetch_one(&mut conn)
-        .await
-        .expect("pg_stat_ssl");
+    let tls = speaks_tls(&mut conn).await;
     assert_eq!(tls, !url.contains("sslmode=disable"), "{url}: TLS is {tls}");
     assert!(conn.is_quiet(), "idle after a statement");
 
@@ -176,10 +181,9 @@ async fn a_connection_insists_on_tls_when_told_to() {
     let mut conn = PgConnection::connect(&format!("{POSTGRES}?sslmode=require"))
         .await
         .expect("Postgres on 127.0.0.1:5432 with ssl = on (Debian's default)");
-    let tls: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-        .fetch_one(&mut conn)
-        .await
-        .expect("pg_stat_ssl");
-    assert!(tls, "sslmode=require connected without TLS");
+    assert!(
+        speaks_tls(&mut conn).await,
+        "sslmode=require connected without TLS"
+    );
     conn.close().await.expect("close");
 }
