@@ -220,6 +220,7 @@ impl Consumer {
             consumer: self.clone(),
             raw: message.to_string(),
             finished: AtomicBool::new(false),
+            slot_freed: AtomicBool::new(false),
         }
     }
 
@@ -242,16 +243,26 @@ impl Consumer {
 /// this acknowledges the message (with the consumer's next fetch); dropped
 /// unfinished (the handler was abandoned), the message stays in flight
 /// until its consumer is released or reaped, and then runs again. Either
-/// way its slot is free.
+/// way its slot is free, if [`Delivery::free_slot`] did not free it before.
 pub struct Delivery {
     consumer: Consumer,
     raw: String,
     finished: AtomicBool,
+    slot_freed: AtomicBool,
 }
 
 impl Delivery {
     pub fn finished(&self) {
         self.finished.store(true, Ordering::Relaxed);
+    }
+
+    /// Frees the message's slot before the message is done with: its
+    /// handler goes on (writing an outcome) without holding a slot, and the
+    /// acknowledgement goes with a later fetch.
+    pub fn free_slot(&self) {
+        if !self.slot_freed.swap(true, Ordering::Relaxed) {
+            self.consumer.0.free.add_permits(1);
+        }
     }
 }
 
@@ -263,6 +274,6 @@ impl Drop for Delivery {
         }
         // After the acknowledgement is queued, so the fetch this slot
         // wakes carries it.
-        self.consumer.0.free.add_permits(1);
+        self.free_slot();
     }
 }

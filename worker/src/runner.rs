@@ -19,7 +19,7 @@ use shared::{
     time::{backoff_delay, duration_ms, now_ms},
 };
 use store::{Claim, Dialect, LeaseCheck, Store, SuccessWrite, batch::Batcher};
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::traces::AttemptSpan;
@@ -47,6 +47,27 @@ pub struct Runner {
     capped: bool,
     /// The queue's name in traces (`messaging.destination.name`).
     destination: String,
+    /// Outcomes being written after their slots moved on
+    /// ([`Runner::conclude_in_background`]).
+    concluding: TaskTracker,
+    /// Room for outcomes written in the background: one per slot.
+    concluding_room: Arc<tokio::sync::Semaphore>,
+}
+
+/// What became of a message, up to the writing of its outcome.
+pub enum Handled {
+    /// Nothing ran; whether the message is done with.
+    Done(bool),
+    /// An attempt ran, and its outcome is still to be written.
+    Ran(Box<Ran>),
+}
+
+/// An attempt that ran, with its outcome (`None` when it was superseded and
+/// must write nothing).
+pub struct Ran {
+    claim: Claim,
+    outcome: Option<AttemptOutcome>,
+    attempt: Option<AttemptSpan>,
 }
 
 /// Attempts handed back (outages, shutdowns) beyond which an outage under
@@ -250,6 +271,8 @@ impl Runner {
             stopping: CancellationToken::new(),
             capped,
             destination: format!("{}:jobs", settings.queue_name),
+            concluding: TaskTracker::new(),
+            concluding_room: Arc::new(tokio::sync::Semaphore::new(settings.worker_concurrency())),
         }
     }
 
@@ -259,17 +282,30 @@ impl Runner {
     /// not be written, nor the job handed to the relay) stays with its
     /// consumer, which hands it back to the queue when it stops.
     pub async fn handle(&self, message: Value) -> bool {
+        match self.run_message(message).await {
+            Handled::Done(done) => done,
+            Handled::Ran(ran) => {
+                self.conclude(ran).await;
+                true
+            }
+        }
+    }
+
+    /// Claims and runs the message's job, up to the writing of its
+    /// outcome, which is left to [`Runner::conclude`] (or to
+    /// [`Runner::conclude_in_background`]).
+    pub async fn run_message(&self, message: Value) -> Handled {
         let Some(job_id) = message.get("job_id").and_then(Value::as_str) else {
             warn!(%message, "dropping a queue message without a job_id");
-            return true;
+            return Handled::Done(true);
         };
         let arrived = SystemTime::now();
         // The window between a fetch and its claim.
         shared::failpoints::crash_if_armed("worker::before_claim");
         let claim = match self.claim(job_id).await {
             Taken::Claim(claim) => claim,
-            Taken::Nothing => return true,
-            Taken::Kept => return false,
+            Taken::Nothing => return Handled::Done(true),
+            Taken::Kept => return Handled::Done(false),
         };
         let attempt = AttemptSpan::start(&self.destination, &claim, arrived);
         let started = std::time::Instant::now();
@@ -282,6 +318,23 @@ impl Runner {
             // Counted before the final status commits, so that a client who
             // sees the status also finds the attempt on `/metrics`.
             record_attempt(&claim.kind, outcome, started.elapsed());
+        }
+        Handled::Ran(Box::new(Ran {
+            claim,
+            outcome,
+            attempt,
+        }))
+    }
+
+    /// Writes the outcome of an attempt that ran (nothing for a superseded
+    /// one) and unlists the attempt.
+    pub async fn conclude(&self, ran: Box<Ran>) {
+        let Ran {
+            claim,
+            outcome,
+            attempt,
+        } = *ran;
+        if let Some(outcome) = &outcome {
             let write = info_span!("write result", receipt.job.id = %claim.job_id);
             if let Some(attempt) = &attempt {
                 attempt.adopt(&write);
@@ -295,14 +348,52 @@ impl Runner {
         if let Some(attempt) = attempt {
             attempt.end(outcome.as_ref());
         }
-        // Only this attempt's entry: a later attempt of the same job (after
-        // this one's lease lapsed) may run in this process too, and must stay
-        // listed so a forced shutdown hands it back.
+        // Listed until its outcome is written: a duplicate delivery meanwhile
+        // must not adopt the attempt. Only this attempt's entry: a later
+        // attempt of the same job (after this one's lease lapsed) may run in
+        // this process too, and must stay listed so a forced shutdown hands
+        // it back.
         let mut running = self.lock_running();
         if running.get(&claim.job_id) == Some(&claim.attempt) {
             running.remove(&claim.job_id);
         }
-        true
+    }
+
+    /// [`Runner::conclude`] in a task of its own, then `written`: the slot
+    /// that ran the attempt (freed by `started`, once the task is) takes
+    /// its next message meanwhile, and that message's claim can share the
+    /// outcome's group commit, so a busy slot waits on the database once a
+    /// job instead of twice. At most as many outcomes as the pool has slots
+    /// are written in the background; beyond that, this waits for room.
+    pub async fn conclude_in_background(
+        self: &Arc<Self>,
+        ran: Box<Ran>,
+        started: impl FnOnce(),
+        written: impl FnOnce() + Send + 'static,
+    ) {
+        let Ok(room) = self.concluding_room.clone().acquire_owned().await else {
+            self.conclude(ran).await;
+            return written();
+        };
+        let runner = self.clone();
+        self.concluding.spawn(async move {
+            runner.conclude(ran).await;
+            drop(room);
+            written();
+        });
+        started();
+    }
+
+    /// Waits up to `grace` for the outcomes being written in the
+    /// background; answers whether all were. One still unwritten after it
+    /// keeps its attempt listed, so a shutdown hands the attempt back.
+    pub async fn outcomes_written(&self, grace: Duration) -> bool {
+        self.concluding.close();
+        let written = tokio::time::timeout(grace, self.concluding.wait())
+            .await
+            .is_ok();
+        self.concluding.reopen();
+        written
     }
 
     /// Claims the job's next attempt and lists it as running here; `None`

@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use crate::{
     Error, Result,
     poll::{POLL, PollEvery},
-    runner::Runner,
+    runner::{Handled, Runner},
 };
 
 /// Quick restarts of a failing apalis worker inside one monitor; after
@@ -41,11 +41,35 @@ async fn handle_message(
     let delivery = consumer
         .as_ref()
         .map(|consumer| consumer.delivery(&message));
-    let done = runner.handle(message).await;
-    if let Some(delivery) = &delivery
-        && done
-    {
-        delivery.finished();
+    match runner.run_message(message).await {
+        Handled::Done(done) => {
+            if let Some(delivery) = &delivery
+                && done
+            {
+                delivery.finished();
+            }
+        }
+        // The slot fetches and claims its next message while this outcome
+        // commits; the message is acknowledged once it has.
+        Handled::Ran(ran) => {
+            let delivery = delivery.map(Arc::new);
+            let slot = delivery.clone();
+            runner
+                .conclude_in_background(
+                    ran,
+                    move || {
+                        if let Some(slot) = slot {
+                            slot.free_slot();
+                        }
+                    },
+                    move || {
+                        if let Some(delivery) = delivery {
+                            delivery.finished();
+                        }
+                    },
+                )
+                .await;
+        }
     }
     Ok(())
 }
@@ -165,6 +189,13 @@ impl ApalisWorkers {
             // A channel wakes its reader when a message arrives: no polling.
             Queue::Memory(queue) => run_monitor!(move || queue.storage()),
         };
+        // Outcomes still being written are acknowledged when they are, not
+        // handed back with what the consumer holds.
+        if !self.runner.outcomes_written(self.grace).await {
+            warn!(
+                "outcomes still unwritten after the grace period; their attempts are handed back"
+            );
+        }
         if let Some(consumer) = consumer {
             match consumer.release().await {
                 Ok(0) => {}
