@@ -100,12 +100,10 @@ impl ReportKind for Sleep {
             }
             // A test that must see a job running, however slowly it looks,
             // holds every `sleep` here until the file the point names exists.
-            if let Some(gate) = shared::failpoints::argument("reports::sleep_held_until") {
-                while !std::path::Path::new(&gate).exists() {
-                    ctx.checkpoint()?;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
+            shared::failpoints::hold_until_file_exists("reports::sleep_held_until", || {
+                ctx.checkpoint()
+            })
+            .await?;
             if u64::try_from(ctx.attempt).unwrap_or(0) <= params.fail_times {
                 let message = format!(
                     "failing on purpose: attempt {} of the first {}",

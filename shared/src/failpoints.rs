@@ -33,6 +33,23 @@ pub fn argument(point: &str) -> Option<String> {
     None
 }
 
+/// When the point is armed with a path (`name=return(path)`), holds the
+/// caller until a file exists there: a test sees the process stand at that
+/// step for as long as it needs, and lets it go on when it is ready.
+/// `check` runs at every look, and its error ends the hold.
+pub async fn hold_until_file_exists<E>(
+    point: &str,
+    mut check: impl FnMut() -> Result<(), E>,
+) -> Result<(), E> {
+    if let Some(gate) = argument(point) {
+        while !std::path::Path::new(&gate).exists() {
+            check()?;
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
+
 /// Ends the process at once when the point is armed, as a `SIGKILL` would:
 /// no destructor, no flush, no answer sent.
 pub fn crash_if_armed(point: &str) {

@@ -334,6 +334,11 @@ impl Runner {
             outcome,
             attempt,
         } = *ran;
+        // A test holds an outcome here, to see its slot move on without it.
+        let _ = shared::failpoints::hold_until_file_exists("worker::outcome_held_until", || {
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await;
         if let Some(outcome) = &outcome {
             let write = info_span!("write result", receipt.job.id = %claim.job_id);
             if let Some(attempt) = &attempt {
@@ -388,6 +393,12 @@ impl Runner {
     /// background; answers whether all were. One still unwritten after it
     /// keeps its attempt listed, so a shutdown hands the attempt back.
     pub async fn outcomes_written(&self, grace: Duration) -> bool {
+        if !self.concluding.is_empty() {
+            info!(
+                outcomes = self.concluding.len(),
+                "waiting for the outcomes being written"
+            );
+        }
         self.concluding.close();
         let written = tokio::time::timeout(grace, self.concluding.wait())
             .await

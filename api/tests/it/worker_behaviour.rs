@@ -15,8 +15,8 @@ use sqlx::Row;
 use store::{LeaseCheck, NewJob, NewWebhook, Registration, Store, SuccessWrite, WebhookCaps};
 
 use crate::common::{
-    Announcements, Api, Backend, RUNNER_INFO, StoreOf, TestEnv, assert_announced_once, metrics_url,
-    run_a_later_job, wait, wait_for_stale_attempts,
+    Announcements, Api, Backend, Process, RUNNER_INFO, StoreOf, TestEnv, assert_announced_once,
+    metrics_url, run_a_later_job, wait, wait_for_stale_attempts,
 };
 
 fn id_of(job: &Value) -> String {
@@ -703,6 +703,60 @@ async fn a_job_outlasting_the_shutdown_grace_is_handed_back_and_run_again(backen
     assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
 
+/// A worker whose first outcome is held at a failpoint until `gate` exists.
+fn worker_holding_its_first_outcome(env: &TestEnv, gate: &std::path::Path) -> Process {
+    let held = format!("worker::outcome_held_until=1*return({})", gate.display());
+    env.start_worker(&[
+        ("WORKER_CONCURRENCY", "1"),
+        ("SHUTDOWN_GRACE", "30s"),
+        ("FAILPOINTS", &held),
+        RUNNER_INFO,
+    ])
+}
+
+/// A slot whose attempt has run takes its next job while that attempt's
+/// outcome is still being written (held at a failpoint here).
+async fn a_slot_claims_its_next_job_while_the_last_outcome_is_written(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let gate_folder = tempfile::tempdir().expect("a folder for the gate");
+    let gate = gate_folder.path().join("open");
+    let _worker = worker_holding_its_first_outcome(&env, &gate);
+    let first = id_of(&api.submit("sleep", json!({"ms": 1})).await);
+    api.wait_status(&first, "RUNNING").await;
+    let second = id_of(&api.submit("sleep", json!({"ms": 1})).await);
+    api.wait_status(&second, "RUNNING").await;
+    let held = api.job(&first).await;
+    assert_eq!(held["status"], "RUNNING", "its outcome is held: {held}");
+
+    std::fs::write(&gate, b"").expect("the gate opens");
+    for job_id in [&first, &second] {
+        let done = api.wait_final(job_id).await;
+        assert_eq!(done["status"], "SUCCEEDED", "{done}");
+        assert_eq!(done["attempts"], 1, "{done}");
+    }
+}
+
+/// A stopping worker waits for the outcome it is writing before it exits.
+async fn a_stopping_worker_writes_the_outcome_it_holds_before_it_exits(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let gate_folder = tempfile::tempdir().expect("a folder for the gate");
+    let gate = gate_folder.path().join("open");
+    let mut worker = worker_holding_its_first_outcome(&env, &gate);
+    let job_id = id_of(&api.submit("sleep", json!({"ms": 1})).await);
+    api.wait_status(&job_id, "RUNNING").await;
+
+    worker.signal("-TERM");
+    worker.wait_for_line_containing("waiting for the outcomes being written");
+    std::fs::write(&gate, b"").expect("the gate opens");
+    let status = worker.wait_exit();
+    assert!(status.success(), "exit status {status}");
+    let job = api.job(&job_id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "written before the exit: {job}");
+    assert_eq!(job["attempts"], 1, "{job}");
+}
+
 async fn a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
@@ -1032,5 +1086,7 @@ crate::on_both_backends!(
     a_terminated_worker_finishes_its_running_job_and_exits_cleanly,
     a_job_outlasting_the_shutdown_grace_is_handed_back_and_run_again,
     a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker,
+    a_slot_claims_its_next_job_while_the_last_outcome_is_written,
+    a_stopping_worker_writes_the_outcome_it_holds_before_it_exits,
     a_malformed_queue_message_does_not_stall_the_queue,
 );
