@@ -142,9 +142,16 @@ impl ApalisWorkers {
         // a process that dies stops its heartbeat, so its messages return
         // to the queue.
         let consumer = self.queue.consumer(base.clone(), concurrency);
-        let signal = async move {
-            shutdown.cancelled().await;
-            Ok(())
+        // When the shutdown began: the outcomes' wait below takes what is
+        // left of its grace, so a stopping process keeps to `SHUTDOWN_GRACE`.
+        let stop_began = Arc::new(std::sync::OnceLock::new());
+        let signal = {
+            let stop_began = stop_began.clone();
+            async move {
+                shutdown.cancelled().await;
+                let _ = stop_began.set(tokio::time::Instant::now());
+                Ok(())
+            }
         };
         let handlers_consumer = consumer.clone();
         macro_rules! run_monitor {
@@ -191,7 +198,10 @@ impl ApalisWorkers {
         };
         // Outcomes still being written are acknowledged when they are, not
         // handed back with what the consumer holds.
-        if !self.runner.outcomes_written(self.grace).await {
+        let grace_left = stop_began.get().map_or(self.grace, |began| {
+            self.grace.saturating_sub(began.elapsed())
+        });
+        if !self.runner.outcomes_written(grace_left).await {
             warn!(
                 "outcomes still unwritten after the grace period; their attempts are handed back"
             );

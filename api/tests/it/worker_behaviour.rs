@@ -757,6 +757,49 @@ async fn a_stopping_worker_writes_the_outcome_it_holds_before_it_exits(backend: 
     assert_eq!(job["attempts"], 1, "{job}");
 }
 
+/// Running jobs and outcomes being written share one `SHUTDOWN_GRACE`: a
+/// worker with a job outlasting it and an outcome that cannot be written
+/// exits after the grace, not after twice it, and hands both attempts back.
+async fn running_jobs_and_held_outcomes_share_one_shutdown_grace(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let gate_folder = tempfile::tempdir().expect("a folder for the gate");
+    let never_opened = gate_folder.path().join("never");
+    let held = format!(
+        "worker::outcome_held_until=1*return({})",
+        never_opened.display()
+    );
+    let mut worker = env.start_worker(&[
+        ("WORKER_CONCURRENCY", "2"),
+        ("SHUTDOWN_GRACE", "2s"),
+        ("FAILPOINTS", &held),
+        RUNNER_INFO,
+    ]);
+    let held_outcome = id_of(&api.submit("sleep", json!({"ms": 1})).await);
+    api.wait_status(&held_outcome, "RUNNING").await;
+    let outlasting = id_of(&api.submit("sleep", json!({"ms": 5000})).await);
+    api.wait_status(&outlasting, "RUNNING").await;
+
+    let started = std::time::Instant::now();
+    let status = worker.terminate().expect("the worker exits");
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        took < Duration::from_millis(3500),
+        "exited {took:?} after SIGTERM with a grace of 2 s"
+    );
+    for job_id in [&held_outcome, &outlasting] {
+        let job = api.job(job_id).await;
+        assert_eq!(job["status"], "QUEUED", "handed back: {job}");
+    }
+    let _next = env.start_worker(&[]);
+    for job_id in [&held_outcome, &outlasting] {
+        let done = api.wait_final(job_id).await;
+        assert_eq!(done["status"], "SUCCEEDED", "{done}");
+        assert_eq!(done["attempts"], 1, "{done}");
+    }
+}
+
 async fn a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
@@ -1088,5 +1131,6 @@ crate::on_both_backends!(
     a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker,
     a_slot_claims_its_next_job_while_the_last_outcome_is_written,
     a_stopping_worker_writes_the_outcome_it_holds_before_it_exits,
+    running_jobs_and_held_outcomes_share_one_shutdown_grace,
     a_malformed_queue_message_does_not_stall_the_queue,
 );
