@@ -703,6 +703,23 @@ async fn a_job_outlasting_the_shutdown_grace_is_handed_back_and_run_again(backen
     assert_announced_once(&announced, &api, &[&job_id], "job.succeeded").await;
 }
 
+/// A path where no file is yet, in a folder that lasts as long as the
+/// returned handle: a gate a failpoint holds a step at until it opens.
+fn a_closed_gate() -> (tempfile::TempDir, std::path::PathBuf) {
+    let folder = tempfile::tempdir().expect("a folder for the gate");
+    let gate = folder.path().join("open");
+    (folder, gate)
+}
+
+/// Waits for each job to end, and checks it succeeded at its first attempt.
+async fn each_succeeds_once(api: &Api, job_ids: &[&String]) {
+    for job_id in job_ids {
+        let done = api.wait_final(job_id).await;
+        assert_eq!(done["status"], "SUCCEEDED", "{done}");
+        assert_eq!(done["attempts"], 1, "{done}");
+    }
+}
+
 /// A worker whose first outcome is held at a failpoint until `gate` exists.
 fn worker_holding_its_first_outcome(env: &TestEnv, gate: &std::path::Path) -> Process {
     let held = format!("worker::outcome_held_until=1*return({})", gate.display());
@@ -719,8 +736,7 @@ fn worker_holding_its_first_outcome(env: &TestEnv, gate: &std::path::Path) -> Pr
 async fn a_slot_claims_its_next_job_while_the_last_outcome_is_written(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-    let gate_folder = tempfile::tempdir().expect("a folder for the gate");
-    let gate = gate_folder.path().join("open");
+    let (_gate_folder, gate) = a_closed_gate();
     let _worker = worker_holding_its_first_outcome(&env, &gate);
     let first = id_of(&api.submit("sleep", json!({"ms": 1})).await);
     api.wait_status(&first, "RUNNING").await;
@@ -730,19 +746,14 @@ async fn a_slot_claims_its_next_job_while_the_last_outcome_is_written(backend: B
     assert_eq!(held["status"], "RUNNING", "its outcome is held: {held}");
 
     std::fs::write(&gate, b"").expect("the gate opens");
-    for job_id in [&first, &second] {
-        let done = api.wait_final(job_id).await;
-        assert_eq!(done["status"], "SUCCEEDED", "{done}");
-        assert_eq!(done["attempts"], 1, "{done}");
-    }
+    each_succeeds_once(&api, &[&first, &second]).await;
 }
 
 /// A stopping worker waits for the outcome it is writing before it exits.
 async fn a_stopping_worker_writes_the_outcome_it_holds_before_it_exits(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-    let gate_folder = tempfile::tempdir().expect("a folder for the gate");
-    let gate = gate_folder.path().join("open");
+    let (_gate_folder, gate) = a_closed_gate();
     let mut worker = worker_holding_its_first_outcome(&env, &gate);
     let job_id = id_of(&api.submit("sleep", json!({"ms": 1})).await);
     api.wait_status(&job_id, "RUNNING").await;
@@ -763,8 +774,7 @@ async fn a_stopping_worker_writes_the_outcome_it_holds_before_it_exits(backend: 
 async fn running_jobs_and_held_outcomes_share_one_shutdown_grace(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-    let gate_folder = tempfile::tempdir().expect("a folder for the gate");
-    let never_opened = gate_folder.path().join("never");
+    let (_gate_folder, never_opened) = a_closed_gate();
     let held = format!(
         "worker::outcome_held_until=1*return({})",
         never_opened.display()
@@ -793,11 +803,7 @@ async fn running_jobs_and_held_outcomes_share_one_shutdown_grace(backend: Backen
         assert_eq!(job["status"], "QUEUED", "handed back: {job}");
     }
     let _next = env.start_worker(&[]);
-    for job_id in [&held_outcome, &outlasting] {
-        let done = api.wait_final(job_id).await;
-        assert_eq!(done["status"], "SUCCEEDED", "{done}");
-        assert_eq!(done["attempts"], 1, "{done}");
-    }
+    each_succeeds_once(&api, &[&held_outcome, &outlasting]).await;
 }
 
 async fn a_shutdown_hands_back_an_attempt_that_superseded_one_of_the_same_worker(backend: Backend) {
