@@ -6,9 +6,9 @@
 //!
 //! Each message goes out at once: with Nagle's algorithm on, a message
 //! written in more than one segment waits for the server's delayed
-//! acknowledgement (about 40 ms on Linux) before its last segment goes out,
-//! which put a submit's median latency at 1,000 requests a second near
-//! 90 ms. sqlx leaves the option unset; the patch sets it.
+//! acknowledgement (about 40 ms on Linux) before its last segment goes out.
+//! sqlx leaves the option unset; the patch sets it (its effect on submit
+//! latency is in docs/performance-history.md).
 //!
 //! A pool pings a connection (a round trip) before handing it out and after
 //! it is given back, unless the connection is quiet: nothing waiting to be
