@@ -48,6 +48,12 @@ pub struct Settings {
     #[arg(long, env = "DATABASE_DIRECT_URL", hide_env_values = true)]
     pub database_direct_url: Option<String>,
 
+    /// Connections each process's Postgres pool opens at most (at least 4):
+    /// count them, for every process, against the server's
+    /// `max_connections` (or the pooler's `max_client_conn`).
+    #[arg(long, env = "DATABASE_POOL_SIZE", default_value = "20", value_parser = clap::value_parser!(u32).range(4..=10_000))]
+    pub database_pool_size: u32,
+
     /// Set: the job queue is Redis. Unset: it lives in the database.
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,

@@ -92,6 +92,9 @@ const MIGRATIONS_TABLE: &str = "receipt_migrations";
 /// request is answered 503): every pool of a store waits as long.
 const POOL_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `DATABASE_POOL_SIZE`'s default, for a store opened from a URL alone.
+const DEFAULT_POOL_SIZE: u32 = 20;
+
 /// Connections of [`Store::per_job_pool`]: a process's group commits of
 /// each kind go one at a time (submits; claims and successes, apart or
 /// together), so a few serve them all.
@@ -289,7 +292,9 @@ impl Store {
     async fn open_database(settings: &shared::settings::Settings) -> Result<Self> {
         use shared::settings::DatabasePooler;
         match settings.database_pooler {
-            DatabasePooler::None => Self::connect(&settings.database_url).await,
+            DatabasePooler::None => {
+                Self::connect_to(&settings.database_url, None, settings.database_pool_size).await
+            }
             DatabasePooler::Transaction => {
                 let direct = settings.database_direct_url.as_deref().ok_or_else(|| {
                     Error::Config(
@@ -320,23 +325,24 @@ impl Store {
                     "{}{separator}statement-cache-capacity=0",
                     settings.database_url
                 );
-                Self::connect_to(&url, Some(direct)).await
+                Self::connect_to(&url, Some(direct), settings.database_pool_size).await
             }
         }
     }
 
     /// Opens a pool; for SQLite, creates the file (and its folder) if needed.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_to(url, None).await
+        Self::connect_to(url, None, DEFAULT_POOL_SIZE).await
     }
 
-    async fn connect_to(url: &str, session_url: Option<&str>) -> Result<Self> {
+    /// `pool_size`: the Postgres pool's connections at most.
+    async fn connect_to(url: &str, session_url: Option<&str>, pool_size: u32) -> Result<Self> {
         let mut generic_plans = None;
         let (db, url) = match Dialect::of_url(url)? {
             Dialect::Postgres => {
                 let options = PgConnectOptions::from_str(url)?;
                 let pool = PgPoolOptions::new()
-                    .max_connections(20)
+                    .max_connections(pool_size)
                     .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
                     .connect_with(options.clone())
                     .await?;

@@ -22,7 +22,10 @@ pub const KEY_A: &str = "test-key-tenant-a";
 pub const KEY_B: &str = "test-key-tenant-b";
 
 /// What every process of a test gets unless the test says otherwise: two
-/// tenants, the diagnostic kinds, and quick retries, leases and shutdowns.
+/// tenants, the diagnostic kinds, quick retries, leases and shutdowns, and
+/// small pools (tests run side by side on one Postgres: pools of the
+/// default size, each opened as far as a busy moment takes it, would
+/// together reach its `max_connections`).
 pub fn test_settings() -> Vec<(String, String)> {
     let keys = format!("tenant-a:{KEY_A},tenant-b:{KEY_B}");
     owned(&[
@@ -33,6 +36,7 @@ pub fn test_settings() -> Vec<(String, String)> {
         ("JOB_LEASE", "3s"),
         ("SHUTDOWN_GRACE", "2s"),
         ("WORKER_CONCURRENCY", "4"),
+        ("DATABASE_POOL_SIZE", "4"),
         ("RUST_LOG", "warn"),
     ])
 }

@@ -264,3 +264,77 @@ crate::on_both_backends!(
     webhooks_registered_at_once_stop_exactly_at_their_caps,
     long_polls_beyond_max_long_polls_are_refused,
 );
+
+/// Statements of this test's database waiting for a lock.
+async fn blocked_statements(env: &TestEnv) -> i64 {
+    env.count(
+        "SELECT COUNT(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0",
+    )
+    .await
+}
+
+/// `DATABASE_POOL_SIZE` bounds the connections a process opens: with the
+/// `jobs` table locked, reads beyond the pool wait for a connection and
+/// are answered 503 when none comes, while exactly the pool's connections
+/// wait on the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_opens_no_more_connections_than_its_pool_size() {
+    use sqlx::Connection;
+    const POOL_SIZE: i64 = 4;
+    const READS: usize = 12;
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let pool_size = POOL_SIZE.to_string();
+    let api = api_without_workers(&env, &[("DATABASE_POOL_SIZE", &pool_size)]).await;
+    let job = api.submit("sleep", json!({"ms": 1})).await;
+    let path = format!("/v1/jobs/{}", job["job_id"].as_str().unwrap());
+
+    let mut lock = sqlx::PgConnection::connect(&env.database_url)
+        .await
+        .expect("the test database");
+    sqlx::raw_sql("BEGIN; LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut lock)
+        .await
+        .expect("lock the jobs table");
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..READS {
+        reads.spawn(Api::read(api.request(Method::GET, &path)));
+    }
+    wait::until_true(
+        "the pool's connections waiting on the lock",
+        Duration::from_secs(20),
+        async || blocked_statements(&env).await >= POOL_SIZE,
+    )
+    .await;
+    // The first answer comes when a read has waited its 5 s for a
+    // connection; the pool's own are still held by the lock meanwhile.
+    let first = tokio::time::timeout(Duration::from_secs(30), reads.join_next())
+        .await
+        .expect("a read answered while the table is locked")
+        .expect("a read")
+        .expect("a read task");
+    first.assert_problem(503);
+    assert!(first.header("retry-after").is_some(), "Retry-After");
+    assert_eq!(blocked_statements(&env).await, POOL_SIZE);
+
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut lock)
+        .await
+        .expect("release the lock");
+    let mut answered = vec![first.status];
+    while let Some(read) = reads.join_next().await {
+        answered.push(read.expect("a read task").status);
+    }
+    let ok = answered.iter().filter(|s| **s == StatusCode::OK).count();
+    assert!(
+        answered
+            .iter()
+            .all(|s| *s == StatusCode::OK || *s == StatusCode::SERVICE_UNAVAILABLE),
+        "{answered:?}"
+    );
+    assert!(
+        ok >= 1,
+        "the reads holding connections end once the lock goes: {answered:?}"
+    );
+    assert_eq!(api.get(&path).await.status, StatusCode::OK);
+}
