@@ -209,7 +209,8 @@ impl Store {
 
     /// A worker's claims and successes waiting at one moment: on Postgres
     /// without caps, one statement for both (`claim_and_succeed`), one
-    /// commit where there would be two; elsewhere, or for a list alone, as
+    /// commit where there would be two; on SQLite, one transaction (one
+    /// turn of its writer); with caps on Postgres, or for a list alone, as
     /// [`Store::claim_attempts`] and [`Store::finish_succeeded_each`]. Each
     /// answers as those would. A statement that fails on an error other
     /// than an outage is followed by each list on its own, so that a write
@@ -236,10 +237,34 @@ impl Store {
             };
             (claimed, succeeded)
         };
-        let crate::Db::Postgres(pool) = &self.db else {
+        if job_ids.is_empty() || successes.is_empty() {
             return separately().await;
+        }
+        let crate::Db::Postgres(pool) = &self.db else {
+            return match self
+                .claim_and_succeed_in_one_transaction(
+                    job_ids,
+                    worker_id,
+                    Millis(lease_until),
+                    caps,
+                    successes,
+                )
+                .await
+            {
+                Ok((claimed, succeeded)) => {
+                    (Ok(claimed), Ok(succeeded.into_iter().map(Ok).collect()))
+                }
+                Err(error) if error.is_unavailable() => {
+                    let error = Arc::new(error);
+                    (Err(Error::Batch(error.clone())), Err(Error::Batch(error)))
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "a group commit of claims and successes failed; writing each list alone");
+                    separately().await
+                }
+            };
         };
-        if !caps.is_none() || job_ids.is_empty() || successes.is_empty() {
+        if !caps.is_none() {
             return separately().await;
         }
         let now = Millis(now_ms());
@@ -464,6 +489,30 @@ impl Store {
             .collect())
     }
 
+    /// SQLite: a worker's claims and successes in one turn of the writer
+    /// and one commit, the successes first (a place under a cap that one
+    /// frees is free for the claims).
+    async fn claim_and_succeed_in_one_transaction(
+        &self,
+        job_ids: &[String],
+        worker_id: &str,
+        lease_until: Millis,
+        caps: &Caps,
+        successes: &[SuccessWrite],
+    ) -> Result<(Vec<Option<Claim>>, Vec<bool>)> {
+        let now = Millis(now_ms());
+        let mut tx = self.begin_write().await?;
+        let succeeded = self
+            .succeed_announced_in(&mut tx, &successes.iter().collect::<Vec<_>>(), now)
+            .await?;
+        let rows = on_tx!(tx,
+            conn => postgres::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
+            conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
+        );
+        tx.commit().await?;
+        Ok((in_claim_order(job_ids, rows), succeeded))
+    }
+
     /// [`Store::finish_succeeded`] in one transaction that also writes the
     /// events of the webhooks that match; answers in input order.
     async fn finish_succeeded_announced(
@@ -474,8 +523,20 @@ impl Store {
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
-        let successes = successes_of(attempts.iter().copied());
         let mut tx = self.begin_write().await?;
+        let applied = self.succeed_announced_in(&mut tx, attempts, now).await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    /// The writes of [`Store::finish_succeeded_announced`] inside `tx`.
+    async fn succeed_announced_in(
+        &self,
+        tx: &mut crate::WriteTx,
+        attempts: &[&SuccessWrite],
+        now: Millis,
+    ) -> Result<Vec<bool>> {
+        let successes = successes_of(attempts.iter().copied());
         // Keyed by attempt too: a stale attempt of a job may end in the
         // same batch as the current one. On Postgres the statement also
         // sends the batch's NOTIFY.
@@ -503,9 +564,8 @@ impl Store {
                     .find(|write| write.job_id == job_id && applies(write))
                     .and_then(|write| write.traceparent.as_deref())
             };
-            self.create_events(&mut tx, &finished, traceparent).await?;
+            self.create_events(tx, &finished, traceparent).await?;
         }
-        tx.commit().await?;
         Ok(attempts.iter().copied().map(applies).collect())
     }
 

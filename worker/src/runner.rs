@@ -84,7 +84,8 @@ const MAX_BATCH: usize = 64;
 
 /// The group commits of a pool's claims and successes.
 enum SlotWrites {
-    /// Each kind in batches of its own (SQLite, or claims under caps).
+    /// Each kind in batches of its own (Postgres under caps, or with the
+    /// database queue).
     Apart {
         claims: Batcher<String, Option<Claim>>,
         /// Each success answers on its own: one write the database
@@ -92,8 +93,10 @@ enum SlotWrites {
         successes: Batcher<SuccessWrite, store::Result<bool>>,
     },
     /// Both kinds in one batch, written by one statement (Postgres
-    /// without caps, the Redis queue): one slot's success and another's
-    /// claim waiting at one moment commit once. Not on the database queue,
+    /// without caps, the Redis queue) or one transaction (SQLite, whose
+    /// one writer would otherwise take a turn for each): one slot's
+    /// success and another's claim waiting at one moment commit once.
+    /// Not on the database queue,
     /// whose fetches are statements of the same database: there a slot
     /// waits on Postgres three times a job, and one stream of writes for
     /// both kinds kept slots waiting longer than the commits it saved.
@@ -114,8 +117,10 @@ impl SlotWrites {
     /// Must be called inside the tokio runtime (it spawns the batchers).
     fn spawn(store: &Store, settings: &Settings, worker_id: &str) -> Self {
         let (lease, caps) = (settings.job_lease, settings.caps());
-        let together =
-            store.dialect() == Dialect::Postgres && caps.is_none() && settings.redis_url.is_some();
+        let together = match store.dialect() {
+            Dialect::Postgres => caps.is_none() && settings.redis_url.is_some(),
+            Dialect::Sqlite => true,
+        };
         let write = {
             let (store, worker_id, caps) = (store.clone(), worker_id.to_owned(), Arc::new(caps));
             move |job_ids: Vec<String>, successes: Vec<SuccessWrite>| {

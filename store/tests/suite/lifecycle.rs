@@ -9,7 +9,12 @@ use shared::{
 };
 use store::{LeaseCheck, NewJob, StoredResult, SuccessWrite};
 
-use crate::{harness::TestDb, on_both_databases, rows::scalar, webhooks::registered};
+use crate::{
+    harness::TestDb,
+    on_both_databases,
+    rows::{execute, scalar},
+    webhooks::registered,
+};
 
 on_both_databases!(
     a_claimed_job_succeeds_once_with_its_result,
@@ -287,7 +292,8 @@ fn document(job_id: &str, attempt: i64, body: &str) -> SuccessWrite {
 }
 
 /// What a worker's claims and successes waiting at one moment get, in one
-/// statement on Postgres and apart on SQLite: each write its own answer.
+/// statement on Postgres and one transaction on SQLite: each write its
+/// own answer.
 async fn claims_and_successes_written_together_answer_each_write(db: &TestDb) {
     let running = db.store.submit_job(&new_job("acme")).await.unwrap();
     claim(db, &running.job_id, "w1").await.unwrap();
@@ -359,11 +365,29 @@ async fn claims_and_successes_written_together_answer_each_write(db: &TestDb) {
     );
 }
 
-/// One success the database refuses, in the statement that also claims:
-/// the claims and the other successes are written all the same.
+/// One success the database refuses, in the statement (Postgres) or the
+/// transaction (SQLite) that also claims: the claims and the other
+/// successes are written all the same.
 #[tokio::test]
 async fn a_write_the_database_refuses_fails_nothing_written_beside_it() {
-    let db = TestDb::postgres().await;
+    a_refused_write_fails_nothing_beside_it(TestDb::postgres().await, "not JSON").await;
+}
+
+#[tokio::test]
+async fn a_write_sqlite_refuses_fails_nothing_written_beside_it() {
+    let db = TestDb::sqlite().await;
+    // SQLite stores any text as a result: a trigger of the test's refuses
+    // this one.
+    execute(
+        &db,
+        "CREATE TRIGGER refuse_a_result BEFORE INSERT ON job_results
+         WHEN NEW.body = 'refused' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .await;
+    a_refused_write_fails_nothing_beside_it(db, "refused").await;
+}
+
+async fn a_refused_write_fails_nothing_beside_it(db: TestDb, refused: &str) {
     let good = db.store.submit_job(&new_job("acme")).await.unwrap();
     claim(&db, &good.job_id, "w1").await.unwrap();
     let bad = db.store.submit_job(&new_job("acme")).await.unwrap();
@@ -379,7 +403,7 @@ async fn a_write_the_database_refuses_fails_nothing_written_beside_it() {
             &Default::default(),
             &[
                 document(&good.job_id, 1, "{}"),
-                document(&bad.job_id, 1, "not JSON"),
+                document(&bad.job_id, 1, refused),
             ],
         )
         .await;
