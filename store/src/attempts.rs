@@ -237,6 +237,16 @@ impl Store {
             };
             (claimed, succeeded)
         };
+        // An outage fails every write; anything else, only what the
+        // database refuses when each list is written on its own.
+        let after_failure = async |error: Error| {
+            if error.is_unavailable() {
+                let error = Arc::new(error);
+                return (Err(Error::Batch(error.clone())), Err(Error::Batch(error)));
+            }
+            tracing::warn!(%error, "a group commit of claims and successes failed; writing each list alone");
+            separately().await
+        };
         if job_ids.is_empty() || successes.is_empty() {
             return separately().await;
         }
@@ -254,14 +264,7 @@ impl Store {
                 Ok((claimed, succeeded)) => {
                     (Ok(claimed), Ok(succeeded.into_iter().map(Ok).collect()))
                 }
-                Err(error) if error.is_unavailable() => {
-                    let error = Arc::new(error);
-                    (Err(Error::Batch(error.clone())), Err(Error::Batch(error)))
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "a group commit of claims and successes failed; writing each list alone");
-                    separately().await
-                }
+                Err(error) => after_failure(error).await,
             };
         };
         if !caps.is_none() {
@@ -284,14 +287,7 @@ impl Store {
         .map_err(Error::from)
         {
             Ok(writes) => writes,
-            Err(error) if error.is_unavailable() => {
-                let error = Arc::new(error);
-                return (Err(Error::Batch(error.clone())), Err(Error::Batch(error)));
-            }
-            Err(error) => {
-                tracing::warn!(%error, "a group commit of claims and successes failed; writing each list alone");
-                return separately().await;
-            }
+            Err(error) => return after_failure(error).await,
         };
         let ended: HashSet<(String, i64)> = writes.ended.into_iter().collect();
         let ends = |write: &SuccessWrite| ended.contains(&(write.job_id.clone(), write.attempt));
