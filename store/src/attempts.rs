@@ -196,10 +196,7 @@ impl Store {
             }
             crate::Db::Sqlite(_) => {
                 let mut tx = self.begin_write().await?;
-                let rows = on_tx!(tx,
-                    conn => postgres::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
-                    conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
-                );
+                let rows = claim_in(&mut tx, job_ids, now, lease_until, worker_id, caps).await?;
                 tx.commit().await?;
                 rows
             }
@@ -212,9 +209,9 @@ impl Store {
     /// commit where there would be two; on SQLite, one transaction (one
     /// turn of its writer); with caps on Postgres, or for a list alone, as
     /// [`Store::claim_attempts`] and [`Store::finish_succeeded_each`]. Each
-    /// answers as those would. A statement that fails on an error other
-    /// than an outage is followed by each list on its own, so that a write
-    /// the database refuses fails nothing else.
+    /// answers as those would. A statement or transaction that fails on an
+    /// error other than an outage is followed by each list on its own, so
+    /// that a write the database refuses fails nothing else.
     pub async fn claim_and_finish_succeeded(
         &self,
         job_ids: &[String],
@@ -501,10 +498,7 @@ impl Store {
         let succeeded = self
             .succeed_announced_in(&mut tx, &successes.iter().collect::<Vec<_>>(), now)
             .await?;
-        let rows = on_tx!(tx,
-            conn => postgres::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
-            conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
-        );
+        let rows = claim_in(&mut tx, job_ids, now, lease_until, worker_id, caps).await?;
         tx.commit().await?;
         Ok((in_claim_order(job_ids, rows), succeeded))
     }
@@ -746,6 +740,21 @@ impl Store {
 
 /// The claims of `rows` in the order of `job_ids`, `None` where a job was
 /// not claimed; a job named twice is claimed by its first place.
+/// The claims of [`Store::claim_attempts`] inside `tx`.
+async fn claim_in(
+    tx: &mut crate::WriteTx,
+    job_ids: &[String],
+    now: Millis,
+    lease_until: Millis,
+    worker_id: &str,
+    caps: &Caps,
+) -> Result<Vec<ClaimRow>> {
+    Ok(on_tx!(tx,
+        conn => postgres::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
+        conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
+    ))
+}
+
 fn in_claim_order(job_ids: &[String], rows: Vec<ClaimRow>) -> Vec<Option<Claim>> {
     let mut claims: HashMap<String, Claim> = rows
         .into_iter()

@@ -95,11 +95,11 @@ enum SlotWrites {
     /// Both kinds in one batch, written by one statement (Postgres
     /// without caps, the Redis queue) or one transaction (SQLite, whose
     /// one writer would otherwise take a turn for each): one slot's
-    /// success and another's claim waiting at one moment commit once.
-    /// Not on the database queue,
-    /// whose fetches are statements of the same database: there a slot
-    /// waits on Postgres three times a job, and one stream of writes for
-    /// both kinds kept slots waiting longer than the commits it saved.
+    /// success and another's claim waiting at one moment commit once. Not
+    /// on the database queue, whose fetches are statements of the same
+    /// database: there a slot waits on Postgres three times a job, and one
+    /// stream of writes for both kinds kept slots waiting longer than the
+    /// commits it saved.
     Together(Batcher<SlotWrite, SlotAnswer>),
 }
 
