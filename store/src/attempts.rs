@@ -173,8 +173,8 @@ impl Store {
     ///
     /// Under `caps`, a job whose tenant (or tenant and kind) already runs
     /// its cap is not claimed but parked: it stays QUEUED, out of the
-    /// queue, until a job of its tenant stops running (`jobs_wake_parked`)
-    /// or [`Store::wake_parked`] finds room for it.
+    /// queue, until a job of its tenant stops running (the wake trigger
+    /// on `jobs`) or [`Store::wake_parked`] finds room for it.
     pub async fn claim_attempts(
         &self,
         job_ids: &[String],

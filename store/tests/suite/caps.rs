@@ -5,17 +5,18 @@
 use serde_json::json;
 use shared::{
     ids::new_job_id,
-    model::{AttemptOutcome, Cap, JobErrorObject, Priority, WaitReason},
+    model::{AttemptOutcome, Cap, JobErrorObject, Priority, ResultBody, WaitReason},
     settings::Caps,
     time::now_ms,
 };
-use store::{Claim, NewJob, QueuedJob, Submission};
+use store::{Claim, NewJob, QueuedJob, Submission, SuccessWrite};
 
 use crate::{harness::TestDb, on_both_databases};
 
 on_both_databases!(
     jobs_over_the_tenant_cap_are_parked_in_rank_order_and_woken_one_by_one,
     the_cap_of_a_kind_parks_only_that_kind,
+    ends_written_together_wake_one_parked_job_each,
 );
 
 fn job(tenant: &str, kind: &str, priority: Priority) -> Submission {
@@ -183,4 +184,89 @@ async fn the_cap_of_a_kind_parks_only_that_kind(db: &TestDb) {
     // A cap removed: the waker wakes what it parked.
     assert_eq!(db.store.wake_parked(&Caps::default()).await.unwrap(), 1);
     assert_eq!(publish_due(db).await, ids(&[&s2]));
+}
+
+/// Successes written in one statement (a worker's group commit) wake one
+/// parked job per job they end, at the tenant's cap and at the kind's, in
+/// rank order: as many as if each had ended alone, and no more.
+async fn ends_written_together_wake_one_parked_job_each(db: &TestDb) {
+    let running: Vec<Submission> = (0..3)
+        .map(|_| job("acme", "sleep", Priority::Normal))
+        .collect();
+    let parked: Vec<Submission> = (0..4)
+        .map(|_| job("acme", "sleep", Priority::Normal))
+        .collect();
+    let report_running = job("acme", "report", Priority::Normal);
+    let reports_parked = [
+        job("acme", "report", Priority::Normal),
+        job("acme", "report", Priority::Normal),
+    ];
+    let all: Vec<&Submission> = running
+        .iter()
+        .chain(&parked)
+        .chain([&report_running])
+        .chain(&reports_parked)
+        .collect();
+    db.store
+        .submit_batch(
+            &all.iter().map(|s| (*s).clone()).collect::<Vec<_>>(),
+            store::Publishing::Relay,
+        )
+        .await
+        .unwrap();
+    let tenant_cap = Caps {
+        per_tenant: 3,
+        per_kind: Vec::new(),
+    };
+    let sleeps: Vec<&Submission> = running.iter().chain(&parked).collect();
+    let claimed: Vec<bool> = claim(db, &sleeps, &tenant_cap)
+        .await
+        .iter()
+        .map(Option::is_some)
+        .collect();
+    assert_eq!(claimed, [true, true, true, false, false, false, false]);
+    let kind_cap = Caps {
+        per_tenant: 0,
+        per_kind: vec![("report".into(), 1)],
+    };
+    let reports: Vec<&Submission> = [&report_running]
+        .into_iter()
+        .chain(&reports_parked)
+        .collect();
+    let claimed: Vec<bool> = claim(db, &reports, &kind_cap)
+        .await
+        .iter()
+        .map(Option::is_some)
+        .collect();
+    assert_eq!(claimed, [true, false, false]);
+    assert_eq!(publish_due(db).await, Vec::<String>::new());
+
+    // Two sleeps and the report end in one write: acme's two ends of sleep
+    // and one of report wake three jobs at the tenant's cap (the first
+    // three parked sleeps), and the report's end the first parked report.
+    let ends: Vec<SuccessWrite> = [&running[0], &running[1], &report_running]
+        .iter()
+        .map(|s| SuccessWrite::new(s.job.job_id.clone(), 1, ResultBody::Document("{}".into())))
+        .collect();
+    assert_eq!(
+        db.store.finish_succeeded(&ends).await.unwrap(),
+        [true, true, true]
+    );
+    let mut woken = publish_due(db).await;
+    woken.sort();
+    let mut expected = ids(&[&parked[0], &parked[1], &parked[2], &reports_parked[0]]);
+    expected.sort();
+    assert_eq!(
+        woken, expected,
+        "one parked job woken per job ended, in rank order"
+    );
+    for still in [&parked[3], &reports_parked[1]] {
+        let job = db
+            .store
+            .get_job("acme", &still.job.job_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(job.capped.is_some(), "{} stays parked", job.job_id);
+    }
 }
