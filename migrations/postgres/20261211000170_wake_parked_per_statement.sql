@@ -1,40 +1,19 @@
 -- A job's end wakes jobs parked at a cap once per statement instead of
 -- once per row. The row trigger ran a function for every job that left
 -- RUNNING, each call probing the parked jobs' indexes, which are empty
--- unless a cap is reached. The job counters' UPDATE trigger now does both
--- in one call per statement: it counts as before, then looks whether any
+-- unless a cap is reached. The statement trigger looks once whether any
 -- job is parked at all (one probe of each parked index), and only then,
 -- for each tenant and kind whose jobs ended, wakes as many jobs parked at
 -- the tenant's cap and at the kind's cap as ended there, in rank order:
--- what the row trigger woke, one job per end.
+-- what the row trigger woke, one job per end. It shares the transition
+-- tables the job counters' UPDATE trigger already keeps.
 DROP TRIGGER jobs_wake_parked ON jobs;
 DROP FUNCTION wake_parked();
-DROP TRIGGER job_counts_update ON jobs;
 
-CREATE FUNCTION jobs_updated_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION wake_parked_statement() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     ended RECORD;
 BEGIN
-    INSERT INTO job_count_deltas (tenant_id, kind, status, minute, delta)
-    SELECT tenant_id, kind, status, minute, sum(delta)
-    FROM (
-        SELECT side.tenant_id, side.kind, side.status,
-               CASE WHEN side.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-                    THEN date_trunc('minute', side.finished_at) END AS minute,
-               side.delta
-        FROM old_rows o JOIN new_rows n ON n.job_id = o.job_id
-        CROSS JOIN LATERAL (
-            VALUES (o.tenant_id, o.kind, o.status, o.finished_at, -1),
-                   (n.tenant_id, n.kind, n.status, n.finished_at, 1)
-        ) AS side (tenant_id, kind, status, finished_at, delta)
-        WHERE o.status IS DISTINCT FROM n.status
-           OR o.finished_at IS DISTINCT FROM n.finished_at
-           OR o.tenant_id IS DISTINCT FROM n.tenant_id
-           OR o.kind IS DISTINCT FROM n.kind
-    ) AS changed
-    GROUP BY 1, 2, 3, 4
-    HAVING sum(delta) <> 0;
-
     IF NOT EXISTS (SELECT 1 FROM jobs p WHERE p.capped = 'tenant' AND p.status = 'QUEUED')
        AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.capped = 'kind' AND p.status = 'QUEUED') THEN
         RETURN NULL;
@@ -75,6 +54,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER jobs_updated AFTER UPDATE ON jobs
+CREATE TRIGGER jobs_wake_parked AFTER UPDATE ON jobs
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION jobs_updated_statement();
+    FOR EACH STATEMENT EXECUTE FUNCTION wake_parked_statement();
