@@ -31,16 +31,8 @@ BEGIN
                 SELECT p.job_id FROM jobs p
                 WHERE p.tenant_id = ended.tenant_id AND p.capped = 'tenant'
                   AND p.status = 'QUEUED'
-                ORDER BY p.rank_at, p.job_id LIMIT ended.n FOR UPDATE SKIP LOCKED))
-            RETURNING job_id, rank_at
-        )
-        INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
-        SELECT job_id, to_timestamp(0), rank_at, 0 FROM woken
-        ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0;
-
-        WITH woken AS (
-            UPDATE jobs SET capped = NULL
-            WHERE job_id = ANY (ARRAY(
+                ORDER BY p.rank_at, p.job_id LIMIT ended.n FOR UPDATE SKIP LOCKED
+            ) || ARRAY(
                 SELECT p.job_id FROM jobs p
                 WHERE p.tenant_id = ended.tenant_id AND p.kind = ended.kind
                   AND p.capped = 'kind' AND p.status = 'QUEUED'

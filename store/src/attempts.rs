@@ -738,8 +738,6 @@ impl Store {
     }
 }
 
-/// The claims of `rows` in the order of `job_ids`, `None` where a job was
-/// not claimed; a job named twice is claimed by its first place.
 /// The claims of [`Store::claim_attempts`] inside `tx`.
 async fn claim_in(
     tx: &mut crate::WriteTx,
@@ -755,6 +753,8 @@ async fn claim_in(
     ))
 }
 
+/// The claims of `rows` in the order of `job_ids`, `None` where a job was
+/// not claimed; a job named twice is claimed by its first place.
 fn in_claim_order(job_ids: &[String], rows: Vec<ClaimRow>) -> Vec<Option<Claim>> {
     let mut claims: HashMap<String, Claim> = rows
         .into_iter()

@@ -55,6 +55,15 @@ async fn claim(db: &TestDb, jobs: &[&Submission], caps: &Caps) -> Vec<Option<Cla
         .unwrap()
 }
 
+/// Which of `jobs` the claim started.
+async fn claimed(db: &TestDb, jobs: &[&Submission], caps: &Caps) -> Vec<bool> {
+    claim(db, jobs, caps)
+        .await
+        .iter()
+        .map(Option::is_some)
+        .collect()
+}
+
 async fn fail(db: &TestDb, claim: &Claim) {
     let failed = AttemptOutcome::Failed {
         error: JobErrorObject {
@@ -167,12 +176,7 @@ async fn the_cap_of_a_kind_parks_only_that_kind(db: &TestDb) {
         per_tenant: 0,
         per_kind: vec![("sleep".into(), 1)],
     };
-    let claimed: Vec<bool> = claim(db, &all, &caps)
-        .await
-        .iter()
-        .map(Option::is_some)
-        .collect();
-    assert_eq!(claimed, [true, false, true]);
+    assert_eq!(claimed(db, &all, &caps).await, [true, false, true]);
     let parked = db
         .store
         .get_job("acme", &s2.job.job_id)
@@ -219,12 +223,10 @@ async fn ends_written_together_wake_one_parked_job_each(db: &TestDb) {
         per_kind: Vec::new(),
     };
     let sleeps: Vec<&Submission> = running.iter().chain(&parked).collect();
-    let claimed: Vec<bool> = claim(db, &sleeps, &tenant_cap)
-        .await
-        .iter()
-        .map(Option::is_some)
-        .collect();
-    assert_eq!(claimed, [true, true, true, false, false, false, false]);
+    assert_eq!(
+        claimed(db, &sleeps, &tenant_cap).await,
+        [true, true, true, false, false, false, false]
+    );
     let kind_cap = Caps {
         per_tenant: 0,
         per_kind: vec![("report".into(), 1)],
@@ -233,12 +235,7 @@ async fn ends_written_together_wake_one_parked_job_each(db: &TestDb) {
         .into_iter()
         .chain(&reports_parked)
         .collect();
-    let claimed: Vec<bool> = claim(db, &reports, &kind_cap)
-        .await
-        .iter()
-        .map(Option::is_some)
-        .collect();
-    assert_eq!(claimed, [true, false, false]);
+    assert_eq!(claimed(db, &reports, &kind_cap).await, [true, false, false]);
     assert_eq!(publish_due(db).await, Vec::<String>::new());
 
     // Two sleeps and the report end in one write: acme's two ends of sleep
