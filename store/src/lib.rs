@@ -428,22 +428,38 @@ impl Store {
         &self.session_url
     }
 
+    /// Applies the migrations not yet applied. Migrations are numbered by
+    /// the day they were written and only grow
+    /// (`store/tests/migration_versions.rs`); those once numbered by later
+    /// days were renumbered, and a database that applied them under their
+    /// old numbers has its record moved to the new ones first, so the
+    /// migrator finds them applied.
     pub async fn migrate(&self) -> Result<()> {
         match &self.db {
             Db::Postgres(pool) => {
                 let migrator = migrator(Dialect::Postgres);
                 if self.session_url == self.url {
+                    postgres::carry_renamed_migrations(&mut *pool.acquire().await?).await?;
                     migrator.run(pool).await?;
                 } else {
                     // The migrator's lock is a session's advisory lock: taken
                     // and released on one connection to Postgres itself.
                     let mut conn = PgConnection::connect(&self.session_url).await?;
-                    let outcome = migrator.run(&mut conn).await;
+                    let mut outcome = postgres::carry_renamed_migrations(&mut conn)
+                        .await
+                        .map(drop)
+                        .map_err(Error::from);
+                    if outcome.is_ok() {
+                        outcome = migrator.run(&mut conn).await.map_err(Error::from);
+                    }
                     let _ = conn.close().await;
                     outcome?;
                 }
             }
-            Db::Sqlite(db) => migrator(Dialect::Sqlite).run(&db.pool).await?,
+            Db::Sqlite(db) => {
+                sqlite::carry_renamed_migrations(&mut *db.pool.acquire().await?).await?;
+                migrator(Dialect::Sqlite).run(&db.pool).await?;
+            }
         }
         Ok(())
     }

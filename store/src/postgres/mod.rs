@@ -37,3 +37,22 @@ pub(crate) async fn notify_finished(
         .await?;
     Ok(())
 }
+
+/// Moves the versions of applied migrations that were renamed to their
+/// present names (see `Store::migrate`); nothing when none was applied.
+pub(crate) async fn carry_renamed_migrations(conn: &mut PgConnection) -> sqlx::Result<u64> {
+    let applied: bool =
+        sqlx::query_scalar(sql!("SELECT to_regclass('receipt_migrations') IS NOT NULL"))
+            .fetch_one(&mut *conn)
+            .await?;
+    if !applied {
+        return Ok(0);
+    }
+    let moved = sqlx::query(sql!(
+        "UPDATE receipt_migrations SET version = 20261205000000 + version % 1000000 \
+         WHERE version BETWEEN 20261206000000 AND 20261211999999"
+    ))
+    .execute(conn)
+    .await?;
+    Ok(moved.rows_affected())
+}

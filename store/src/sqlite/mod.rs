@@ -32,3 +32,26 @@ pub(crate) mod gauges;
 pub(crate) mod keys;
 pub(crate) mod retention;
 pub(crate) mod webhooks;
+
+/// Moves the versions of applied migrations that were renamed to their
+/// present names (see `Store::migrate`); nothing when none was applied.
+pub(crate) async fn carry_renamed_migrations(
+    conn: &mut sqlx::SqliteConnection,
+) -> sqlx::Result<u64> {
+    let applied: bool = sqlx::query_scalar(sql!(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master \
+         WHERE type = 'table' AND name = 'receipt_migrations')"
+    ))
+    .fetch_one(&mut *conn)
+    .await?;
+    if !applied {
+        return Ok(0);
+    }
+    let moved = sqlx::query(sql!(
+        "UPDATE receipt_migrations SET version = 20261205000000 + version % 1000000 \
+         WHERE version BETWEEN 20261206000000 AND 20261211999999"
+    ))
+    .execute(conn)
+    .await?;
+    Ok(moved.rows_affected())
+}

@@ -47,6 +47,61 @@ impl TestDb {
         }
     }
 
+    /// Runs statements on the database past the store, as another
+    /// program (or an earlier release) would.
+    pub async fn execute_past_the_store(&self, statements: &str) {
+        let statements = sqlx::AssertSqlSafe(statements.to_owned());
+        if let Some(name) = &self.postgres_name {
+            let mut conn =
+                PgConnection::connect(&format!("postgres://postgres@127.0.0.1:5432/{name}"))
+                    .await
+                    .expect("connect");
+            conn.execute(statements).await.expect("the statements");
+            let _ = conn.close().await;
+        } else {
+            let dir = self._dir.as_ref().expect("a SQLite test has its folder");
+            let mut conn = sqlx::SqliteConnection::connect(&format!(
+                "sqlite://{}/jobs.db",
+                dir.path().display()
+            ))
+            .await
+            .expect("open");
+            conn.execute(statements).await.expect("the statements");
+            let _ = conn.close().await;
+        }
+    }
+
+    /// A count read past the store.
+    pub async fn count_past_the_store(&self, query: &str) -> i64 {
+        let query = sqlx::AssertSqlSafe(query.to_owned());
+        if let Some(name) = &self.postgres_name {
+            let mut conn =
+                PgConnection::connect(&format!("postgres://postgres@127.0.0.1:5432/{name}"))
+                    .await
+                    .expect("connect");
+            let count = sqlx::query_scalar(query)
+                .fetch_one(&mut conn)
+                .await
+                .expect("the count");
+            let _ = conn.close().await;
+            count
+        } else {
+            let dir = self._dir.as_ref().expect("a SQLite test has its folder");
+            let mut conn = sqlx::SqliteConnection::connect(&format!(
+                "sqlite://{}/jobs.db",
+                dir.path().display()
+            ))
+            .await
+            .expect("open");
+            let count = sqlx::query_scalar(query)
+                .fetch_one(&mut conn)
+                .await
+                .expect("the count");
+            let _ = conn.close().await;
+            count
+        }
+    }
+
     /// Closes the store and drops its database.
     pub async fn finish(self) {
         self.store.close().await;

@@ -12,6 +12,7 @@ mod jobs;
 mod keys;
 mod ledger;
 mod lifecycle;
+mod migrations;
 mod outbox;
 mod periods;
 mod retention;
