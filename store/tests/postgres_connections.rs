@@ -1,5 +1,4 @@
-//! What the patched `sqlx-core` and `sqlx-postgres` in `vendor/` change in
-//! Receipt's Postgres connections (see `vendor/PATCHES.md`).
+//! What Receipt's Postgres connections promise, as sqlx makes them.
 //!
 //! Connections speak TLS when the server offers it (`sslmode=prefer`, the
 //! default) and insist on it when told (`sslmode=require`).
@@ -7,28 +6,22 @@
 //! Each message goes out at once: with Nagle's algorithm on, a message
 //! written in more than one segment waits for the server's delayed
 //! acknowledgement (about 40 ms on Linux) before its last segment goes out.
-//! sqlx leaves the option unset; the patch sets it (its effect on submit
-//! latency is in docs/performance-history.md).
+//! sqlx sets `TCP_NODELAY` on its sockets.
 //!
 //! A pool pings a connection (a round trip) before handing it out and after
-//! it is given back, unless the connection is quiet: nothing waiting to be
-//! sent or read, no transaction open, its socket not closed. A connection
-//! whose backend has ended is never quiet, so the ping still finds it dead
-//! and the pool closes it.
+//! it is given back (sqlx's defaults, which the store keeps): a connection
+//! whose backend has ended, while out of the pool or idle in it, fails its
+//! ping and the pool closes it rather than hand it out.
 
 #![allow(unsafe_code)]
 
-use std::{
-    net::TcpStream,
-    os::fd::BorrowedFd,
-    time::{Duration, Instant},
-};
+use std::{net::TcpStream, os::fd::BorrowedFd};
 
 use sqlx::{Connection, PgConnection, PgPool, postgres::PgPoolOptions};
 
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// The same server over TLS, when it offers it (sqlx prefers it), and
-/// without: the quiet check reads each kind of socket its own way.
+/// without.
 const POSTGRES_EACH_WAY: [&str; 2] = [
     POSTGRES,
     "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
@@ -99,47 +92,6 @@ async fn speaks_tls(conn: &mut PgConnection) -> bool {
         .fetch_one(conn)
         .await
         .expect("pg_stat_ssl")
-}
-
-#[tokio::test]
-async fn a_connection_is_quiet_only_between_exchanges_with_a_live_backend() {
-    for url in POSTGRES_EACH_WAY {
-        quiet_only_between_exchanges_with_a_live_backend(url).await;
-    }
-}
-
-async fn quiet_only_between_exchanges_with_a_live_backend(url: &str) {
-    let mut conn = PgConnection::connect(url)
-        .await
-        .expect("Postgres on 127.0.0.1:5432");
-    let pid = backend_pid(&mut conn).await.expect("pid");
-    let tls = speaks_tls(&mut conn).await;
-    assert_eq!(tls, !url.contains("sslmode=disable"), "{url}: TLS is {tls}");
-    assert!(conn.is_quiet(), "idle after a statement");
-
-    let mut tx = conn.begin().await.expect("begin");
-    assert!(!tx.is_quiet(), "a transaction is open");
-    drop(tx);
-    assert!(
-        !conn.is_quiet(),
-        "a dropped transaction's rollback waits to be sent"
-    );
-    conn.ping().await.expect("ping sends the rollback");
-    assert!(conn.is_quiet(), "idle after the rollback");
-
-    terminate_backend(pid).await;
-    // The backend's last message and the socket's end reach this side
-    // after the backend is gone: wait for them.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while conn.is_quiet() {
-        assert!(
-            Instant::now() < deadline,
-            "a connection whose backend ended still looks quiet"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(!conn.is_quiet(), "stays not quiet once the end was seen");
-    assert!(conn.ping().await.is_err(), "the ping finds it dead");
 }
 
 #[tokio::test]

@@ -146,6 +146,31 @@ impl PgConnection {
             TransactionStatus::Error | TransactionStatus::Idle => false,
         }
     }
+
+    pub(crate) async fn invalidate_cached_statement(
+        &mut self,
+        sql: &str,
+        backend: bool,
+    ) -> Result<(), Error> {
+        self.wait_until_ready().await?;
+
+        let Some((statement_id, _)) = self.inner.cache_statement.remove(sql) else {
+            return Ok(());
+        };
+
+        if backend {
+            self.inner
+                .stream
+                .write_msg(Close::Statement(statement_id))?;
+            self.write_sync();
+            self.inner.stream.flush().await?;
+
+            self.wait_for_close_complete(1).await?;
+            self.recv_ready_for_query().await?;
+        }
+
+        Ok(())
+    }
 }
 
 impl Debug for PgConnection {
@@ -242,17 +267,6 @@ impl Connection for PgConnection {
     #[doc(hidden)]
     fn should_flush(&self) -> bool {
         !self.inner.stream.write_buffer().is_empty()
-    }
-
-    #[doc(hidden)]
-    fn is_quiet(&mut self) -> bool {
-        // A backend that ends a connection (terminated, shut down) sends an
-        // `ErrorResponse` and closes its socket: that shows here as bytes
-        // to read or as the socket's end, and the pool pings, which fails.
-        self.inner.pending_ready_for_query_count == 0
-            && matches!(self.inner.transaction_status, TransactionStatus::Idle)
-            && !self.should_flush()
-            && self.inner.stream.is_quiet()
     }
 }
 
