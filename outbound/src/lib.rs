@@ -6,6 +6,7 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    sync::{Arc, OnceLock},
     time::Duration,
 };
 
@@ -163,19 +164,42 @@ where
         Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(IpAddr::V4(ip), port)],
         Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(IpAddr::V6(ip), port)],
         Some(url::Host::Domain(domain)) => {
-            match tokio::time::timeout(timeout, lookup(domain.to_owned(), port)).await {
-                Ok(Ok(addrs)) => addrs,
-                Ok(Err(e)) => return Err(format!("host {domain:?} does not resolve: {e}")),
-                Err(_) => {
-                    return Err(format!(
-                        "host {domain:?} did not resolve within {}s",
-                        timeout.as_secs_f64()
-                    ));
-                }
-            }
+            return lookup_checked(domain, port, allow_private, timeout, lookup).await;
         }
         None => return Err("must name a host".into()),
     };
+    only_public(addrs, allow_private)
+}
+
+/// Resolves `domain` within `timeout` and checks every address it
+/// resolves to ([`only_public`]).
+async fn lookup_checked<F, Fut>(
+    domain: &str,
+    port: u16,
+    allow_private: bool,
+    timeout: Duration,
+    lookup: F,
+) -> Result<Vec<SocketAddr>, String>
+where
+    F: FnOnce(String, u16) -> Fut,
+    Fut: Future<Output = std::io::Result<Vec<SocketAddr>>>,
+{
+    let addrs = match tokio::time::timeout(timeout, lookup(domain.to_owned(), port)).await {
+        Ok(Ok(addrs)) => addrs,
+        Ok(Err(e)) => return Err(format!("host {domain:?} does not resolve: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "host {domain:?} did not resolve within {}s",
+                timeout.as_secs_f64()
+            ));
+        }
+    };
+    only_public(addrs, allow_private)
+}
+
+/// The addresses, when there is one and each is public (or private ones
+/// are allowed); else why not.
+fn only_public(addrs: Vec<SocketAddr>, allow_private: bool) -> Result<Vec<SocketAddr>, String> {
     if addrs.is_empty() {
         return Err("host resolves to no address".into());
     }
@@ -188,29 +212,64 @@ where
     Ok(addrs)
 }
 
-/// A client for requests to `url` that passes the address guard: the
-/// host is resolved and checked ([`resolve_checked`], DNS can change since
-/// registration), and the connection goes to the very addresses checked,
-/// never through a proxy, whatever `HTTP_PROXY`, `HTTPS_PROXY` or
-/// `ALL_PROXY` say (reqwest honours them by default): through a proxy, the
-/// address connected to would be the proxy's choice. Redirects are not
-/// followed.
-pub async fn guarded_client(
-    url: &url::Url,
+/// The resolver of the outbound client: every name is resolved and its
+/// addresses checked ([`lookup_checked`]) each time the client opens a
+/// connection, and the connection goes to the very addresses checked, so
+/// no DNS answer can change between check and use. (An address written in
+/// the URL is not resolved; [`send_signed`] checks it.)
+struct GuardedResolver {
     allow_private: bool,
-    timeout: Duration,
-    user_agent: &str,
-) -> Result<reqwest::Client, String> {
-    let addrs = resolve_checked(url, allow_private).await?;
-    let mut client = reqwest::Client::builder()
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allow_private = self.allow_private;
+        let domain = name.as_str().to_owned();
+        Box::pin(async move {
+            // Port 0: reqwest puts the URL's port in.
+            let addrs = lookup_checked(
+                &domain,
+                0,
+                allow_private,
+                DNS_TIMEOUT,
+                |domain, port| async move {
+                    tokio::net::lookup_host((domain.as_str(), port))
+                        .await
+                        .map(Iterator::collect)
+                },
+            )
+            .await?;
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The process's one client for requests to tenants' URLs, per address
+/// policy, so that requests to one receiver reuse its connections (and
+/// their TLS sessions) rather than open new ones. It passes the address
+/// guard: names resolve through [`GuardedResolver`]; never through a
+/// proxy, whatever `HTTP_PROXY`, `HTTPS_PROXY` or `ALL_PROXY` say (reqwest
+/// honours them by default), since through a proxy the address connected
+/// to would be the proxy's choice; redirects are not followed. Each request
+/// sets its own timeout and `User-Agent`.
+fn guarded_client(allow_private: bool) -> Result<reqwest::Client, String> {
+    static PUBLIC_ONLY: OnceLock<reqwest::Client> = OnceLock::new();
+    static ANY_ADDRESS: OnceLock<reqwest::Client> = OnceLock::new();
+    let cell = if allow_private {
+        &ANY_ADDRESS
+    } else {
+        &PUBLIC_ONLY
+    };
+    if let Some(client) = cell.get() {
+        return Ok(client.clone());
+    }
+    let client = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(timeout)
-        .user_agent(user_agent);
-    if let Some(url::Host::Domain(domain)) = url.host() {
-        client = client.resolve_to_addrs(domain, &addrs);
-    }
-    client.build().map_err(|e| e.to_string())
+        .dns_resolver(Arc::new(GuardedResolver { allow_private }))
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(cell.get_or_init(|| client).clone())
 }
 
 /// The most of a receiver's answer (a webhook's, a filing endpoint's) that
@@ -311,12 +370,18 @@ fn url_in_span(url: &url::Url) -> String {
 
 async fn send_signed(post: SignedPost<'_>, span: &tracing::Span) -> Result<Answer, String> {
     let url = parse_url(post.url)?;
-    // Checked again at each request (DNS can change).
-    let client = guarded_client(&url, post.allow_private, post.timeout, post.user_agent).await?;
+    // A name is checked as the client resolves it; an address in the URL
+    // here.
+    if !matches!(url.host(), Some(url::Host::Domain(_))) {
+        resolve_checked(&url, post.allow_private).await?;
+    }
+    let client = guarded_client(post.allow_private)?;
     let timestamp = shared::time::now_ms() / 1000;
     let signature = sign(post.secret, post.id, timestamp, &post.body)?;
     let mut request = client
         .post(url)
+        .timeout(post.timeout)
+        .header("user-agent", post.user_agent)
         .header("content-type", "application/json")
         .header("webhook-id", post.id)
         .header("webhook-timestamp", timestamp.to_string())
@@ -335,7 +400,7 @@ async fn send_signed(post: SignedPost<'_>, span: &tracing::Span) -> Result<Answe
         if e.is_timeout() {
             format!("no answer within {}s", post.timeout.as_secs_f64())
         } else {
-            e.to_string()
+            with_causes(&e)
         }
     };
     let response = request.body(post.body).send().await.map_err(failed)?;
@@ -346,6 +411,20 @@ async fn send_signed(post: SignedPost<'_>, span: &tracing::Span) -> Result<Answe
         body,
         over_size,
     })
+}
+
+/// An error and its causes, `: `-joined: reqwest's own message names only
+/// the request, its causes what failed (a refused address, a refused
+/// connection).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        message.push_str(": ");
+        message.push_str(&error.to_string());
+        cause = error.source();
+    }
+    message
 }
 
 /// At most `cap` bytes of a body, read as it comes; a longer body (by its
@@ -588,6 +667,104 @@ mod tests {
         assert!(refused.contains("2002:c0a8:101::1"), "{refused}");
         assert_eq!(allowed.unwrap(), vec!["127.0.0.1:443".parse().unwrap()]);
         assert!(none.is_err());
+    }
+
+    /// A receiver on loopback that answers every request `200 ok` and
+    /// keeps each connection open; counts the connections it accepted.
+    async fn counting_receiver() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        // One request: its head, then as many bytes as its
+                        // Content-Length says.
+                        let request_end = loop {
+                            if let Some(head_end) = buffer.windows(4).position(|w| w == b"\r\n\r\n")
+                            {
+                                let head = String::from_utf8_lossy(&buffer[..head_end]);
+                                let length: usize = head
+                                    .lines()
+                                    .find_map(|line| {
+                                        let (name, value) = line.split_once(':')?;
+                                        name.eq_ignore_ascii_case("content-length")
+                                            .then(|| value.trim().parse().ok())?
+                                    })
+                                    .unwrap_or(0);
+                                if buffer.len() >= head_end + 4 + length {
+                                    break head_end + 4 + length;
+                                }
+                            }
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+                            }
+                        };
+                        buffer.drain(..request_end);
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if socket.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("127.0.0.1:{port}"), accepted)
+    }
+
+    fn post_to(url: &str, allow_private: bool) -> SignedPost<'_> {
+        SignedPost {
+            url,
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            id: "msg_1",
+            idempotency_key: None,
+            body: "{}".to_owned(),
+            allow_private,
+            timeout: Duration::from_secs(10),
+            user_agent: "Receipt-Test",
+            parent: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn posts_to_one_receiver_share_one_connection() {
+        let (address, accepted) = counting_receiver().await;
+        let url = format!("http://{address}/hook");
+
+        for _ in 0..3 {
+            let answer = signed_post(post_to(&url, true)).await.expect("an answer");
+            assert_eq!((answer.status, answer.text()), (200, "ok".to_owned()));
+        }
+
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_name_that_resolves_to_a_private_address_is_refused_at_the_post() {
+        let (address, accepted) = counting_receiver().await;
+        let port = address.rsplit_once(':').unwrap().1;
+        let by_name = format!("http://localhost:{port}/hook");
+        let by_address = format!("http://{address}/hook");
+
+        let refused = signed_post(post_to(&by_name, false)).await;
+        let refused_address = signed_post(post_to(&by_address, false)).await;
+        let allowed = signed_post(post_to(&by_name, true)).await;
+
+        for refused in [refused, refused_address] {
+            let message = refused.err().expect("refused");
+            assert!(message.contains("not a public address"), "{message}");
+        }
+        assert_eq!(allowed.expect("allowed").status, 200);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]
