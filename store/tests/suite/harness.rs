@@ -47,59 +47,36 @@ impl TestDb {
         }
     }
 
-    /// Runs statements on the database past the store, as another
-    /// program (or an earlier release) would.
+    /// A connection to the database past the store, as another program
+    /// (or an earlier release) would open.
+    async fn connect_past_the_store(&self) -> sqlx::AnyConnection {
+        sqlx::any::install_default_drivers();
+        let url = match (&self.postgres_name, &self._dir) {
+            (Some(name), _) => format!("postgres://postgres@127.0.0.1:5432/{name}"),
+            (None, Some(dir)) => format!("sqlite://{}/jobs.db", dir.path().display()),
+            (None, None) => unreachable!("a test database is Postgres or a SQLite file"),
+        };
+        sqlx::AnyConnection::connect(&url).await.expect("connect")
+    }
+
+    /// Runs statements on the database past the store.
     pub async fn execute_past_the_store(&self, statements: &str) {
-        let statements = sqlx::AssertSqlSafe(statements.to_owned());
-        if let Some(name) = &self.postgres_name {
-            let mut conn =
-                PgConnection::connect(&format!("postgres://postgres@127.0.0.1:5432/{name}"))
-                    .await
-                    .expect("connect");
-            conn.execute(statements).await.expect("the statements");
-            let _ = conn.close().await;
-        } else {
-            let dir = self._dir.as_ref().expect("a SQLite test has its folder");
-            let mut conn = sqlx::SqliteConnection::connect(&format!(
-                "sqlite://{}/jobs.db",
-                dir.path().display()
-            ))
+        let mut conn = self.connect_past_the_store().await;
+        conn.execute(sqlx::AssertSqlSafe(statements.to_owned()))
             .await
-            .expect("open");
-            conn.execute(statements).await.expect("the statements");
-            let _ = conn.close().await;
-        }
+            .expect("the statements");
+        let _ = conn.close().await;
     }
 
     /// A count read past the store.
     pub async fn count_past_the_store(&self, query: &str) -> i64 {
-        let query = sqlx::AssertSqlSafe(query.to_owned());
-        if let Some(name) = &self.postgres_name {
-            let mut conn =
-                PgConnection::connect(&format!("postgres://postgres@127.0.0.1:5432/{name}"))
-                    .await
-                    .expect("connect");
-            let count = sqlx::query_scalar(query)
-                .fetch_one(&mut conn)
-                .await
-                .expect("the count");
-            let _ = conn.close().await;
-            count
-        } else {
-            let dir = self._dir.as_ref().expect("a SQLite test has its folder");
-            let mut conn = sqlx::SqliteConnection::connect(&format!(
-                "sqlite://{}/jobs.db",
-                dir.path().display()
-            ))
+        let mut conn = self.connect_past_the_store().await;
+        let count = sqlx::query_scalar(sqlx::AssertSqlSafe(query.to_owned()))
+            .fetch_one(&mut conn)
             .await
-            .expect("open");
-            let count = sqlx::query_scalar(query)
-                .fetch_one(&mut conn)
-                .await
-                .expect("the count");
-            let _ = conn.close().await;
-            count
-        }
+            .expect("the count");
+        let _ = conn.close().await;
+        count
     }
 
     /// Closes the store and drops its database.
