@@ -80,6 +80,14 @@ impl std::fmt::Debug for Queue {
     }
 }
 
+/// Messages apalis's SQLite storage fetches at a time: one. apalis-core
+/// 1.0 stops a worker's heartbeats while fetched messages wait in its
+/// buffer for a free slot, and other workers then reclaim all its
+/// messages, running ones included (`docs/design.md`, apalis item 2); a
+/// worker that fetches one message at a time, when it has a slot, never
+/// holds one waiting (test `worker/tests/prefetch_heartbeat.rs`).
+pub const SQLITE_BATCH: usize = 1;
+
 /// apalis's heartbeat (its SQL storages): its own orphan recovery
 /// re-delivers a dead worker's messages after `HEARTBEAT *
 /// MISSED_HEARTBEATS`; our lease does the real recovery, so this only needs
@@ -132,7 +140,7 @@ impl Queue {
                     SqliteStorage::new(&pool).with_config(
                         apalis_sqlite::Config::default()
                             .queue(&queue_name)
-                            .batch_size(usize::from(settings.queue_prefetch))
+                            .batch_size(SQLITE_BATCH)
                             .heartbeat_interval(HEARTBEAT)
                             .missed_heartbeats(MISSED_HEARTBEATS),
                     ),

@@ -149,10 +149,10 @@ pub struct Settings {
     #[arg(long, env = "MAX_RUNNING_PER_KIND", default_value = "", value_parser = parse_kind_caps)]
     pub max_running_per_kind: KindCaps,
 
-    /// Messages a worker process fetches from a shared queue (Redis,
-    /// SQLite, Postgres) per call. Above 1 it is faster for short jobs, but
-    /// a fetched message waits for a free slot in this worker even while
-    /// others are idle: keep 1 when jobs run for minutes.
+    /// Accepted and ignored, so that configurations that set it still
+    /// start: the Redis and database queues fetch as many messages as a
+    /// worker pool has free slots, and apalis's SQLite storage one at a
+    /// time.
     #[arg(long, env = "QUEUE_PREFETCH", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub queue_prefetch: u16,
 

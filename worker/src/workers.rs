@@ -1,7 +1,7 @@
 //! The apalis workers of a pool, configured around the sharp edges of
 //! apalis 1.0 listed in `docs/design.md` ("apalis 1.0: what we rely on and
-//! work around"): a unique name per process and per restart, `QUEUE_PREFETCH`
-//! messages per fetch (1 by default), an explicit queue and poll interval,
+//! work around"): a unique name per process and per restart, one message
+//! per fetch of apalis's SQLite storage, an explicit queue and poll interval,
 //! messages decoded as any JSON, and a handler that never fails or panics.
 //! A worker that keeps failing (Redis or the database down) is started
 //! again after a pause, for as long as the process runs: an outage never

@@ -1,10 +1,9 @@
-//! A worker that fetches more tasks than it has free slots keeps
-//! heartbeating while they wait in its buffer, so no other worker reclaims
-//! its tasks and none runs twice. apalis-core 1.0.0 stopped heartbeating
-//! there; the patched copy in `vendor/apalis-core` does not
-//! (`vendor/PATCHES.md`). Checked on apalis's SQLite queue, whose orphan
-//! recovery is the quickest to set up; Redis and Postgres drive the same
-//! state machine.
+//! A worker on apalis's SQLite queue fetches as Receipt configures it
+//! (`queue::SQLITE_BATCH`, one message at a time), so no fetched task waits
+//! in a busy worker's buffer, where apalis-core 1.0.0 stops the worker's
+//! heartbeats and another worker reclaims every task of the busy one,
+//! running ones included; none runs twice. With four per fetch, as
+//! `QUEUE_PREFETCH=4` once gave, tasks 2 and 3 ran twice.
 
 use std::{
     collections::HashMap,
@@ -57,8 +56,9 @@ async fn tasks_waiting_in_a_busy_workers_buffer_are_not_reclaimed_and_run_once()
     producer.push_bulk(vec![1, 2, 3, 4]).await.expect("push");
 
     let runs: Runs = Arc::default();
-    // Fetches all four at once, with one slot: three wait in its buffer.
-    let busy = run_worker("busy", storage(&pool, 4), runs.clone());
+    // One slot, and slow tasks: were it to fetch more than one, the rest
+    // would wait in its buffer.
+    let busy = run_worker("busy", storage(&pool, queue::SQLITE_BATCH), runs.clone());
     wait::until_true(
         "the first task started",
         Duration::from_secs(20),
@@ -67,7 +67,7 @@ async fn tasks_waiting_in_a_busy_workers_buffer_are_not_reclaimed_and_run_once()
     .await;
     // An idle worker on the same queue, whose heartbeats reclaim the tasks
     // of any worker silent for two seconds.
-    let idle = run_worker("idle", storage(&pool, 1), runs.clone());
+    let idle = run_worker("idle", storage(&pool, queue::SQLITE_BATCH), runs.clone());
 
     wait::until_ok("every task ran", Duration::from_secs(20), async || {
         let runs = runs.lock().unwrap().clone();
