@@ -4,7 +4,9 @@
 //! One [`Store`] serves both databases; each database has a module of its
 //! own (`postgres/`, `sqlite/`) holding its statements in its own dialect
 //! and types: `timestamptz`, `jsonb`, `boolean` and arrays on Postgres;
-//! unix milliseconds, JSON text and 0/1 on SQLite. A module per area
+//! unix milliseconds, JSON text and 0/1 on SQLite. A statement whose text
+//! and binds are the same on both is written once, in `portable/`, and
+//! compiled for each. A module per area
 //! (`jobs.rs`, `webhooks.rs`, ...) holds the area's types and the
 //! [`Store`] methods, which pick the database's function. Every statement
 //! is a literal inside [`sql!`], so `tests/statements.rs` prepares each
@@ -31,6 +33,7 @@ mod keys;
 mod ledger;
 mod outbox;
 mod periods;
+mod portable;
 mod postgres;
 pub mod queue;
 mod results;

@@ -3,9 +3,10 @@
 //! refuses fails here, not in production.
 //!
 //! The statements are found in the source: every `sql!("...")` literal in
-//! `src/postgres/` and `src/sqlite/`. So that none escapes, every call of
-//! `sqlx::query`, `query_as` or `query_scalar` there must take its text
-//! from `sql!`.
+//! `src/postgres/` and `src/sqlite/`, and in `src/portable/` (the statements
+//! written once for both), which is prepared on both. So that none escapes,
+//! every call of `sqlx::query`, `query_as` or `query_scalar` there must take
+//! its text from `sql!`.
 
 use std::path::{Path, PathBuf};
 
@@ -85,11 +86,14 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The statements of one database's module.
-fn statements_of(module: &str) -> Vec<Statement> {
+/// The statements of one database's modules.
+fn statements_of(modules: &[&str]) -> Vec<Statement> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut finder = Finder::default();
-    for file in rust_files(&root.join("src").join(module)) {
+    let files = modules
+        .iter()
+        .flat_map(|module| rust_files(&root.join("src").join(module)));
+    for file in files {
         let source = std::fs::read_to_string(&file).expect("a source file");
         let parsed = syn::parse_file(&source).expect("the store's source parses");
         finder.file = file
@@ -106,7 +110,7 @@ fn statements_of(module: &str) -> Vec<Statement> {
     );
     assert!(
         !finder.statements.is_empty(),
-        "no statement found in {module}"
+        "no statement found in {modules:?}"
     );
     finder.statements
 }
@@ -122,7 +126,7 @@ fn report(failures: Vec<String>, kind: &str) {
 
 #[tokio::test]
 async fn every_postgres_statement_prepares_on_a_migrated_database() {
-    let statements = statements_of("postgres");
+    let statements = statements_of(&["postgres", "portable"]);
     let name = format!("receipt_statements_{}", uuid::Uuid::now_v7().simple());
     let mut admin = PgConnection::connect(POSTGRES_ADMIN)
         .await
@@ -158,7 +162,7 @@ async fn every_postgres_statement_prepares_on_a_migrated_database() {
 
 #[tokio::test]
 async fn every_sqlite_statement_prepares_on_a_migrated_database() {
-    let statements = statements_of("sqlite");
+    let statements = statements_of(&["sqlite", "portable"]);
     let dir = tempfile::tempdir().expect("a temporary folder");
     let url = format!("sqlite://{}/jobs.db", dir.path().display());
     let store = store::Store::connect(&url).await.expect("open");

@@ -3,74 +3,15 @@
 use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use crate::{
-    dashboard::{CountRow, FailureRow, HealthRow, MinuteRow, NewSessionRow, SessionRow},
+    dashboard::{CountRow, HealthRow, MinuteRow},
     sql::Millis,
 };
+
+pub(crate) use crate::portable::postgres::dashboard::*;
 
 /// The advisory lock a fold of the job counters holds (any fixed number
 /// no other lock of the service uses).
 const FOLD_LOCK: i64 = 0x6a6f_6263_6f75_6e74;
-
-pub(crate) async fn delete_expired_sessions(
-    conn: &mut PgConnection,
-    now: Millis,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "DELETE FROM dashboard_sessions WHERE expires_at <= $1"
-    ))
-    .bind(now)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-pub(crate) async fn insert_session(
-    conn: &mut PgConnection,
-    row: &NewSessionRow<'_>,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "INSERT INTO dashboard_sessions (session_hash, tenant_id, key_hash, csrf_token,
-             created_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6)"
-    ))
-    .bind(&row.session_hash)
-    .bind(row.tenant_id)
-    .bind(row.key_hash)
-    .bind(row.csrf_token)
-    .bind(row.created_at)
-    .bind(row.expires_at)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-pub(crate) async fn session(
-    db: impl PgExecutor<'_>,
-    session_hash: &str,
-    now: Millis,
-) -> sqlx::Result<Option<SessionRow>> {
-    sqlx::query_as(sql!(
-        "SELECT tenant_id, key_hash, csrf_token, expires_at FROM dashboard_sessions
-         WHERE session_hash = $1 AND expires_at > $2"
-    ))
-    .bind(session_hash)
-    .bind(now)
-    .fetch_optional(db)
-    .await
-}
-
-pub(crate) async fn delete_session(
-    db: impl PgExecutor<'_>,
-    session_hash: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "DELETE FROM dashboard_sessions WHERE session_hash = $1"
-    ))
-    .bind(session_hash)
-    .execute(db)
-    .await?;
-    Ok(())
-}
 
 /// The folded counters plus the deltas not yet folded, in one statement
 /// and so one snapshot.
@@ -166,14 +107,6 @@ pub(crate) async fn fold(conn: &mut PgConnection) -> sqlx::Result<i64> {
     .await
 }
 
-/// Drops the minutes whose jobs are all gone (retention).
-pub(crate) async fn delete_empty_minutes(db: impl PgExecutor<'_>) -> sqlx::Result<()> {
-    sqlx::query(sql!("DELETE FROM job_minutes WHERE n = 0"))
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
 pub(crate) async fn vacuum_deltas(pool: &PgPool) -> sqlx::Result<()> {
     sqlx::query(sql!("VACUUM job_count_deltas"))
         .execute(pool)
@@ -198,24 +131,5 @@ pub(crate) async fn health(
     .bind(since)
     .bind(webhook_ids)
     .fetch_all(db)
-    .await
-}
-
-/// The webhook's latest attempt that got no 2xx.
-pub(crate) async fn last_failure(
-    db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    webhook_id: &str,
-) -> sqlx::Result<Option<FailureRow>> {
-    sqlx::query_as(sql!(
-        "SELECT d.attempted_at, d.response_status, d.error
-         FROM webhook_deliveries d JOIN webhooks w ON w.webhook_id = d.webhook_id
-         WHERE d.webhook_id = $1 AND w.tenant_id = $2
-           AND (d.response_status IS NULL OR d.response_status NOT BETWEEN 200 AND 299)
-         ORDER BY d.delivery_id DESC LIMIT 1"
-    ))
-    .bind(webhook_id)
-    .bind(tenant_id)
-    .fetch_optional(db)
     .await
 }

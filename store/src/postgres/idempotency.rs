@@ -7,21 +7,7 @@ use crate::{
     sql::{JsonText, Millis},
 };
 
-pub(crate) async fn get(
-    conn: &mut PgConnection,
-    tenant_id: &str,
-    key: &str,
-) -> sqlx::Result<Option<KeyRow>> {
-    sqlx::query_as(sql!(
-        "SELECT tenant_id, idem_key, fingerprint, expires_at, response_status, response_headers,
-                response_body
-         FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2"
-    ))
-    .bind(tenant_id)
-    .bind(key)
-    .fetch_optional(conn)
-    .await
-}
+pub(crate) use crate::portable::postgres::idempotency::*;
 
 /// The stored keys among (tenant, key) pairs, each found by its primary
 /// key.

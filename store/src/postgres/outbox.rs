@@ -10,6 +10,8 @@ use crate::{
     sql::Millis,
 };
 
+pub(crate) use crate::portable::postgres::outbox::*;
+
 /// Takes up to `limit` due rows and moves their next publish ahead (the
 /// lease), doubling the wait on each republish up to 32 times the first.
 /// Rows published before whose lease lapsed come first, then rows not yet
@@ -213,13 +215,5 @@ pub(crate) async fn upsert(conn: &mut PgConnection, job_id: &str, at: Millis) ->
     .bind(at)
     .execute(conn)
     .await?;
-    Ok(())
-}
-
-pub(crate) async fn delete(conn: &mut PgConnection, job_id: &str) -> sqlx::Result<()> {
-    sqlx::query(sql!("DELETE FROM outbox WHERE job_id = $1"))
-        .bind(job_id)
-        .execute(conn)
-        .await?;
     Ok(())
 }

@@ -1,11 +1,10 @@
 //! Periods and filing endpoints on Postgres.
 
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::PgConnection;
 
-use crate::{
-    periods::{EndpointRow, PeriodRow},
-    sql::Millis,
-};
+use crate::periods::PeriodRow;
+
+pub(crate) use crate::portable::postgres::periods::*;
 
 /// The month's lock `key`, exclusive, until the transaction ends.
 pub(crate) async fn lock_month(conn: &mut PgConnection, key: &str) -> sqlx::Result<()> {
@@ -29,114 +28,6 @@ pub(crate) async fn lock_month_shared(conn: &mut PgConnection, key: &str) -> sql
     Ok(())
 }
 
-pub(crate) async fn get(
-    db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    month: &str,
-) -> sqlx::Result<Option<PeriodRow>> {
-    sqlx::query_as(sql!(
-        "SELECT month, state, job_id, locked_at, closed_at, filing_reference
-         FROM periods WHERE tenant_id = $1 AND month = $2"
-    ))
-    .bind(tenant_id)
-    .bind(month)
-    .fetch_optional(db)
-    .await
-}
-
-pub(crate) async fn insert_locked(
-    conn: &mut PgConnection,
-    tenant_id: &str,
-    month: &str,
-    job_id: &str,
-    now: Millis,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "INSERT INTO periods (tenant_id, month, state, job_id, locked_at)
-         VALUES ($1, $2, 'locked', $3, $4)"
-    ))
-    .bind(tenant_id)
-    .bind(month)
-    .bind(job_id)
-    .bind(now)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-pub(crate) async fn unlock(
-    conn: &mut PgConnection,
-    tenant_id: &str,
-    month: &str,
-    job_id: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "DELETE FROM periods
-         WHERE tenant_id = $1 AND month = $2 AND job_id = $3 AND state = 'locked'"
-    ))
-    .bind(tenant_id)
-    .bind(month)
-    .bind(job_id)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-pub(crate) async fn close(
-    conn: &mut PgConnection,
-    tenant_id: &str,
-    month: &str,
-    job_id: &str,
-    now: Millis,
-    reference: Option<&str>,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "UPDATE periods SET state = 'closed', closed_at = $4, filing_reference = $5
-         WHERE tenant_id = $1 AND month = $2 AND job_id = $3"
-    ))
-    .bind(tenant_id)
-    .bind(month)
-    .bind(job_id)
-    .bind(now)
-    .bind(reference)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-pub(crate) async fn lock_again(
-    conn: &mut PgConnection,
-    tenant_id: &str,
-    month: &str,
-    job_id: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "UPDATE periods SET state = 'locked', closed_at = NULL, filing_reference = NULL
-         WHERE tenant_id = $1 AND month = $2 AND job_id = $3"
-    ))
-    .bind(tenant_id)
-    .bind(month)
-    .bind(job_id)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-pub(crate) async fn delete(
-    conn: &mut PgConnection,
-    tenant_id: &str,
-    month: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "DELETE FROM periods WHERE tenant_id = $1 AND month = $2"
-    ))
-    .bind(tenant_id)
-    .bind(month)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 pub(crate) async fn of_months(
     conn: &mut PgConnection,
     tenant_id: &str,
@@ -150,40 +41,5 @@ pub(crate) async fn of_months(
     .bind(tenant_id)
     .bind(months)
     .fetch_all(conn)
-    .await
-}
-
-/// `secret` is stored only by the insert: a moved endpoint keeps its own.
-pub(crate) async fn put_endpoint(
-    db: impl PgExecutor<'_>,
-    tenant_id: &str,
-    url: &str,
-    secret: &str,
-    now: Millis,
-) -> sqlx::Result<EndpointRow> {
-    sqlx::query_as(sql!(
-        "INSERT INTO filing_endpoints (tenant_id, url, secret, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $4)
-         ON CONFLICT (tenant_id) DO UPDATE SET url = excluded.url,
-             updated_at = excluded.updated_at
-         RETURNING url, secret, created_at, updated_at"
-    ))
-    .bind(tenant_id)
-    .bind(url)
-    .bind(secret)
-    .bind(now)
-    .fetch_one(db)
-    .await
-}
-
-pub(crate) async fn get_endpoint(
-    db: impl PgExecutor<'_>,
-    tenant_id: &str,
-) -> sqlx::Result<Option<EndpointRow>> {
-    sqlx::query_as(sql!(
-        "SELECT url, secret, created_at, updated_at FROM filing_endpoints WHERE tenant_id = $1"
-    ))
-    .bind(tenant_id)
-    .fetch_optional(db)
     .await
 }

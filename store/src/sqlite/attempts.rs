@@ -7,9 +7,11 @@ use sqlx::{SqliteConnection, SqliteExecutor};
 
 use super::json_list;
 use crate::{
-    attempts::{AttemptEnd, ClaimRow, LapsedRow, ParkedGroup, Success},
+    attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
     sql::Millis,
 };
+
+pub(crate) use crate::portable::sqlite::attempts::*;
 
 /// Requiring QUEUED is the guard: of two deliveries of one job, in this
 /// batch or in two processes, one finds it RUNNING (as in Postgres's
@@ -145,58 +147,6 @@ pub(crate) async fn running_count(
     .await
 }
 
-pub(crate) async fn held_by(
-    db: impl SqliteExecutor<'_>,
-    job_id: &str,
-    worker_id: &str,
-) -> sqlx::Result<Option<ClaimRow>> {
-    sqlx::query_as(sql!(
-        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
-                traceparent
-         FROM jobs WHERE job_id = $1 AND status = 'RUNNING' AND worker_id = $2"
-    ))
-    .bind(job_id)
-    .bind(worker_id)
-    .fetch_optional(db)
-    .await
-}
-
-pub(crate) async fn heartbeat(
-    db: impl SqliteExecutor<'_>,
-    job_id: &str,
-    attempt: i64,
-    lease_until: Millis,
-) -> sqlx::Result<Option<bool>> {
-    sqlx::query_scalar(sql!(
-        "UPDATE jobs SET lease_expires_at = $3
-         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
-         RETURNING cancel_requested"
-    ))
-    .bind(job_id)
-    .bind(attempt)
-    .bind(lease_until)
-    .fetch_optional(db)
-    .await
-}
-
-pub(crate) async fn set_progress(
-    db: impl SqliteExecutor<'_>,
-    job_id: &str,
-    attempt: i64,
-    progress: f64,
-) -> sqlx::Result<Option<bool>> {
-    sqlx::query_scalar(sql!(
-        "UPDATE jobs SET progress = $3
-         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'
-         RETURNING cancel_requested"
-    ))
-    .bind(job_id)
-    .bind(attempt)
-    .bind(progress)
-    .fetch_optional(db)
-    .await
-}
-
 /// Cancels the running attempt if a cancel was asked; whether it did.
 pub(crate) async fn cancel_if_asked(
     conn: &mut SqliteConnection,
@@ -212,36 +162,6 @@ pub(crate) async fn cancel_if_asked(
     .bind(job_id)
     .bind(attempt)
     .bind(now)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Ends the running attempt without a result; whether it applied. A
-/// cancel asked stays asked on a job queued again (its next attempt
-/// stops at once).
-pub(crate) async fn end(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    attempt: i64,
-    end: &AttemptEnd<'_>,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(sql!(
-        "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
-             rank_at = COALESCE($5, run_after) + (rank_at - run_after),
-             error_type = $6, error_message = $7, lease_expires_at = NULL, worker_id = NULL,
-             cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE false END,
-             handbacks = handbacks + $8
-         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'"
-    ))
-    .bind(job_id)
-    .bind(attempt)
-    .bind(end.status.as_str())
-    .bind(end.finished_at)
-    .bind(end.run_after)
-    .bind(end.error.map(|e| e.error_type.as_str()))
-    .bind(end.error.map(|e| e.message.as_str()))
-    .bind(i64::from(end.handed_back))
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -323,66 +243,6 @@ pub(crate) async fn lapsed(
     .bind(limit)
     .fetch_all(conn)
     .await
-}
-
-pub(crate) async fn requeue_lapsed(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    now: Millis,
-    message: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
-             worker_id = NULL, error_type = 'lease_expired', error_message = $3
-         WHERE job_id = $1"
-    ))
-    .bind(job_id)
-    .bind(now)
-    .bind(message)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-pub(crate) async fn fail_lapsed(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    now: Millis,
-    message: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "UPDATE jobs SET status = 'FAILED', finished_at = $2, lease_expires_at = NULL,
-             worker_id = NULL, error_type = 'lease_expired', error_message = $3,
-             cancel_requested = false
-         WHERE job_id = $1"
-    ))
-    .bind(job_id)
-    .bind(now)
-    .bind(message)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Hands a running attempt back to the queue; whether it applied.
-pub(crate) async fn hand_back(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    attempt: i64,
-    now: Millis,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(sql!(
-        "UPDATE jobs SET status = 'QUEUED', run_after = $3, lease_expires_at = NULL,
-             worker_id = NULL, handbacks = handbacks + 1, error_type = 'shutdown',
-             error_message = 'the worker shut down before the attempt finished'
-         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'"
-    ))
-    .bind(job_id)
-    .bind(attempt)
-    .bind(now)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// How many jobs are parked at each cap (as on Postgres).

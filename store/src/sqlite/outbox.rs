@@ -8,6 +8,8 @@ use crate::{
     sql::Millis,
 };
 
+pub(crate) use crate::portable::sqlite::outbox::*;
+
 /// Whether any row is due: a read, before the relay takes the one write
 /// lock.
 pub(crate) async fn any_due(db: impl SqliteExecutor<'_>, now: Millis) -> sqlx::Result<bool> {
@@ -193,14 +195,6 @@ pub(crate) async fn upsert(
     .bind(at)
     .execute(conn)
     .await?;
-    Ok(())
-}
-
-pub(crate) async fn delete(conn: &mut SqliteConnection, job_id: &str) -> sqlx::Result<()> {
-    sqlx::query(sql!("DELETE FROM outbox WHERE job_id = $1"))
-        .bind(job_id)
-        .execute(conn)
-        .await?;
     Ok(())
 }
 

@@ -1,40 +1,8 @@
 //! Results and their chunks on SQLite.
 
-use sqlx::{SqliteConnection, SqliteExecutor};
+use sqlx::SqliteExecutor;
 
-use crate::results::ResultRow;
-
-pub(crate) async fn get(
-    db: impl SqliteExecutor<'_>,
-    tenant_id: &str,
-    job_id: &str,
-) -> sqlx::Result<Option<ResultRow>> {
-    sqlx::query_as(sql!(
-        "SELECT r.body, r.chunk_attempt, r.chunk_count
-         FROM job_results r JOIN jobs j ON j.job_id = r.job_id
-         WHERE r.job_id = $1 AND j.tenant_id = $2"
-    ))
-    .bind(job_id)
-    .bind(tenant_id)
-    .fetch_optional(db)
-    .await
-}
-
-pub(crate) async fn chunk(
-    db: impl SqliteExecutor<'_>,
-    job_id: &str,
-    attempt: i64,
-    seq: i64,
-) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar(sql!(
-        "SELECT body FROM job_result_chunks WHERE job_id = $1 AND attempt = $2 AND seq = $3"
-    ))
-    .bind(job_id)
-    .bind(attempt)
-    .bind(seq)
-    .fetch_optional(db)
-    .await
-}
+pub(crate) use crate::portable::sqlite::results::*;
 
 /// Runs under the write turn: no claim, sweep or final status of this job
 /// interleaves with it.
@@ -77,12 +45,4 @@ pub(crate) async fn discard_before(
     .execute(db)
     .await?;
     Ok(deleted.rows_affected())
-}
-
-pub(crate) async fn discard_all(conn: &mut SqliteConnection, job_id: &str) -> sqlx::Result<()> {
-    sqlx::query(sql!("DELETE FROM job_result_chunks WHERE job_id = $1"))
-        .bind(job_id)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
