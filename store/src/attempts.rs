@@ -11,19 +11,17 @@ use std::{
 };
 
 use shared::{
-    model::{AttemptOutcome, Cap, JobErrorObject, JobStatus, ResultBody},
+    model::{AttemptOutcome, Cap, JobStatus, ResultBody},
     settings::Caps,
     time::now_ms,
 };
 
 use crate::{
-    Error, Result, Store, on_pool, on_tx,
-    outbox::upsert_outbox,
-    postgres,
-    results::discard_all_chunks,
-    sql::{JsonText, Millis},
-    sqlite,
+    Error, Result, Store, on_pool, on_tx, outbox::upsert_outbox, postgres,
+    results::discard_all_chunks, sql::Millis, sqlite,
 };
+
+pub(crate) use crate::rows::attempts::{AttemptEnd, ClaimRow, Success};
 
 /// What a worker gets when its claim of an attempt wins.
 #[derive(Debug, Clone)]
@@ -73,20 +71,6 @@ impl SuccessWrite {
     }
 }
 
-/// A claimed job's row, as both databases' claims return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ClaimRow {
-    pub(crate) job_id: String,
-    pub(crate) tenant_id: String,
-    pub(crate) kind: String,
-    pub(crate) params: JsonText,
-    pub(crate) attempts: i64,
-    pub(crate) handbacks: i64,
-    pub(crate) max_attempts: i64,
-    pub(crate) created_at: Millis,
-    pub(crate) traceparent: Option<String>,
-}
-
 impl From<ClaimRow> for Claim {
     fn from(row: ClaimRow) -> Self {
         Claim {
@@ -122,46 +106,9 @@ fn lease_check(cancel_requested: Option<bool>) -> LeaseCheck {
     }
 }
 
-/// An attempt's end without a result, as the statements bind it.
-pub(crate) struct AttemptEnd<'a> {
-    pub(crate) status: JobStatus,
-    pub(crate) finished_at: Option<Millis>,
-    pub(crate) run_after: Option<Millis>,
-    pub(crate) error: Option<&'a JobErrorObject>,
-    /// Not counted against the attempt limit (`handbacks` + 1).
-    pub(crate) handed_back: bool,
-}
-
-/// A successful attempt's result, as the statements bind it: a document,
-/// or the number of chunks the attempt wrote.
-pub(crate) struct Success<'a> {
-    pub(crate) job_id: &'a str,
-    pub(crate) attempt: i64,
-    pub(crate) document: Option<&'a str>,
-    pub(crate) chunks: Option<i64>,
-}
-
-/// Jobs parked at one cap: the tenant's (`kind` NULL) or a kind's.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ParkedGroup {
-    tenant_id: String,
-    kind: Option<String>,
-    capped: String,
-    parked: i64,
-}
-
 /// Jobs woken by one look of [`Store::wake_parked`] at most, per cap
 /// without a limit (a cap that was removed).
 const WAKE_UNCAPPED: i64 = 1_000;
-
-/// A running job whose lease lapsed, as the sweeper finds it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct LapsedRow {
-    job_id: String,
-    counted: i64,
-    max_attempts: i64,
-    saga_unfinished: bool,
-}
 
 impl Store {
     /// Claims the next attempt of each queued, due job of `job_ids`, in one

@@ -9,6 +9,8 @@ use shared::{ids::random_hex, model::JobStatus, time::now_ms};
 
 use crate::{Db, Error, Result, Store, hash_key, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
+pub(crate) use crate::rows::dashboard::{NewSessionRow, SessionRow};
+
 /// A session just opened: the only time its token is known.
 #[derive(Debug, Clone)]
 pub struct NewDashboardSession {
@@ -64,24 +66,6 @@ const MINUTE_MS: i64 = 60_000;
 /// Deltas folded at once past which the fold vacuums their table.
 const VACUUM_AFTER: u64 = 10_000;
 
-/// A session's row, as a sign-in writes it.
-pub(crate) struct NewSessionRow<'a> {
-    pub session_hash: String,
-    pub tenant_id: &'a str,
-    pub key_hash: &'a str,
-    pub csrf_token: &'a str,
-    pub created_at: Millis,
-    pub expires_at: Millis,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct SessionRow {
-    tenant_id: String,
-    key_hash: String,
-    csrf_token: String,
-    expires_at: Millis,
-}
-
 impl From<SessionRow> for DashboardSession {
     fn from(row: SessionRow) -> Self {
         DashboardSession {
@@ -91,39 +75,6 @@ impl From<SessionRow> for DashboardSession {
             expires_at: row.expires_at.into(),
         }
     }
-}
-
-/// The tenant's jobs of one kind in one status.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct CountRow {
-    kind: String,
-    status: String,
-    n: i64,
-}
-
-/// The tenant's jobs that reached one final status in the minute that
-/// starts at `start`.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct MinuteRow {
-    start: Millis,
-    status: String,
-    n: i64,
-}
-
-/// One webhook's delivery attempts since a time, and how many got a 2xx.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct HealthRow {
-    webhook_id: String,
-    attempts: i64,
-    ok: i64,
-}
-
-/// A webhook's latest failed attempt.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct FailureRow {
-    attempted_at: Millis,
-    response_status: Option<i64>,
-    error: Option<String>,
 }
 
 fn status_of(text: &str) -> Result<JobStatus> {

@@ -46,20 +46,6 @@ pub struct TenantSample {
     pub running: i64,
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct KindCountRow {
-    pub(crate) kind: String,
-    pub(crate) queued: i64,
-    pub(crate) running: i64,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct TenantCountRow {
-    pub(crate) tenant_id: String,
-    pub(crate) queued: i64,
-    pub(crate) running: i64,
-}
-
 /// Seconds from `since` to `now`, never below 0.
 fn seconds_since(since: Option<Millis>, now: i64) -> f64 {
     since.map_or(0.0, |since| (now - since.0).max(0) as f64 / 1000.0)

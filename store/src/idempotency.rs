@@ -7,11 +7,11 @@
 use shared::time::now_ms;
 
 use crate::{
-    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
-    sql::{JsonText, Millis},
-    sqlite,
+    Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite,
     submit::SubmissionKey,
 };
+
+pub(crate) use crate::rows::idempotency::{KeyRow, KeyWrite};
 
 /// A response as stored against a key, replayed byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,18 +49,6 @@ impl KeyLookup {
     }
 }
 
-/// A key's row as both databases return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct KeyRow {
-    pub(crate) tenant_id: String,
-    pub(crate) idem_key: String,
-    pub(crate) fingerprint: String,
-    pub(crate) expires_at: Millis,
-    response_status: i64,
-    response_headers: JsonText,
-    response_body: Vec<u8>,
-}
-
 impl KeyRow {
     /// The response stored with the key.
     pub(crate) fn response(&self) -> Result<StoredResponse> {
@@ -74,18 +62,6 @@ impl KeyRow {
     }
 }
 
-/// A key to write with its answer, as the statements bind it.
-pub(crate) struct KeyWrite<'a> {
-    pub(crate) tenant_id: &'a str,
-    pub(crate) key: &'a str,
-    pub(crate) fingerprint: &'a str,
-    pub(crate) expires_at: Millis,
-    pub(crate) status: i64,
-    /// The replayed headers, as a JSON array of pairs.
-    pub(crate) headers: String,
-    pub(crate) body: &'a [u8],
-}
-
 impl<'a> KeyWrite<'a> {
     pub(crate) fn of(key: &'a SubmissionKey) -> Result<Self> {
         Ok(KeyWrite {
@@ -94,14 +70,17 @@ impl<'a> KeyWrite<'a> {
             fingerprint: &key.fingerprint,
             expires_at: Millis(key.expires_at),
             status: i64::from(key.response.status),
-            headers: headers_json(&key.response)?,
+            headers: key.response.headers_json()?,
             body: &key.response.body,
         })
     }
 }
 
-pub(crate) fn headers_json(response: &StoredResponse) -> Result<String> {
-    serde_json::to_string(&response.headers).map_err(|e| Error::Corrupt(format!("headers: {e}")))
+impl StoredResponse {
+    /// The headers as stored: a JSON array of `[name, value]` pairs.
+    pub(crate) fn headers_json(&self) -> Result<String> {
+        serde_json::to_string(&self.headers).map_err(|e| Error::Corrupt(format!("headers: {e}")))
+    }
 }
 
 /// Writes the keys with their answers, in the order given: a new key is
@@ -169,7 +148,7 @@ impl Store {
             fingerprint,
             expires_at: Millis(now.saturating_add(ttl_ms)),
             status: i64::from(response.status),
-            headers: headers_json(response)?,
+            headers: response.headers_json()?,
             body: &response.body,
         };
         let written = upsert_keys(tx, std::slice::from_ref(&write), Millis(now)).await?;

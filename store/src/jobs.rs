@@ -5,36 +5,9 @@ use shared::{
     time::now_ms,
 };
 
-use crate::{
-    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
-    sql::{JsonText, Millis},
-    sqlite,
-};
+use crate::{Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
-/// A job's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct JobRow {
-    job_id: String,
-    tenant_id: String,
-    kind: String,
-    params: JsonText,
-    status: String,
-    attempts: i64,
-    max_attempts: i64,
-    progress: Option<f64>,
-    created_at: Millis,
-    started_at: Option<Millis>,
-    finished_at: Option<Millis>,
-    run_after: Millis,
-    error_type: Option<String>,
-    error_message: Option<String>,
-    cancel_requested: bool,
-    handbacks: i64,
-    retry_of: Option<String>,
-    schedule_id: Option<String>,
-    priority: String,
-    capped: Option<String>,
-}
+pub(crate) use crate::rows::jobs::JobRow;
 
 impl TryFrom<JobRow> for Job {
     type Error = Error;

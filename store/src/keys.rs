@@ -14,6 +14,8 @@ use shared::{
 
 use crate::{Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
+pub(crate) use crate::rows::keys::{ApiKeyRow, NewKeyRow, StoredKeyRow};
+
 /// Runs for every request, good key or bad: one hash, one allocation.
 pub fn hash_key(key: &str) -> String {
     sha256_hex(key.as_bytes())
@@ -109,39 +111,11 @@ impl KeySync {
     }
 }
 
-/// A stored key, as the sync with `API_KEYS` reads it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct StoredKeyRow {
-    key_hash: String,
-    key_id: String,
-    tenant_id: String,
-    revoked_at: Option<Millis>,
-    revoked_reason: Option<String>,
-}
-
 impl StoredKeyRow {
     fn revoked(&self) -> Option<Revocation> {
         self.revoked_at
             .map(|_| Revocation::parse(self.revoked_reason.as_deref()))
     }
-}
-
-/// Whom a key belongs to and whether it is revoked, as a revocation reads it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct KeyStateRow {
-    tenant_id: String,
-    revoked_at: Option<Millis>,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ApiKeyRow {
-    key_id: String,
-    tenant_id: String,
-    key_prefix: Option<String>,
-    created_at: Millis,
-    last_used_at: Option<Millis>,
-    revoked_at: Option<Millis>,
-    revoked_reason: Option<String>,
 }
 
 impl From<ApiKeyRow> for ApiKeyRecord {
@@ -157,15 +131,6 @@ impl From<ApiKeyRow> for ApiKeyRecord {
                 .map(|at| (at.into(), Revocation::parse(row.revoked_reason.as_deref()))),
         }
     }
-}
-
-/// A new key's row.
-pub(crate) struct NewKeyRow<'a> {
-    pub key_hash: String,
-    pub key_id: String,
-    pub tenant_id: &'a str,
-    pub key_prefix: String,
-    pub created_at: Millis,
 }
 
 impl Store {

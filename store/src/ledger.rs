@@ -10,15 +10,9 @@ use shared::{
 };
 use sqlx::Connection;
 
-use crate::{
-    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
-    sql::{DateText, Millis},
-    sqlite,
-};
+use crate::{Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
-/// Entries one import statement carries at most: an import of 10,000
-/// entries goes out in a few statements, each a small part of the body.
-pub(crate) const IMPORT_CHUNK: usize = 500;
+pub(crate) use crate::rows::ledger::{EntryRow, GstSumRow};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImportOutcome {
@@ -44,19 +38,6 @@ pub struct GstRow {
     pub sgst: i64,
 }
 
-/// An entry's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct EntryRow {
-    entry_id: String,
-    entry_date: DateText,
-    direction: String,
-    amount_paise: i64,
-    rate_centi: i64,
-    interstate: bool,
-    party: String,
-    description: String,
-}
-
 impl TryFrom<EntryRow> for LedgerEntry {
     type Error = Error;
 
@@ -72,17 +53,6 @@ impl TryFrom<EntryRow> for LedgerEntry {
             description: row.description,
         })
     }
-}
-
-/// One group of the GST aggregate as the statements return it; SGST equals
-/// CGST, so it is not summed twice.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct GstSumRow {
-    direction: String,
-    rate_centi: i64,
-    taxable: i64,
-    igst: i64,
-    cgst: i64,
 }
 
 impl TryFrom<GstSumRow> for GstRow {

@@ -38,6 +38,7 @@ mod postgres;
 pub mod queue;
 mod results;
 mod retention;
+mod rows;
 mod sagas;
 mod schedules;
 mod sqlite;

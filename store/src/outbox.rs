@@ -7,6 +7,9 @@ use shared::time::now_ms;
 
 use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
+pub(crate) use crate::rows::outbox::OutboxRow;
+pub use crate::rows::outbox::SweepCursor;
+
 /// A job the queue is to carry: its id, its tenant, which the queue
 /// schedules fairly, and its rank (unix ms), which orders the tenant's jobs
 /// (`shared::model::Priority::rank_at`).
@@ -17,17 +20,6 @@ pub struct QueuedJob {
     pub rank_at: i64,
 }
 
-/// An outbox row with its job's tenant, rank and whether it is queued,
-/// read without locking the job.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct OutboxRow {
-    pub(crate) job_id: String,
-    tenant_id: Option<String>,
-    rank_at: Option<Millis>,
-    /// `None` when the job is gone.
-    queued: Option<bool>,
-}
-
 impl From<OutboxRow> for QueuedJob {
     fn from(row: OutboxRow) -> Self {
         QueuedJob {
@@ -36,26 +28,6 @@ impl From<OutboxRow> for QueuedJob {
             rank_at: row.rank_at.map_or(0, i64::from),
         }
     }
-}
-
-/// Where the lost-message sweep goes on from: the last job it looked at,
-/// in the order of the queued jobs' index (kind, due time, id). The
-/// default starts from the first.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SweepCursor {
-    pub(crate) kind: String,
-    pub(crate) run_after: i64,
-    pub(crate) job_id: String,
-}
-
-/// A queued job the sweep looks at, with its place in the sweep's order.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct SweptRow {
-    job_id: String,
-    tenant_id: String,
-    rank_at: Option<Millis>,
-    kind: String,
-    run_after: Millis,
 }
 
 impl Store {

@@ -5,6 +5,8 @@ use shared::time::now_ms;
 
 use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
+pub(crate) use crate::rows::periods::{EndpointRow, PeriodRow};
+
 /// A month that is not open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Period {
@@ -16,17 +18,6 @@ pub struct Period {
     pub locked_at: i64,
     pub closed_at: Option<i64>,
     pub filing_reference: Option<String>,
-}
-
-/// A month's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct PeriodRow {
-    month: String,
-    state: String,
-    job_id: String,
-    locked_at: Millis,
-    closed_at: Option<Millis>,
-    filing_reference: Option<String>,
 }
 
 impl From<PeriodRow> for Period {
@@ -68,15 +59,6 @@ pub struct FilingEndpoint {
     pub secret: String,
     pub created_at: i64,
     pub updated_at: i64,
-}
-
-/// A filing endpoint's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct EndpointRow {
-    url: String,
-    secret: String,
-    created_at: Millis,
-    updated_at: Millis,
 }
 
 impl From<EndpointRow> for FilingEndpoint {

@@ -18,19 +18,6 @@ use crate::{Error, QueuedJob, Result, Store, postgres, sql::Millis};
 /// with the queue's name as payload.
 pub const QUEUE_CHANNEL: &str = "receipt_queue";
 
-/// A fetched message and its place in the fetch's order.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct FetchedMessage {
-    message_id: i64,
-    job_id: String,
-    tenant_id: String,
-    rank_at: Millis,
-    /// The tenant's turn in this fetch.
-    turn: i64,
-    /// The message's place among its tenant's in this fetch.
-    n: i64,
-}
-
 /// A message a consumer took: its id, by which it is acknowledged, and
 /// its job.
 #[derive(Debug, Clone, PartialEq, Eq)]

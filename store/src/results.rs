@@ -9,7 +9,9 @@
 //! by the next attempt when it starts writing ([`Store::discard_chunks_before`])
 //! or, when none follows, in the transaction of the job's final status.
 
-use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::JsonText, sqlite};
+use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sqlite};
+
+pub(crate) use crate::rows::results::ResultRow;
 
 /// Chunks deleted per transaction when an attempt clears its predecessors'
 /// (about 256 KiB each): short transactions, so SQLite's one writer lock is
@@ -23,14 +25,6 @@ pub enum StoredResult {
     Document(String),
     /// Chunks `0..count` written by `attempt` are the result, in order.
     Chunks { attempt: i64, count: i64 },
-}
-
-/// A `job_results` row: a document, or the attempt and count of its chunks.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ResultRow {
-    body: Option<JsonText>,
-    chunk_attempt: Option<i64>,
-    chunk_count: Option<i64>,
 }
 
 impl From<ResultRow> for StoredResult {

@@ -19,6 +19,8 @@ use crate::{
     sqlite,
 };
 
+pub(crate) use crate::rows::sagas::{PhaseWrite, RunRow, StepError, StepRow};
+
 /// Where a saga is going.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SagaPhase {
@@ -92,15 +94,6 @@ pub struct SagaStep {
     pub compensation_error_message: Option<String>,
 }
 
-/// A run's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct RunRow {
-    phase: String,
-    cause: Option<String>,
-    error_type: Option<String>,
-    error_message: Option<String>,
-}
-
 impl TryFrom<RunRow> for SagaRun {
     type Error = Error;
 
@@ -118,26 +111,6 @@ impl TryFrom<RunRow> for SagaRun {
             turned_back,
         })
     }
-}
-
-/// A step's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct StepRow {
-    step_index: i64,
-    name: String,
-    outcome: String,
-    attempts: i64,
-    started_at: Millis,
-    finished_at: Option<Millis>,
-    error_type: Option<String>,
-    error_message: Option<String>,
-    output: Option<JsonText>,
-    compensation: String,
-    compensation_attempts: i64,
-    compensation_started_at: Option<Millis>,
-    compensation_finished_at: Option<Millis>,
-    compensation_error_type: Option<String>,
-    compensation_error_message: Option<String>,
 }
 
 impl From<StepRow> for SagaStep {
@@ -167,27 +140,6 @@ impl From<StepRow> for SagaStep {
 pub struct Fence<'a> {
     pub job_id: &'a str,
     pub attempt: i64,
-}
-
-/// A phase's row: why it turned back, as the columns `cause`,
-/// `error_type`, `error_message` hold it (`NULL` keeps what is stored).
-pub(crate) struct PhaseWrite<'a> {
-    pub job_id: &'a str,
-    pub phase: &'static str,
-    pub cause: Option<&'static str>,
-    pub error_type: Option<&'a str>,
-    pub error_message: Option<&'a str>,
-    pub now: Millis,
-}
-
-/// A step's error as written: its outcome, when it finished, and its
-/// compensation.
-pub(crate) struct StepError<'a> {
-    pub outcome: &'static str,
-    pub finished_at: Option<Millis>,
-    pub error_type: &'a str,
-    pub error_message: &'a str,
-    pub compensation: &'static str,
 }
 
 impl Store {

@@ -6,10 +6,13 @@
 use shared::{model::Priority, schedule::Misfire};
 
 use crate::{
-    Error, NewJob, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
     sql::{JsonText, Millis},
     sqlite,
 };
+
+pub use crate::rows::schedules::FiredJob;
+pub(crate) use crate::rows::schedules::{ScheduleMove, ScheduleRow, ScheduleValues};
 
 /// A schedule as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,26 +35,6 @@ pub struct Schedule {
     pub last_fire_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
-}
-
-/// A schedule's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ScheduleRow {
-    pub(crate) schedule_id: String,
-    pub(crate) tenant_id: String,
-    pub(crate) kind: String,
-    pub(crate) params: JsonText,
-    pub(crate) cron: String,
-    pub(crate) timezone: String,
-    pub(crate) starts_at: Option<Millis>,
-    pub(crate) ends_at: Option<Millis>,
-    pub(crate) misfire: String,
-    pub(crate) priority: String,
-    pub(crate) paused: bool,
-    pub(crate) next_fire_at: Option<Millis>,
-    pub(crate) last_fire_at: Option<Millis>,
-    pub(crate) created_at: Millis,
-    pub(crate) updated_at: Millis,
 }
 
 impl TryFrom<ScheduleRow> for Schedule {
@@ -80,11 +63,6 @@ impl TryFrom<ScheduleRow> for Schedule {
     }
 }
 
-/// A schedule's values as the statements bind them.
-pub(crate) struct ScheduleValues<'a> {
-    pub(crate) schedule: &'a Schedule,
-}
-
 impl ScheduleValues<'_> {
     pub(crate) fn params(&self) -> JsonText {
         JsonText(self.schedule.params.clone())
@@ -101,14 +79,6 @@ impl ScheduleValues<'_> {
 pub struct FirePlan {
     pub job: Option<FiredJob>,
     pub next_fire_at: Option<i64>,
-}
-
-/// A job a fire makes.
-#[derive(Debug, Clone)]
-pub struct FiredJob {
-    pub job: NewJob,
-    pub schedule_id: String,
-    pub fire_at: i64,
 }
 
 /// What one pass of [`Store::fire_due_schedules`] did.
@@ -294,11 +264,4 @@ impl Store {
         )
         .map(i64::from))
     }
-}
-
-/// A fired schedule's new times.
-pub(crate) struct ScheduleMove {
-    pub(crate) schedule_id: String,
-    pub(crate) next_fire_at: Option<i64>,
-    pub(crate) last_fire_at: Option<i64>,
 }

@@ -2,6 +2,8 @@
 //! forcing a lease to lapse, reading stored results): built with the
 //! `test-hooks` feature, not part of the product's API.
 
+use std::time::Duration;
+
 use shared::settings::Caps;
 use shared::{model::Job, time::now_ms};
 
@@ -94,6 +96,13 @@ impl Store {
             return Ok(Vec::new());
         };
         let pool = self.per_job_pool(pool);
+        // A connection given back is pinged before it is idle again; while
+        // one is, an acquire may open a new connection instead of waiting
+        // for it. Wait until every connection is idle.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pool.num_idle() < pool.size() as usize && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         // Holding each connection while taking the next visits them all.
         let mut held = Vec::new();
         let mut plans: Vec<(String, i64, i64)> = Vec::new();

@@ -6,10 +6,11 @@ use shared::{
     time::{now_ms, to_rfc3339},
 };
 
-use crate::{
-    Result, Store, TxConnection, WriteTx, on_pool, on_tx, postgres,
-    sql::{EventTypes, Millis},
-    sqlite,
+use crate::{Result, Store, TxConnection, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
+
+pub use crate::rows::webhooks::DueEvent;
+pub(crate) use crate::rows::webhooks::{
+    DeliveryRow, NewDelivery, NewEvent, NewWebhookRow, WebhookRow,
 };
 
 #[derive(Debug, Clone)]
@@ -30,22 +31,6 @@ pub struct NewWebhook {
     pub url: String,
     pub events: Vec<String>,
     pub job_id: Option<String>,
-}
-
-/// An event due for delivery, leased to one dispatcher.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DueEvent {
-    pub event_id: String,
-    pub webhook_id: String,
-    pub event_type: String,
-    pub body: String,
-    /// Attempts made before this one.
-    pub attempts: i64,
-    pub url: String,
-    pub secret: String,
-    pub enabled: bool,
-    /// The W3C `traceparent` its deliveries continue, if traced.
-    pub traceparent: Option<String>,
 }
 
 /// One delivery attempt's outcome, as the dispatcher records it.
@@ -94,19 +79,6 @@ pub enum Registration {
     JobFull(i64),
 }
 
-/// A webhook's row, as both databases' statements return it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct WebhookRow {
-    webhook_id: String,
-    tenant_id: String,
-    url: String,
-    events: EventTypes,
-    job_id: Option<String>,
-    enabled: bool,
-    secret: String,
-    created_at: Millis,
-}
-
 impl From<WebhookRow> for Webhook {
     fn from(row: WebhookRow) -> Self {
         Webhook {
@@ -120,27 +92,6 @@ impl From<WebhookRow> for Webhook {
             created_at: row.created_at.into(),
         }
     }
-}
-
-/// A webhook that may hear of a job's final status.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct MatchRow {
-    job_id: String,
-    webhook_id: String,
-    events: EventTypes,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct DeliveryRow {
-    delivery_id: String,
-    event_id: String,
-    event_type: String,
-    attempt: i64,
-    response_status: Option<i64>,
-    error: Option<String>,
-    duration_ms: i64,
-    attempted_at: Millis,
-    next_attempt_at: Option<Millis>,
 }
 
 impl From<DeliveryRow> for Delivery {
@@ -157,37 +108,6 @@ impl From<DeliveryRow> for Delivery {
             next_attempt_at: row.next_attempt_at.map(i64::from),
         }
     }
-}
-
-/// A new webhook's row.
-pub(crate) struct NewWebhookRow<'a> {
-    pub webhook_id: String,
-    pub new: &'a NewWebhook,
-    pub secret: String,
-    pub created_at: Millis,
-}
-
-/// A new event's row: pending, due at once.
-pub(crate) struct NewEvent<'a> {
-    pub event_id: String,
-    pub webhook_id: &'a str,
-    pub job_id: &'a str,
-    pub event_type: &'a str,
-    /// The bytes every attempt signs and sends.
-    pub body: String,
-    pub created_at: Millis,
-    /// The W3C `traceparent` its deliveries continue: the write's that
-    /// made the event, or else its job's own.
-    pub traceparent: Option<&'a str>,
-}
-
-/// An attempt's line in the delivery log.
-pub(crate) struct NewDelivery<'a> {
-    pub delivery_id: String,
-    pub event: &'a DueEvent,
-    pub attempt: i64,
-    pub record: &'a DeliveryRecord,
-    pub attempted_at: Millis,
 }
 
 impl Store {

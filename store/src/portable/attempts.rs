@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::{Conn, Db};
 use crate::{
-    attempts::{AttemptEnd, ClaimRow},
+    rows::attempts::{AttemptEnd, ClaimRow},
     sql::Millis,
 };
 

@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::{Conn, Db};
 use crate::{
-    dashboard::{FailureRow, NewSessionRow, SessionRow},
+    rows::dashboard::{FailureRow, NewSessionRow, SessionRow},
     sql::Millis,
 };
 

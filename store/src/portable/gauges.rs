@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::Db;
 use crate::{
-    gauges::{KindCountRow, TenantCountRow},
+    rows::gauges::{KindCountRow, TenantCountRow},
     sql::Millis,
 };
 

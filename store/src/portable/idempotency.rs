@@ -3,7 +3,7 @@
 
 
 use super::Conn;
-use crate::idempotency::KeyRow;
+use crate::rows::idempotency::KeyRow;
 
 pub(crate) async fn get(
     conn: &mut Conn,

@@ -4,7 +4,7 @@
 use sqlx::Executor;
 
 use super::{Conn, Db};
-use crate::{jobs::JobRow, sql::Millis};
+use crate::{rows::jobs::JobRow, sql::Millis};
 
 pub(crate) async fn get(
     db: impl Executor<'_, Database = Db>,

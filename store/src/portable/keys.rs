@@ -6,7 +6,7 @@ use sqlx::Executor;
 use super::{Conn, Db};
 use crate::{
     ValidKey,
-    keys::{ApiKeyRow, NewKeyRow, StoredKeyRow},
+    rows::keys::{ApiKeyRow, NewKeyRow, StoredKeyRow},
     sql::Millis,
 };
 

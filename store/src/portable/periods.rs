@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::{Conn, Db};
 use crate::{
-    periods::{EndpointRow, PeriodRow},
+    rows::periods::{EndpointRow, PeriodRow},
     sql::Millis,
 };
 

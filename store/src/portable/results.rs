@@ -4,7 +4,7 @@
 use sqlx::Executor;
 
 use super::{Conn, Db};
-use crate::results::ResultRow;
+use crate::rows::results::ResultRow;
 
 pub(crate) async fn get(
     db: impl Executor<'_, Database = Db>,

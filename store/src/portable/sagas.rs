@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::{Conn, Db};
 use crate::{
-    sagas::{PhaseWrite, RunRow, StepError, StepRow},
+    rows::sagas::{PhaseWrite, RunRow, StepError, StepRow},
     sql::{JsonText, Millis},
 };
 

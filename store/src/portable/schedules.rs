@@ -5,7 +5,7 @@ use sqlx::Executor;
 
 use super::{Conn, Db};
 use crate::{
-    schedules::{ScheduleRow, ScheduleValues},
+    rows::schedules::{ScheduleRow, ScheduleValues},
     sql::Millis,
 };
 

@@ -7,7 +7,7 @@ use super::{Conn, Db};
 use shared::model::EventState;
 use crate::{
     sql::Millis,
-    webhooks::{DeliveryRow, NewDelivery, NewEvent, WebhookRow},
+    rows::webhooks::{DeliveryRow, NewDelivery, NewEvent, WebhookRow},
 };
 
 pub(crate) async fn count_for_job(

@@ -4,7 +4,7 @@ use shared::settings::Caps;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
-    attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
+    rows::attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
     sql::{JsonText, Millis},
 };
 

@@ -3,7 +3,7 @@
 use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use crate::{
-    dashboard::{CountRow, HealthRow, MinuteRow},
+    rows::dashboard::{CountRow, HealthRow, MinuteRow},
     sql::Millis,
 };
 

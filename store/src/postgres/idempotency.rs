@@ -3,7 +3,7 @@
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
-    idempotency::{KeyRow, KeyWrite},
+    rows::idempotency::{KeyRow, KeyWrite},
     sql::{JsonText, Millis},
 };
 

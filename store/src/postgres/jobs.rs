@@ -2,7 +2,7 @@
 
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::{JobFilter, jobs::JobRow};
+use crate::{JobFilter, rows::jobs::JobRow};
 
 pub(crate) use crate::portable::postgres::jobs::*;
 

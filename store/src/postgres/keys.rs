@@ -2,7 +2,7 @@
 
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::{keys::KeyStateRow, sql::Millis};
+use crate::{rows::keys::KeyStateRow, sql::Millis};
 
 pub(crate) use crate::portable::postgres::keys::*;
 

@@ -6,7 +6,7 @@
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
-    outbox::{OutboxRow, SweepCursor, SweptRow},
+    rows::outbox::{OutboxRow, SweepCursor, SweptRow},
     sql::Millis,
 };
 

@@ -2,7 +2,7 @@
 
 use sqlx::PgConnection;
 
-use crate::periods::PeriodRow;
+use crate::rows::periods::PeriodRow;
 
 pub(crate) use crate::portable::postgres::periods::*;
 

@@ -7,7 +7,7 @@
 
 use sqlx::PgPool;
 
-use crate::{queue::FetchedMessage, sql::Millis};
+use crate::{rows::queue::FetchedMessage, sql::Millis};
 
 /// Inserts a waiting message per job (none for a job that has a waiting
 /// one) and, when any was new, wakes the consumers listening on `channel`

@@ -3,7 +3,7 @@
 use sqlx::PgConnection;
 
 use crate::{
-    schedules::{FiredJob, ScheduleMove, ScheduleRow},
+    rows::schedules::{FiredJob, ScheduleMove, ScheduleRow},
     sql::{JsonText, Millis},
 };
 

@@ -32,7 +32,7 @@ pub(crate) async fn submit_in_one_statement(
         .map(|s| {
             s.key
                 .as_ref()
-                .map(|k| crate::idempotency::headers_json(&k.response).map(JsonText))
+                .map(|k| k.response.headers_json().map(JsonText))
                 .transpose()
         })
         .collect::<crate::Result<Vec<_>>>()?;

@@ -4,8 +4,8 @@ use shared::model::EventState;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
+    rows::webhooks::{DueEvent, MatchRow, NewWebhookRow, WebhookRow},
     sql::Millis,
-    webhooks::{DueEvent, MatchRow, NewWebhookRow, WebhookRow},
 };
 
 pub(crate) use crate::portable::postgres::webhooks::*;

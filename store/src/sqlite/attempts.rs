@@ -7,7 +7,7 @@ use sqlx::{SqliteConnection, SqliteExecutor};
 
 use super::json_list;
 use crate::{
-    attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
+    rows::attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
     sql::Millis,
 };
 

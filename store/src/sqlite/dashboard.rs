@@ -3,7 +3,7 @@
 use sqlx::{SqliteExecutor, types::Json};
 
 use crate::{
-    dashboard::{CountRow, HealthRow, MinuteRow},
+    rows::dashboard::{CountRow, HealthRow, MinuteRow},
     sql::Millis,
 };
 

@@ -4,7 +4,7 @@
 use sqlx::{SqliteConnection, SqliteExecutor};
 
 use crate::{
-    idempotency::{KeyRow, KeyWrite},
+    rows::idempotency::{KeyRow, KeyWrite},
     sql::Millis,
 };
 

@@ -2,7 +2,7 @@
 
 use sqlx::SqliteExecutor;
 
-use crate::{JobFilter, jobs::JobRow};
+use crate::{JobFilter, rows::jobs::JobRow};
 
 pub(crate) use crate::portable::sqlite::jobs::*;
 

@@ -2,7 +2,7 @@
 
 use sqlx::{SqliteConnection, SqliteExecutor, types::Json};
 
-use crate::keys::KeyStateRow;
+use crate::rows::keys::KeyStateRow;
 
 pub(crate) use crate::portable::sqlite::keys::*;
 

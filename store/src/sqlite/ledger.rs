@@ -8,7 +8,7 @@ use shared::ledger::LedgerEntry;
 use sqlx::{SqliteConnection, SqliteExecutor};
 
 use crate::{
-    ledger::{EntryRow, GstSumRow},
+    rows::ledger::{EntryRow, GstSumRow},
     sql::Millis,
 };
 
@@ -35,7 +35,7 @@ pub(crate) async fn roll_back_to(conn: &mut SqliteConnection) -> sqlx::Result<()
 }
 
 /// Inserts the entries whose ids are new, a chunk of
-/// [`IMPORT_CHUNK`] per statement, so that what one statement carries stays
+/// [`IMPORT_CHUNK`](crate::rows::ledger::IMPORT_CHUNK) per statement, so that what one statement carries stays
 /// small whatever the size of the import; returns the ids inserted.
 pub(crate) async fn insert_new(
     conn: &mut SqliteConnection,
@@ -44,7 +44,7 @@ pub(crate) async fn insert_new(
     now: Millis,
 ) -> sqlx::Result<HashSet<String>> {
     let mut inserted = HashSet::new();
-    for chunk in entries.chunks(crate::ledger::IMPORT_CHUNK) {
+    for chunk in entries.chunks(crate::rows::ledger::IMPORT_CHUNK) {
         inserted.extend(insert_chunk(&mut *conn, tenant_id, chunk, now).await?);
     }
     Ok(inserted)

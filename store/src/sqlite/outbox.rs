@@ -4,7 +4,7 @@ use sqlx::{SqliteConnection, SqliteExecutor};
 
 use super::json_list;
 use crate::{
-    outbox::{OutboxRow, SweepCursor, SweptRow},
+    rows::outbox::{OutboxRow, SweepCursor, SweptRow},
     sql::Millis,
 };
 

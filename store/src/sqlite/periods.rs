@@ -3,7 +3,7 @@
 
 use sqlx::SqliteConnection;
 
-use crate::periods::PeriodRow;
+use crate::rows::periods::PeriodRow;
 
 pub(crate) use crate::portable::sqlite::periods::*;
 

@@ -3,7 +3,7 @@
 use sqlx::SqliteConnection;
 
 use crate::{
-    schedules::{FiredJob, ScheduleMove, ScheduleRow},
+    rows::schedules::{FiredJob, ScheduleMove, ScheduleRow},
     sql::Millis,
 };
 

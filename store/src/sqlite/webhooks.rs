@@ -4,8 +4,8 @@ use shared::model::EventState;
 use sqlx::{SqliteConnection, SqliteExecutor, types::Json};
 
 use crate::{
+    rows::webhooks::{DueEvent, MatchRow, NewWebhookRow, WebhookRow},
     sql::{EventTypes, Millis},
-    webhooks::{DueEvent, MatchRow, NewWebhookRow, WebhookRow},
 };
 
 pub(crate) use crate::portable::sqlite::webhooks::*;

@@ -1,0 +1,23 @@
+//! Months and the filing endpoint: the rows its statements read and write.
+
+use crate::sql::Millis;
+
+/// A month's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PeriodRow {
+    pub(crate) month: String,
+    pub(crate) state: String,
+    pub(crate) job_id: String,
+    pub(crate) locked_at: Millis,
+    pub(crate) closed_at: Option<Millis>,
+    pub(crate) filing_reference: Option<String>,
+}
+
+/// A filing endpoint's row, as both databases' statements return it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EndpointRow {
+    pub(crate) url: String,
+    pub(crate) secret: String,
+    pub(crate) created_at: Millis,
+    pub(crate) updated_at: Millis,
+}
