@@ -1,6 +1,8 @@
 //! Every SQL statement of the store, prepared against a freshly migrated
 //! database of its kind: a typo, a missing column or a type the database
-//! refuses fails here, not in production.
+//! refuses fails here, not in production. A `query_as` statement's result
+//! columns are held against the `FromRow` struct its function returns (a
+//! tuple's are not): names on both databases, types on Postgres.
 //!
 //! The statements are found in the source: every `sql!("...")` literal in
 //! `src/postgres/` and `src/sqlite/`, and in `src/portable/` (the statements
@@ -8,9 +10,15 @@
 //! every call of `sqlx::query`, `query_as` or `query_scalar` there must take
 //! its text from `sql!`.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
 
-use sqlx::{Connection, Executor, PgConnection, SqlSafeStr, SqliteConnection};
+use sqlx::{
+    Column, Connection, Executor, PgConnection, SqlSafeStr, SqliteConnection, Statement as _,
+    TypeInfo,
+};
 use syn::visit::Visit;
 
 const POSTGRES_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -26,13 +34,35 @@ struct Finder {
     file: String,
     statements: Vec<Statement>,
     unchecked: Vec<String>,
+    /// The return type of the function being visited, as text.
+    returns: String,
+    /// Each `query_as` statement's text, with the return type of the
+    /// function it is in: what its rows decode into.
+    decoded: Vec<(String, String)>,
 }
 
 fn is_sql_macro(mac: &syn::Macro) -> bool {
     mac.path.is_ident("sql")
 }
 
+fn return_type(output: &syn::ReturnType) -> String {
+    match output {
+        syn::ReturnType::Default => String::new(),
+        syn::ReturnType::Type(_, ty) => quote::ToTokens::to_token_stream(ty).to_string(),
+    }
+}
+
 impl<'ast> Visit<'ast> for Finder {
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        self.returns = return_type(&item.sig.output);
+        syn::visit::visit_item_fn(self, item);
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        self.returns = return_type(&item.sig.output);
+        syn::visit::visit_impl_item_fn(self, item);
+    }
+
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
         if is_sql_macro(mac) {
             let literal: syn::LitStr = mac
@@ -58,6 +88,12 @@ impl<'ast> Visit<'ast> for Finder {
             if ["query", "query_as", "query_scalar"].contains(&name.as_str()) {
                 let from_sql =
                     matches!(call.args.first(), Some(syn::Expr::Macro(m)) if is_sql_macro(&m.mac));
+                if let (true, Some(syn::Expr::Macro(m))) = (name == "query_as", call.args.first())
+                    && from_sql
+                    && let Ok(literal) = m.mac.parse_body::<syn::LitStr>()
+                {
+                    self.decoded.push((literal.value(), self.returns.clone()));
+                }
                 if !from_sql {
                     let line = path
                         .path
@@ -86,8 +122,9 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The statements of one database's modules.
-fn statements_of(modules: &[&str]) -> Vec<Statement> {
+/// What the modules' source holds: statements, and what `query_as` ones
+/// decode into.
+fn found_in(modules: &[&str]) -> Finder {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut finder = Finder::default();
     let files = modules
@@ -112,7 +149,126 @@ fn statements_of(modules: &[&str]) -> Vec<Statement> {
         !finder.statements.is_empty(),
         "no statement found in {modules:?}"
     );
-    finder.statements
+    finder
+}
+
+/// Every struct of the store that derives `sqlx::FromRow`: its fields, by
+/// name, with their types as text.
+fn row_structs() -> HashMap<String, Vec<(String, String)>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut structs = HashMap::new();
+    for file in rust_files(&root) {
+        let source = std::fs::read_to_string(&file).expect("a source file");
+        let parsed = syn::parse_file(&source).expect("the store's source parses");
+        for item in parsed.items {
+            let syn::Item::Struct(item) = item else {
+                continue;
+            };
+            let from_row = item.attrs.iter().any(|attr| {
+                attr.path().is_ident("derive")
+                    && quote::ToTokens::to_token_stream(&attr.meta)
+                        .to_string()
+                        .contains("FromRow")
+            });
+            if !from_row {
+                continue;
+            }
+            assert!(
+                item.fields
+                    .iter()
+                    .all(|f| f.attrs.iter().all(|a| !a.path().is_ident("sqlx"))),
+                "{}: a field with #[sqlx(..)], which this check does not read",
+                item.ident
+            );
+            let fields = item
+                .fields
+                .iter()
+                .filter_map(|f| {
+                    let name = f.ident.as_ref()?.to_string();
+                    let ty = quote::ToTokens::to_token_stream(&f.ty).to_string();
+                    Some((name, ty))
+                })
+                .collect();
+            structs.insert(item.ident.to_string(), fields);
+        }
+    }
+    structs
+}
+
+/// The row struct a `query_as` statement decodes into: the one `FromRow`
+/// struct its function's return type names; `None` for a tuple or a
+/// scalar.
+fn row_struct_of<'a>(
+    returns: &str,
+    structs: &'a HashMap<String, Vec<(String, String)>>,
+) -> Option<(&'a String, &'a Vec<(String, String)>)> {
+    let named: Vec<_> = returns
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter_map(|word| structs.get_key_value(word))
+        .collect();
+    match named.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+/// The Postgres types a field's Rust type decodes from; `None` where this
+/// check does not know the type (it checks the name alone then).
+fn postgres_types_of(rust: &str) -> Option<&'static [&'static str]> {
+    let rust = rust.trim();
+    if let Some(inner) = rust
+        .strip_prefix("Option <")
+        .and_then(|r| r.strip_suffix('>'))
+    {
+        return postgres_types_of(inner);
+    }
+    Some(match rust {
+        "String" => &["TEXT", "VARCHAR", "NAME", "BPCHAR"],
+        "i64" => &["INT8"],
+        "i32" => &["INT4"],
+        "i16" => &["INT2"],
+        "bool" => &["BOOL"],
+        "f64" => &["FLOAT8"],
+        "Millis" => &["TIMESTAMPTZ"],
+        "JsonText" => &["JSONB", "JSON"],
+        "Vec < u8 >" => &["BYTEA"],
+        "DateText" => &["DATE"],
+        "EventTypes" => &["TEXT[]"],
+        _ => return None,
+    })
+}
+
+/// What is wrong with a statement's result columns for the struct it
+/// decodes into: a field no column fills, a column no field takes, or
+/// (with `types`) a column of a type the field cannot decode.
+fn columns_against_struct(
+    columns: &[(String, String)],
+    name: &str,
+    fields: &[(String, String)],
+    types: bool,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (field, rust) in fields {
+        match columns.iter().find(|(column, _)| column == field) {
+            None => wrong.push(format!("{name}.{field} has no column")),
+            Some((_, db)) if types => {
+                if let Some(expected) = postgres_types_of(rust)
+                    && !expected.contains(&db.as_str())
+                {
+                    wrong.push(format!(
+                        "{name}.{field} is {rust}, its column {db} (expected one of {expected:?})"
+                    ));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    for (column, _) in columns {
+        if !fields.iter().any(|(field, _)| field == column) {
+            wrong.push(format!("column {column} has no field in {name}"));
+        }
+    }
+    wrong
 }
 
 fn report(failures: Vec<String>, kind: &str) {
@@ -124,9 +280,34 @@ fn report(failures: Vec<String>, kind: &str) {
     );
 }
 
+/// A `query_as` statement's columns against the struct it decodes into,
+/// as failures that name the statement.
+fn wrong_columns(
+    finder: &Finder,
+    structs: &HashMap<String, Vec<(String, String)>>,
+    statement: &Statement,
+    columns: &[(String, String)],
+    types: bool,
+) -> Vec<String> {
+    let decoded = finder
+        .decoded
+        .iter()
+        .filter(|(text, _)| *text == statement.text)
+        .filter_map(|(_, returns)| row_struct_of(returns, structs));
+    let mut failures = Vec::new();
+    for (name, fields) in decoded {
+        for wrong in columns_against_struct(columns, name, fields, types) {
+            failures.push(format!("{}: {wrong}", statement.place));
+        }
+    }
+    failures
+}
+
 #[tokio::test]
 async fn every_postgres_statement_prepares_on_a_migrated_database() {
-    let statements = statements_of(&["postgres", "portable"]);
+    let finder = found_in(&["postgres", "portable"]);
+    let structs = row_structs();
+    let statements = &finder.statements;
     let name = format!("receipt_statements_{}", uuid::Uuid::now_v7().simple());
     let mut admin = PgConnection::connect(POSTGRES_ADMIN)
         .await
@@ -142,12 +323,22 @@ async fn every_postgres_statement_prepares_on_a_migrated_database() {
 
     let mut conn = PgConnection::connect(&url).await.expect("connect");
     let mut failures = Vec::new();
-    for statement in &statements {
-        if let Err(error) = conn
+    for statement in statements {
+        match conn
             .prepare(sqlx::AssertSqlSafe(statement.text.clone()).into_sql_str())
             .await
         {
-            failures.push(format!("{}: {error}\n{}", statement.place, statement.text));
+            Err(error) => {
+                failures.push(format!("{}: {error}\n{}", statement.place, statement.text));
+            }
+            Ok(prepared) => {
+                let columns = prepared
+                    .columns()
+                    .iter()
+                    .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
+                    .collect::<Vec<_>>();
+                failures.extend(wrong_columns(&finder, &structs, statement, &columns, true));
+            }
         }
     }
     conn.close().await.expect("close");
@@ -162,7 +353,9 @@ async fn every_postgres_statement_prepares_on_a_migrated_database() {
 
 #[tokio::test]
 async fn every_sqlite_statement_prepares_on_a_migrated_database() {
-    let statements = statements_of(&["sqlite", "portable"]);
+    let finder = found_in(&["sqlite", "portable"]);
+    let structs = row_structs();
+    let statements = &finder.statements;
     let dir = tempfile::tempdir().expect("a temporary folder");
     let url = format!("sqlite://{}/jobs.db", dir.path().display());
     let store = store::Store::connect(&url).await.expect("open");
@@ -171,14 +364,52 @@ async fn every_sqlite_statement_prepares_on_a_migrated_database() {
 
     let mut conn = SqliteConnection::connect(&url).await.expect("open");
     let mut failures = Vec::new();
-    for statement in &statements {
-        if let Err(error) = conn
+    for statement in statements {
+        match conn
             .prepare(sqlx::AssertSqlSafe(statement.text.clone()).into_sql_str())
             .await
         {
-            failures.push(format!("{}: {error}\n{}", statement.place, statement.text));
+            Err(error) => {
+                failures.push(format!("{}: {error}\n{}", statement.place, statement.text));
+            }
+            Ok(prepared) => {
+                // SQLite gives an expression's column no type: names only.
+                let columns = prepared
+                    .columns()
+                    .iter()
+                    .map(|c| (c.name().to_owned(), String::new()))
+                    .collect::<Vec<_>>();
+                failures.extend(wrong_columns(&finder, &structs, statement, &columns, false));
+            }
         }
     }
     conn.close().await.expect("close");
     report(failures, "SQLite");
+}
+
+#[test]
+fn a_column_of_another_type_or_name_than_its_field_is_named() {
+    let fields = [
+        ("job_id".to_owned(), "String".to_owned()),
+        ("attempts".to_owned(), "i64".to_owned()),
+        ("finished_at".to_owned(), "Option < Millis >".to_owned()),
+    ];
+    let columns = [
+        ("job_id".to_owned(), "TEXT".to_owned()),
+        ("attempts".to_owned(), "INT4".to_owned()),
+        ("finished_at".to_owned(), "TIMESTAMPTZ".to_owned()),
+        ("status".to_owned(), "TEXT".to_owned()),
+    ];
+
+    let wrong = columns_against_struct(&columns, "JobRow", &fields, true);
+    let names_only = columns_against_struct(&columns, "JobRow", &fields, false);
+
+    assert_eq!(
+        wrong,
+        [
+            "JobRow.attempts is i64, its column INT4 (expected one of [\"INT8\"])",
+            "column status has no field in JobRow",
+        ]
+    );
+    assert_eq!(names_only, ["column status has no field in JobRow"]);
 }
