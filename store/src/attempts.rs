@@ -17,7 +17,7 @@ use shared::{
 };
 
 use crate::{
-    Error, Result, Store, on_pool, on_tx, outbox::upsert_outbox, postgres,
+    Error, Result, Store, on_pool, on_postgres, on_tx, outbox::upsert_outbox, postgres,
     results::discard_all_chunks, sql::Millis, sqlite,
 };
 
@@ -137,10 +137,9 @@ impl Store {
             // One call of `claim_jobs` (its migration says why a function):
             // the claim and its outbox delete commit together, with no BEGIN
             // or COMMIT.
-            crate::Db::Postgres(pool) => {
-                let pool = self.per_job_pool(pool);
+            crate::Db::Postgres(pool) => on_postgres!(self, self.per_job_pool(pool), pool =>
                 postgres::attempts::claim(pool, job_ids, now, lease_until, worker_id, caps).await?
-            }
+            ),
             crate::Db::Sqlite(_) => {
                 let mut tx = self.begin_write().await?;
                 let rows = claim_in(&mut tx, job_ids, now, lease_until, worker_id, caps).await?;
@@ -220,16 +219,14 @@ impl Store {
             lease_until: Millis(lease_until),
             worker_id,
         };
-        let writes = match postgres::attempts::claim_and_succeed(
-            self.per_job_pool(pool),
-            &claims,
-            &successes_of(successes),
-            now,
-            true,
-        )
-        .await
-        .map_err(Error::from)
-        {
+        let successes_written = successes_of(successes);
+        let written = async {
+            Ok::<_, Error>(on_postgres!(self, self.per_job_pool(pool), pool =>
+                postgres::attempts::claim_and_succeed(pool, &claims, &successes_written, now, true)
+                    .await?
+            ))
+        };
+        let writes = match written.await {
             Ok(writes) => writes,
             Err(error) => return after_failure(error).await,
         };
@@ -406,15 +403,14 @@ impl Store {
         }
         let now = Millis(now_ms());
         let ended: HashSet<(String, i64)> = match &self.db {
-            crate::Db::Postgres(pool) => postgres::attempts::succeed(
-                self.per_job_pool(pool),
-                &successes_of(attempts),
-                now,
-                true,
-            )
-            .await?
-            .into_iter()
-            .collect(),
+            crate::Db::Postgres(pool) => {
+                let successes = successes_of(attempts);
+                on_postgres!(self, self.per_job_pool(pool), pool =>
+                    postgres::attempts::succeed(pool, &successes, now, true).await?
+                )
+                .into_iter()
+                .collect()
+            }
             crate::Db::Sqlite(_) => HashSet::new(),
         };
         let ends = |write: &SuccessWrite| ended.contains(&(write.job_id.clone(), write.attempt));
@@ -607,16 +603,13 @@ impl Store {
     /// How many of the tenant's jobs are RUNNING, and how many of them are
     /// of `kind`: what a job parked at a cap waits on.
     pub async fn running_counts(&self, tenant_id: &str, kind: &str) -> Result<(i64, i64)> {
-        Ok(on_pool!(self,
-            pool => (
-                postgres::attempts::running_count(pool, tenant_id, None).await?,
-                postgres::attempts::running_count(pool, tenant_id, Some(kind)).await?,
-            ),
-            pool => (
-                sqlite::attempts::running_count(pool, tenant_id, None).await?,
-                sqlite::attempts::running_count(pool, tenant_id, Some(kind)).await?,
-            ),
-        ))
+        let running = async |kind| -> Result<i64> {
+            Ok(on_pool!(self,
+                pool => postgres::attempts::running_count(pool, tenant_id, kind).await?,
+                pool => sqlite::attempts::running_count(pool, tenant_id, kind).await?,
+            ))
+        };
+        Ok((running(None).await?, running(Some(kind)).await?))
     }
 
     /// Running jobs whose lease lapsed (their worker died or hung): back to

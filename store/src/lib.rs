@@ -142,6 +142,9 @@ pub struct Store {
     /// Postgres, not behind a pooler: connections that keep one generic
     /// plan per prepared statement (see [`Store::per_job_pool`]).
     generic_plans: Option<PgPool>,
+    /// Behind a transaction-mode pooler: every call of a pool runs in a
+    /// transaction of its own ([`on_postgres!`]).
+    transaction_per_call: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -164,13 +167,39 @@ struct SqliteDb {
 macro_rules! on_pool {
     ($store:expr, $pool:ident => $pg:expr, $lite_pool:ident => $lite:expr $(,)?) => {
         match &$store.db {
-            crate::Db::Postgres($pool) => $pg,
+            crate::Db::Postgres(pg_pool) => {
+                crate::on_postgres!($store, pg_pool, $pool => $pg)
+            }
             crate::Db::Sqlite(db) => {
                 let $lite_pool = &db.pool;
                 $lite
             }
         }
     };
+}
+
+/// Runs `$pg` with `$pg_pool`, a Postgres pool of the store: directly, or,
+/// behind a transaction-mode pooler, on a transaction of its own, so that
+/// every exchange of its statements reaches one server (a pooler may give
+/// each exchange outside a transaction another, and sqlx parses a
+/// statement in one exchange and binds it in the next). `$pg` may use
+/// `$pool` once: as a `&PgPool` or a `&mut PgConnection`.
+macro_rules! on_postgres {
+    ($store:expr, $pg_pool:expr, $pool:ident => $pg:expr) => {{
+        if $store.transaction_per_call {
+            let mut tx = $pg_pool.begin().await?;
+            let out = {
+                let $pool = &mut *tx;
+                $pg
+            };
+            tx.commit().await?;
+            out
+        } else {
+            #[allow(clippy::redundant_locals)]
+            let $pool = $pg_pool;
+            $pg
+        }
+    }};
 }
 
 /// [`on_pool!`] inside a transaction: runs `$pg` or `$lite` with the
@@ -184,7 +213,7 @@ macro_rules! on_tx {
     };
 }
 
-pub(crate) use {on_pool, on_tx};
+pub(crate) use {on_pool, on_postgres, on_tx};
 
 /// A transaction that writes; store functions that take one compose into
 /// the caller's transaction. On SQLite it runs on the process's one
@@ -318,8 +347,10 @@ impl Store {
                 // A transaction-mode pooler may give each transaction another
                 // server: a statement prepared by name on one is unknown on
                 // the next, or already taken there. Without a cache, sqlx
-                // prepares the unnamed statement in the exchange that runs
-                // it (see vendor/PATCHES.md).
+                // uses the unnamed statement, and every call runs in a
+                // transaction of its own (`on_postgres!`), which keeps the
+                // exchange that parses it and the one that binds it on one
+                // server.
                 let separator = if settings.database_url.contains('?') {
                     '&'
                 } else {
@@ -386,6 +417,7 @@ impl Store {
                 (Db::Sqlite(db), url)
             }
         };
+        let transaction_per_call = session_url.is_some();
         let session_url = session_url.map_or_else(|| url.clone(), str::to_owned);
         Ok(Store {
             db,
@@ -394,6 +426,7 @@ impl Store {
             priority_aging: DEFAULT_PRIORITY_AGING,
             events_committed: Arc::default(),
             generic_plans,
+            transaction_per_call,
         })
     }
 

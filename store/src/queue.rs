@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::{Error, QueuedJob, Result, Store, postgres, sql::Millis};
+use crate::{Error, QueuedJob, Result, Store, on_postgres, postgres, sql::Millis};
 
 /// The NOTIFY channel a push (or a message handed back) is announced on,
 /// with the queue's name as payload.
@@ -66,7 +66,9 @@ impl Store {
         let job_ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
         let tenants: Vec<String> = jobs.iter().map(|job| job.tenant_id.clone()).collect();
         let ranks: Vec<Millis> = jobs.iter().map(|job| Millis(job.rank_at)).collect();
-        postgres::queue::push(pool, queue, &job_ids, &tenants, &ranks, QUEUE_CHANNEL).await?;
+        on_postgres!(self, pool, pool =>
+            postgres::queue::push(pool, queue, &job_ids, &tenants, &ranks, QUEUE_CHANNEL).await?
+        );
         Ok(())
     }
 
@@ -75,16 +77,19 @@ impl Store {
     /// tenant in turn, then a second per tenant, and so on.
     pub async fn queue_fetch(&self, fetch: QueueFetch<'_>) -> Result<Vec<QueueMessage>> {
         let pool = self.queue_pool()?;
-        let mut fetched = postgres::queue::fetch(
-            pool,
-            fetch.queue,
-            fetch.consumer,
-            i64::try_from(fetch.most).unwrap_or(i64::MAX),
-            fetch.after_tenant,
-            fetch.acks,
-            ms(fetch.alive),
-        )
-        .await?;
+        let most = i64::try_from(fetch.most).unwrap_or(i64::MAX);
+        let mut fetched = on_postgres!(self, pool, pool =>
+            postgres::queue::fetch(
+                pool,
+                fetch.queue,
+                fetch.consumer,
+                most,
+                fetch.after_tenant,
+                fetch.acks,
+                ms(fetch.alive),
+            )
+            .await?
+        );
         fetched.sort_by_key(|message| (message.n, message.turn));
         Ok(fetched
             .into_iter()
@@ -106,7 +111,9 @@ impl Store {
         consumer: &str,
         alive: Duration,
     ) -> Result<()> {
-        postgres::queue::heartbeat(self.queue_pool()?, queue, consumer, ms(alive)).await?;
+        on_postgres!(self, self.queue_pool()?, pool =>
+            postgres::queue::heartbeat(pool, queue, consumer, ms(alive)).await?
+        );
         Ok(())
     }
 
@@ -138,8 +145,9 @@ impl Store {
         forget: bool,
     ) -> Result<u64> {
         let pool = self.queue_pool()?;
-        let waiting =
-            postgres::queue::hand_back(pool, queue, consumer, keep, forget, QUEUE_CHANNEL).await?;
+        let waiting = on_postgres!(self, pool, pool =>
+            postgres::queue::hand_back(pool, queue, consumer, keep, forget, QUEUE_CHANNEL).await?
+        );
         Ok(u64::try_from(waiting).unwrap_or(0))
     }
 }

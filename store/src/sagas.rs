@@ -145,15 +145,13 @@ pub struct Fence<'a> {
 impl Store {
     /// The saga's run (`None` before its first attempt) and its steps in order.
     pub async fn saga_state(&self, job_id: &str) -> Result<(Option<SagaRun>, Vec<SagaStep>)> {
-        let (run, steps) = on_pool!(self,
-            pool => (
-                postgres::sagas::run(pool, job_id).await?,
-                postgres::sagas::steps(pool, job_id).await?,
-            ),
-            pool => (
-                sqlite::sagas::run(pool, job_id).await?,
-                sqlite::sagas::steps(pool, job_id).await?,
-            ),
+        let run = on_pool!(self,
+            pool => postgres::sagas::run(pool, job_id).await?,
+            pool => sqlite::sagas::run(pool, job_id).await?,
+        );
+        let steps = on_pool!(self,
+            pool => postgres::sagas::steps(pool, job_id).await?,
+            pool => sqlite::sagas::steps(pool, job_id).await?,
         );
         Ok((
             run.map(SagaRun::try_from).transpose()?,

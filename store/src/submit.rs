@@ -19,7 +19,7 @@ use shared::{
 use crate::{
     KeyLookup, NewJob, QueuedJob, Result, Store, StoredResponse, WriteTx,
     idempotency::{KeyRow, KeyWrite, upsert_keys},
-    on_tx, postgres,
+    on_postgres, on_tx, postgres,
     sql::Millis,
     sqlite,
 };
@@ -209,15 +209,18 @@ impl Store {
                 })
                 .map(|(submission, _)| submission)
                 .collect();
-            let written = postgres::submit::submit_in_one_statement(
-                self.per_job_pool(pool),
-                &candidates,
-                &ranks(&candidates, self.priority_aging),
-                now,
-                republish_ms,
-                publishing.queue(),
-            )
-            .await?;
+            let ranks = ranks(&candidates, self.priority_aging);
+            let written = on_postgres!(self, self.per_job_pool(pool), pool =>
+                postgres::submit::submit_in_one_statement(
+                    pool,
+                    &candidates,
+                    &ranks,
+                    now,
+                    republish_ms,
+                    publishing.queue(),
+                )
+                .await?
+            );
             let taken = taken_keys(&owners, &written);
             let refused = refused_keys(&owners, &taken);
             // A key not written was committed by another request (the
@@ -230,7 +233,9 @@ impl Store {
                 let keys: Vec<&str> = refused.iter().map(|k| k.key.as_str()).collect();
                 stored_keys(
                     &refused,
-                    postgres::idempotency::get_many(pool, &tenants, &keys).await?,
+                    on_postgres!(self, pool, pool =>
+                        postgres::idempotency::get_many(pool, &tenants, &keys).await?
+                    ),
                 )?
             };
             let (outcomes, _) = settle(submissions, &owner_of, &owners, &taken, &stored);

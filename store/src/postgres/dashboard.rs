@@ -1,6 +1,6 @@
 //! The dashboard on Postgres: sessions, the job counters, webhook health.
 
-use sqlx::{PgConnection, PgExecutor, PgPool};
+use sqlx::{Executor, PgConnection, PgExecutor, PgPool};
 
 use crate::{
     rows::dashboard::{CountRow, HealthRow, MinuteRow},
@@ -107,10 +107,10 @@ pub(crate) async fn fold(conn: &mut PgConnection) -> sqlx::Result<i64> {
     .await
 }
 
+/// A statement of the simple protocol (one exchange, nothing prepared):
+/// `VACUUM` runs outside any transaction, also behind a pooler.
 pub(crate) async fn vacuum_deltas(pool: &PgPool) -> sqlx::Result<()> {
-    sqlx::query(sql!("VACUUM job_count_deltas"))
-        .execute(pool)
-        .await?;
+    pool.execute(sql!("VACUUM job_count_deltas")).await?;
     Ok(())
 }
 

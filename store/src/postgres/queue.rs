@@ -5,7 +5,7 @@
 //! the hand-back, rare, is planned each time it runs (`persistent(false)`),
 //! as the outbox's statements are.
 
-use sqlx::PgPool;
+use sqlx::PgExecutor;
 
 use crate::{rows::queue::FetchedMessage, sql::Millis};
 
@@ -13,7 +13,7 @@ use crate::{rows::queue::FetchedMessage, sql::Millis};
 /// one) and, when any was new, wakes the consumers listening on `channel`
 /// when the insert commits.
 pub(crate) async fn push(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     queue: &str,
     job_ids: &[String],
     tenant_ids: &[String],
@@ -35,7 +35,7 @@ pub(crate) async fn push(
     .bind(tenant_ids)
     .bind(ranks)
     .bind(channel)
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -53,7 +53,7 @@ pub(crate) async fn push(
 /// priced out, so a plan cached while the queue was short serves a backlog
 /// as well.
 pub(crate) async fn fetch(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     queue: &str,
     consumer: &str,
     most: i64,
@@ -71,13 +71,13 @@ pub(crate) async fn fetch(
     .bind(after_tenant)
     .bind(acks)
     .bind(alive_ms)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
 }
 
 /// Moves the consumer's heartbeat `alive_ms` ahead.
 pub(crate) async fn heartbeat(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     queue: &str,
     consumer: &str,
     alive_ms: i64,
@@ -90,7 +90,7 @@ pub(crate) async fn heartbeat(
     .bind(queue)
     .bind(consumer)
     .bind(alive_ms)
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -102,7 +102,7 @@ pub(crate) async fn heartbeat(
 /// `forget`; wakes the consumers on `channel` when any message waits
 /// again. Returns how many do.
 pub(crate) async fn hand_back(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     queue: &str,
     consumer: Option<&str>,
     keep: &[i64],
@@ -145,6 +145,6 @@ pub(crate) async fn hand_back(
     .bind(keep)
     .bind(forget)
     .bind(channel)
-    .fetch_one(pool)
+    .fetch_one(db)
     .await
 }
