@@ -1884,7 +1884,7 @@ async fn main() -> Result<()> {
 }
 
 /// Receipt's settings found in the bench's own environment
-/// (`QUEUE_PREFETCH=16 receipt-bench …`), for the services it starts: they
+/// (`PRIORITY_AGING=1s receipt-bench …`), for the services it starts: they
 /// start with a cleared environment otherwise. The settings are those the
 /// api's `--help` names. Where the bench sets a setting itself (the keys,
 /// the slots), its own value wins; where it chooses (the database, the

@@ -3,7 +3,7 @@
 //! in a busy worker's buffer, where apalis-core 1.0.0 stops the worker's
 //! heartbeats and another worker reclaims every task of the busy one,
 //! running ones included; none runs twice. With four per fetch, as
-//! `QUEUE_PREFETCH=4` once gave, tasks 2 and 3 ran twice.
+//! `QUEUE_PREFETCH=4` once gave, tasks ran twice.
 
 use std::{
     collections::HashMap,

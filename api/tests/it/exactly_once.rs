@@ -142,9 +142,9 @@ async fn a_relay_that_publishes_again_before_the_claim_changes_nothing(backend: 
     assert_ran_once(&env, &api, &announced, &job_id).await;
 }
 
-/// QUEUE_PREFETCH above 1: two workers fetch messages eight at a time,
-/// every job delivered twice; each still runs once.
-async fn prefetching_workers_run_each_job_once(backend: Backend) {
+/// Two workers, every job delivered twice (the test publishes each once
+/// more): each still runs once.
+async fn two_workers_given_every_job_twice_run_each_once(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let mut job_ids = Vec::new();
@@ -157,7 +157,6 @@ async fn prefetching_workers_run_each_job_once(backend: Backend) {
     // A lease no stall on a busy machine outlasts: a second attempt here
     // could only come from a second delivery.
     let settings = [
-        ("QUEUE_PREFETCH", "8"),
         ("METRICS_ADDR", "127.0.0.1:0"),
         ("JOB_LEASE", "30s"),
         RUNNER_DEBUG,
@@ -189,7 +188,7 @@ async fn prefetching_workers_run_each_job_once(backend: Backend) {
 }
 
 crate::on_both_backends!(
-    prefetching_workers_run_each_job_once,
+    two_workers_given_every_job_twice_run_each_once,
     duplicate_messages_concurrent_or_later_run_the_job_once,
     a_relay_that_publishes_again_before_the_claim_changes_nothing,
 );
