@@ -6,10 +6,7 @@
 
 use shared::time::now_ms;
 
-use crate::{
-    Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite,
-    submit::SubmissionKey,
-};
+use crate::{Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
 
 pub(crate) use crate::rows::idempotency::{KeyRow, KeyWrite};
 
@@ -58,20 +55,6 @@ impl KeyRow {
             headers: serde_json::from_str(&self.response_headers.0)
                 .map_err(|e| Error::Corrupt(format!("stored headers: {e}")))?,
             body: self.response_body.clone(),
-        })
-    }
-}
-
-impl<'a> KeyWrite<'a> {
-    pub(crate) fn of(key: &'a SubmissionKey) -> Result<Self> {
-        Ok(KeyWrite {
-            tenant_id: &key.tenant_id,
-            key: &key.key,
-            fingerprint: &key.fingerprint,
-            expires_at: Millis(key.expires_at),
-            status: i64::from(key.response.status),
-            headers: key.response.headers_json()?,
-            body: &key.response.body,
         })
     }
 }

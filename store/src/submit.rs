@@ -78,6 +78,21 @@ pub struct SubmissionKey {
     pub response: StoredResponse,
 }
 
+impl<'a> KeyWrite<'a> {
+    /// The key's row as a submit writes it.
+    pub(crate) fn of(key: &'a SubmissionKey) -> Result<Self> {
+        Ok(KeyWrite {
+            tenant_id: &key.tenant_id,
+            key: &key.key,
+            fingerprint: &key.fingerprint,
+            expires_at: Millis(key.expires_at),
+            status: i64::from(key.response.status),
+            headers: key.response.headers_json()?,
+            body: &key.response.body,
+        })
+    }
+}
+
 /// Who publishes the jobs of a batch that run at once, which decides the
 /// outbox rows they are written with. A delayed job's row is always
 /// written, due and unpublished at its start: the relay publishes it then.
