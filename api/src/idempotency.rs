@@ -275,6 +275,10 @@ where
         Err(error) => return Err(error),
     };
     if let (Some(key), Some(fingerprint)) = (&key.0, &fingerprint) {
+        shared::failpoints::hold_until_file_exists("api::key_save_held_until", || {
+            Ok::<(), ApiError>(())
+        })
+        .await?;
         let ttl = shared::time::duration_ms(state.idempotency_ttl);
         if !store
             .save_idempotency_key(&mut tx, tenant_id, key, fingerprint, ttl, &answer.0)
@@ -283,6 +287,10 @@ where
             // Another request with this key committed first: undo ours and
             // answer as it did.
             tx.rollback().await?;
+            shared::failpoints::hold_until_file_exists("api::key_read_again_held_until", || {
+                Ok::<(), ApiError>(())
+            })
+            .await?;
             let mut tx = store.begin_write().await?;
             let found = store
                 .lookup_idempotency_key(&mut tx, tenant_id, key, fingerprint)

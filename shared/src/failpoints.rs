@@ -35,13 +35,16 @@ pub fn argument(point: &str) -> Option<String> {
 
 /// When the point is armed with a path (`name=return(path)`), holds the
 /// caller until a file exists there: a test sees the process stand at that
-/// step for as long as it needs, and lets it go on when it is ready.
-/// `check` runs at every look, and its error ends the hold.
+/// step for as long as it needs, and lets it go on when it is ready. On
+/// reaching the step it writes `<path>.held`, so that a test can wait for
+/// the step itself when nothing else shows it. `check` runs at every look,
+/// and its error ends the hold.
 pub async fn hold_until_file_exists<E>(
     point: &str,
     mut check: impl FnMut() -> Result<(), E>,
 ) -> Result<(), E> {
     if let Some(gate) = argument(point) {
+        let _ = std::fs::write(format!("{gate}.held"), b"");
         while !std::path::Path::new(&gate).exists() {
             check()?;
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;

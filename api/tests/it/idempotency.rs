@@ -541,3 +541,69 @@ crate::through_pgbouncer!(
     a_lossy_network_with_retries_does_each_intent_once,
     a_batch_of_submits_settles_each_key,
 );
+
+/// The first of two requests with one key holds before it saves its key;
+/// the second commits the key meanwhile; the first finds it taken, and the
+/// key's row gone (expired and swept) before it reads it: the only answer
+/// it has is 409 "in progress", with `Retry-After`, and it stores nothing.
+#[tokio::test]
+async fn a_key_taken_and_gone_before_it_is_read_again_answers_409_in_progress() {
+    let env = TestEnv::new(Backend::PgRedis).await;
+    let gates = tempfile::tempdir().expect("a folder for the gates");
+    let (save, read_again) = (gates.path().join("save"), gates.path().join("read-again"));
+    let failpoints = format!(
+        "api::key_save_held_until=1*return({});api::key_read_again_held_until=1*return({})",
+        save.display(),
+        read_again.display()
+    );
+    let holding = env
+        .start_api(&[("EMBEDDED_WORKER", "false"), ("FAILPOINTS", &failpoints)])
+        .await;
+    let other = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    // Refused inside the effect without a write (the job id is not one),
+    // so the two requests wait on no lock of each other.
+    let body = r#"{"url":"https://93.184.216.34/hook","job_id":"not-a-job"}"#;
+    let reached = |gate: &std::path::Path| gate.with_extension("held").exists();
+
+    let first = tokio::spawn(Api::read(
+        holding
+            .client
+            .request(Method::POST, holding.url("/v1/webhooks"))
+            .bearer_auth(&holding.key)
+            .header("content-type", "application/json")
+            .header("idempotency-key", "k-in-progress")
+            .body(body),
+    ));
+    wait::until_true(
+        "the first request holds before saving its key",
+        std::time::Duration::from_secs(30),
+        async || reached(&save),
+    )
+    .await;
+    let second = post_with_key(&other, "/v1/webhooks", "k-in-progress", body).await;
+    assert_eq!(second.status, StatusCode::NOT_FOUND, "{}", second.text);
+    std::fs::write(&save, b"").expect("the save gate opens");
+    wait::until_true(
+        "the first request holds before reading the key again",
+        std::time::Duration::from_secs(30),
+        async || reached(&read_again),
+    )
+    .await;
+    let key_rows = "SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'k-in-progress'";
+    assert_eq!(env.count(key_rows).await, 1, "the second request's key");
+    env.execute_sql("DELETE FROM idempotency_keys WHERE idem_key = 'k-in-progress'")
+        .await;
+    std::fs::write(&read_again, b"").expect("the read gate opens");
+
+    let first = first.await.expect("the first request");
+    assert_eq!(first.status, StatusCode::CONFLICT, "{}", first.text);
+    assert!(first.header("retry-after").is_some(), "{:?}", first.headers);
+    assert!(
+        first.json()["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("is being processed")),
+        "{}",
+        first.text
+    );
+    assert_eq!(env.count(key_rows).await, 0, "nothing stored under the key");
+}
