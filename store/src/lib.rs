@@ -103,6 +103,14 @@ const DEFAULT_POOL_SIZE: u32 = 20;
 /// each kind go one at a time (submits; claims and successes, apart or
 /// together), so a few serve them all.
 const GENERIC_PLAN_CONNECTIONS: u32 = 4;
+/// How often a Postgres store reads the database's clock again
+/// ([`Store::sync_clock`]): between readings the process counts time on its
+/// monotonic clock, which drifts from the database's by far less than a
+/// millisecond in this time.
+const CLOCK_SYNC_EVERY: Duration = Duration::from_secs(10);
+/// A host's clock this far off the database's, or a database clock that
+/// moves this far between two readings, is logged.
+const CLOCK_WORTH_TELLING_MS: i64 = 1_000;
 
 /// The Postgres NOTIFY channel a final status is announced on.
 pub const FINISHED_CHANNEL: &str = "receipt_job_finished";
@@ -145,6 +153,10 @@ pub struct Store {
     /// Behind a transaction-mode pooler: every call of a pool runs in a
     /// transaction of its own ([`on_postgres!`]).
     transaction_per_call: bool,
+    /// Postgres: dropped with the last of the store's clones, which stops
+    /// the task that keeps the process's clock by the database's
+    /// ([`Store::sync_clock`]).
+    _clock_keeper: Option<Arc<tokio::sync::oneshot::Sender<()>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -419,7 +431,7 @@ impl Store {
         };
         let transaction_per_call = session_url.is_some();
         let session_url = session_url.map_or_else(|| url.clone(), str::to_owned);
-        Ok(Store {
+        let mut store = Store {
             db,
             url,
             session_url,
@@ -427,7 +439,59 @@ impl Store {
             events_committed: Arc::default(),
             generic_plans,
             transaction_per_call,
-        })
+            _clock_keeper: None,
+        };
+        if store.dialect() == Dialect::Postgres {
+            if let Err(error) = store.sync_clock().await {
+                tracing::warn!(%error, "could not read the database's clock; reading it again shortly");
+            }
+            // The task's clone holds no keeper: the store's own clones do.
+            let (keeper, stopped) = tokio::sync::oneshot::channel();
+            tokio::spawn(store.clone().keep_clock(stopped));
+            store._clock_keeper = Some(Arc::new(keeper));
+        }
+        Ok(store)
+    }
+
+    /// Reads the database's clock and sets this process's one clock by it
+    /// (`shared::time`): every time Receipt decides by is the database's,
+    /// whatever this host's clock says. SQLite's clock is this process's:
+    /// nothing to read.
+    pub async fn sync_clock(&self) -> Result<()> {
+        let Db::Postgres(pool) = &self.db else {
+            return Ok(());
+        };
+        let first = !shared::time::is_set();
+        let sent = std::time::Instant::now();
+        let database_ms = on_postgres!(self, pool, pool => postgres::database_time_ms(pool).await?);
+        let moved = shared::time::set_from_database(database_ms, sent, std::time::Instant::now());
+        let host_off_ms = shared::time::wall_clock_ms() - shared::time::now_ms();
+        if first && host_off_ms.abs() >= CLOCK_WORTH_TELLING_MS {
+            tracing::warn!(
+                host_off_ms,
+                "this host's clock is off the database's; Receipt keeps every time by the database's clock"
+            );
+        } else if moved.abs() >= CLOCK_WORTH_TELLING_MS {
+            tracing::warn!(
+                moved_ms = moved,
+                "the database's clock moved against this host's monotonic clock; Receipt follows it"
+            );
+        }
+        Ok(())
+    }
+
+    /// Reads the database's clock every [`CLOCK_SYNC_EVERY`] until the last
+    /// of the store's clones is dropped.
+    async fn keep_clock(self, mut stopped: tokio::sync::oneshot::Receiver<()>) {
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return,
+                () = tokio::time::sleep(CLOCK_SYNC_EVERY) => {}
+            }
+            if let Err(error) = self.sync_clock().await {
+                tracing::debug!(%error, "could not read the database's clock; keeping the last reading");
+            }
+        }
     }
 
     /// Postgres: the pool for the statements every job runs through (its

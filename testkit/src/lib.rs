@@ -4,13 +4,15 @@
 //! started on it ([`Process`]), an HTTP client of the api ([`Api`]),
 //! receivers of the test's own on loopback (one that records each
 //! job's announcements: [`Announcements`]), Postgres, PgBouncer, Redis and
-//! Sentinel servers of a run's own ([`servers`]), tools installed from
+//! Sentinel servers of a run's own ([`servers`]), a process whose clock is
+//! wrong ([`clock`]), tools installed from
 //! package registries ([`tools`]), and waiting for events with a deadline
 //! ([`wait`]). It talks HTTP and SQL only: it depends on
 //! no crate of the workspace.
 
 pub mod announcements;
 pub mod client;
+pub mod clock;
 pub mod env;
 pub mod process;
 pub mod receiver;

@@ -458,14 +458,28 @@ impl Runner {
                 running.insert(claim.job_id.clone(), claim.attempt);
                 Taken::Claim(claim)
             }
-            // Not claimable: a duplicate or stale delivery, or a job that
-            // was cancelled or finished. The claim's WHERE status =
-            // 'QUEUED' is the guard that keeps a redelivered message from
-            // running twice.
-            Ok(None) => {
-                debug!(job_id, "message for a job that is not claimable; dropped");
-                Taken::Nothing
-            }
+            // Not claimable: a duplicate or stale delivery, a job that was
+            // cancelled or finished, or one not due yet. The claim's WHERE
+            // status = 'QUEUED' is the guard that keeps a redelivered
+            // message from running twice. A job not due yet is published
+            // again when it is due, so its message can be let go.
+            Ok(None) => match self.store.publish_when_due(&[job_id.to_owned()]).await {
+                Ok(0) => {
+                    debug!(job_id, "message for a job that is not claimable; dropped");
+                    Taken::Nothing
+                }
+                Ok(_) => {
+                    debug!(
+                        job_id,
+                        "message for a job not due yet; dropped, and the job published again when due"
+                    );
+                    Taken::Nothing
+                }
+                Err(error) => {
+                    warn!(job_id, %error, "could not look whether the job is due later; its message is kept");
+                    Taken::Kept
+                }
+            },
             // Shutting down through an outage: the message goes back to the
             // queue with the rest of what the consumer holds.
             Err(_) if self.stopping.is_cancelled() => Taken::Kept,

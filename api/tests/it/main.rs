@@ -4,6 +4,7 @@
 
 mod api_keys;
 mod big_results;
+mod clock;
 mod common;
 mod dashboard;
 mod dashboard_browser;

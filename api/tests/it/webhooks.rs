@@ -1329,6 +1329,51 @@ async fn enabling_or_rotating_another_tenants_webhook_is_not_found(backend: Back
     assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.text);
 }
 
+/// A worker whose clock is 10 minutes ahead (`testkit::clock`) signs
+/// with the database's time: its deliveries pass the Standard Webhooks
+/// check, which refuses a timestamp more than 5 minutes off the
+/// receiver's clock.
+async fn a_worker_ten_minutes_ahead_signs_timestamps_that_verify(env: TestEnv) {
+    let api = api_alone(&env).await;
+    let receiver = Receiver::ok();
+    let webhook = register(&api, json!({"url": receiver.url})).await;
+    let mut settings = testkit::clock::skewed_by(600);
+    settings.extend(
+        WEBHOOKS
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let settings: Vec<(&str, &str)> = settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let _worker = env.start_worker(&settings);
+
+    let before = unix_now();
+    let jobs = [
+        submit(&api, json!({"ms": 10})).await,
+        submit(&api, json!({"ms": 10})).await,
+    ];
+    for job_id in &jobs {
+        assert_eq!(api.wait_final(job_id).await["status"], "SUCCEEDED");
+    }
+    receiver.wait_for(jobs.len(), WAIT).await;
+    settled(&env, &[str_of(&webhook, "id")]).await;
+    let received = receiver.requests();
+    assert_eq!(received.len(), jobs.len(), "one delivery per job");
+    for delivery in &received {
+        delivery.assert_signed_with(str_of(&webhook, "secret"));
+        let timestamp = delivery.timestamp();
+        assert!(
+            (before - 1..=unix_now() + 1).contains(&timestamp),
+            "webhook-timestamp {timestamp} is the database's time of the attempt"
+        );
+    }
+    receiver.stop().await;
+}
+
+crate::on_both_production_queues!(a_worker_ten_minutes_ahead_signs_timestamps_that_verify);
+
 crate::on_both_backends!(
     a_finished_job_is_delivered_once_signed_and_carrying_the_job_object,
     failed_and_cancelled_jobs_announce_job_failed_and_job_cancelled,

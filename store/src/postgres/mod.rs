@@ -38,6 +38,16 @@ pub(crate) async fn notify_finished(
     Ok(())
 }
 
+/// The database's clock now, in unix ms (`Store::sync_clock`): the time
+/// of the moment it is read, not of its transaction's start.
+pub(crate) async fn database_time_ms(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar(sql!(
+        "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    ))
+    .fetch_one(db)
+    .await
+}
+
 /// Moves the versions of applied migrations that were renamed to their
 /// present names (see `Store::migrate`); nothing when none was applied.
 pub(crate) async fn carry_renamed_migrations(conn: &mut PgConnection) -> sqlx::Result<u64> {

@@ -9,7 +9,7 @@ use store::{NewJob, QueuedJob, Submission};
 use crate::{
     harness::TestDb,
     on_both_databases,
-    rows::{scalar, wait_for_lock_waits},
+    rows::{execute, scalar, wait_for_lock_waits},
 };
 
 on_both_databases!(
@@ -18,6 +18,7 @@ on_both_databases!(
     the_sweep_pages_through_every_queued_job_once,
     a_claim_takes_its_jobs_rows_with_it,
     the_relay_drops_a_row_whose_job_is_no_longer_queued,
+    a_message_that_came_early_is_let_go_and_its_job_published_when_due,
 );
 
 fn submission(run_after_ms: i64) -> Submission {
@@ -378,4 +379,51 @@ async fn a_row_written_while_its_claim_waited_is_dropped_not_published() {
     );
     assert_eq!(outbox_rows(&db).await, 0, "its row is gone");
     db.finish().await;
+}
+
+/// A message can reach a worker before its job is due (published by a
+/// process whose clock was off, or a job made due later while its message
+/// waited): the claim takes nothing, and the job must not be lost with the
+/// message. `publish_when_due` gives it a row due at its start; a job that
+/// is due, running or finished gets none.
+async fn a_message_that_came_early_is_let_go_and_its_job_published_when_due(db: &TestDb) {
+    let early = submission(400);
+    let running = submission(0);
+    db.store
+        .submit_batch(&[early.clone(), running.clone()], store::Publishing::Relay)
+        .await
+        .unwrap();
+    // As a job made with its message has: no row.
+    execute(db, "DELETE FROM outbox").await;
+    let ids = [early.job.job_id.clone(), running.job.job_id.clone()];
+    let claimed = db
+        .store
+        .claim_attempts(&ids, "w1", now_ms() + 60_000, &Default::default())
+        .await
+        .unwrap();
+    assert!(claimed[0].is_none(), "not due: nothing to claim");
+    assert!(claimed[1].is_some());
+
+    assert_eq!(db.store.publish_when_due(&ids).await.unwrap(), 1);
+    assert_eq!(outbox_rows(db).await, 1, "a row for the early job only");
+    assert_eq!(
+        publish_due(db).await,
+        Vec::<String>::new(),
+        "not before its start"
+    );
+    // Asked again (a second early delivery), it keeps its one row.
+    assert_eq!(db.store.publish_when_due(&ids).await.unwrap(), 1);
+    assert_eq!(outbox_rows(db).await, 1);
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let due = loop {
+        let due = publish_due(db).await;
+        if !due.is_empty() {
+            break due;
+        }
+        assert!(std::time::Instant::now() < deadline, "due within 5 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(due, std::slice::from_ref(&early.job.job_id));
+    assert!(now_ms() >= early.run_after, "published at its start");
 }
