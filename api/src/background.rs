@@ -5,7 +5,7 @@
 
 use queue::{Queue, run_relay};
 use shared::{notify::Signals, settings::Settings};
-use store::{Dialect, Store, forward_finished_notifications};
+use store::Store;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -30,11 +30,9 @@ impl BackgroundTasks {
         keys: &ApiKeys,
         shutdown: &CancellationToken,
     ) -> Self {
-        if store.dialect() == Dialect::Postgres {
-            tokio::spawn(forward_finished_notifications(
-                store.session_url().to_owned(),
-                signals.clone(),
-            ));
+        {
+            let (store, signals) = (store.clone(), signals.clone());
+            tokio::spawn(async move { store.forward_finished_notifications(signals).await });
         }
         let embedded_pool = if settings.embedded_worker() {
             let pool = WorkerPool::new(store.clone(), queue.clone(), signals.clone(), settings);

@@ -111,6 +111,22 @@ fn lease_check(cancel_requested: Option<bool>) -> LeaseCheck {
 const WAKE_UNCAPPED: i64 = 1_000;
 
 impl Store {
+    /// Whether a worker pool writes its claims and its successes as one
+    /// stream of group commits ([`Store::claim_and_finish_succeeded`]:
+    /// one statement on Postgres, one transaction on SQLite, whose one
+    /// writer would otherwise take a turn for each) or each kind apart.
+    /// Apart on Postgres under caps (a capped claim is a function of its
+    /// own), and when the queue's fetches are statements of this same
+    /// database (`queue_in_database`): there a slot waits on Postgres three
+    /// times a job, and one stream of writes for both kinds kept slots
+    /// waiting longer than the commits it saved.
+    pub fn claims_commit_with_successes(&self, caps: &Caps, queue_in_database: bool) -> bool {
+        match self.dialect() {
+            crate::Dialect::Postgres => caps.is_none() && !queue_in_database,
+            crate::Dialect::Sqlite => true,
+        }
+    }
+
     /// Claims the next attempt of each queued, due job of `job_ids`, in one
     /// transaction (group commit); the answer is in the order of
     /// `job_ids`, `None` where the job is not claimable: that delivery is

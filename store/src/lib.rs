@@ -740,12 +740,23 @@ fn sqlite_url_creating(url: &str) -> Result<String> {
     })
 }
 
-/// Forwards Postgres NOTIFYs of final statuses (sent by any process's
-/// commit) to this process's long polls. Reconnects after a failure; the
-/// long polls' periodic re-check covers the gap.
-pub async fn forward_finished_notifications(url: String, signals: shared::notify::Signals) {
+impl Store {
+    /// Forwards the final statuses other processes commit to this
+    /// process's long polls (and its dispatcher), until the task is
+    /// dropped. On Postgres, from their NOTIFYs, on a session of its own;
+    /// it reconnects after a failure, and the long polls' periodic
+    /// re-check covers the gap. On SQLite every job ends in this process,
+    /// whose signals already carry it: nothing to forward.
+    pub async fn forward_finished_notifications(&self, signals: shared::notify::Signals) {
+        if self.dialect() == Dialect::Postgres {
+            forward_notifications(self.session_url(), signals).await;
+        }
+    }
+}
+
+async fn forward_notifications(url: &str, signals: shared::notify::Signals) {
     loop {
-        match sqlx::postgres::PgListener::connect(&url).await {
+        match sqlx::postgres::PgListener::connect(url).await {
             Ok(mut listener) => match listener.listen(FINISHED_CHANNEL).await {
                 Ok(()) => loop {
                     match listener.recv().await {

@@ -28,6 +28,20 @@ pub struct Pruned {
 }
 
 impl Store {
+    /// How long one round of [`Store::prune_finished_jobs`] should take.
+    /// On SQLite it holds the one write lock, and a submit arriving
+    /// meanwhile waits for it: keep it to a few milliseconds. On Postgres
+    /// it locks only the jobs it deletes, which nothing else wants, and
+    /// what others feel is its share of the cores, not its length: let it
+    /// carry its fixed cost (a round trip per statement) over as many rows
+    /// as it may.
+    pub fn prune_round_target(&self) -> std::time::Duration {
+        match self.dialect() {
+            crate::Dialect::Sqlite => std::time::Duration::from_millis(5),
+            crate::Dialect::Postgres => std::time::Duration::from_millis(100),
+        }
+    }
+
     /// The most jobs [`Store::prune_finished_jobs`] deletes in one round.
     pub fn max_prune_batch(&self) -> usize {
         match self.dialect() {

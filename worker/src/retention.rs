@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use shared::time::{duration_ms, now_ms};
-use store::{Dialect, Pruned, Store};
+use store::{Pruned, Store};
 use tokio_util::sync::CancellationToken as Shutdown;
 use tracing::{debug, warn};
 
@@ -19,21 +19,8 @@ use queue::Queue;
 const PRUNE_IDLE: Duration = Duration::from_secs(5);
 /// Jobs per transaction: at least this many, at most
 /// `Store::max_prune_batch`, sized so that one transaction takes about
-/// [`prune_target`].
+/// `Store::prune_round_target`.
 const PRUNE_MIN_BATCH: usize = 50;
-
-/// How long one pruning transaction should take. On SQLite it holds the one
-/// write lock, and a submit arriving meanwhile waits for it: keep it to a
-/// few milliseconds. On Postgres it locks only the jobs it deletes, which
-/// nothing else wants, and what others feel is its share of the cores, not
-/// its length: let it carry its fixed cost (a round trip per statement)
-/// over as many rows as it may.
-fn prune_target(dialect: Dialect) -> Duration {
-    match dialect {
-        Dialect::Sqlite => Duration::from_millis(5),
-        Dialect::Postgres => Duration::from_millis(100),
-    }
-}
 
 /// After a full batch the pruner rests this many times as long as the
 /// batch took, so it holds the database (SQLite's one writer, Postgres's
@@ -43,13 +30,13 @@ fn prune_target(dialect: Dialect) -> Duration {
 const PRUNE_REST_FACTOR: u32 = 9;
 
 /// Deletes jobs final for longer than `retention`, in short transactions
-/// (see [`prune_target`]), until `shutdown`. A submit waits for at most
+/// (see `Store::prune_round_target`), until `shutdown`. A submit waits for at most
 /// one of them (on SQLite, which has one writer); a backlog (a service
 /// upgraded with millions of old jobs) is worked through at a pace that
 /// leaves the rest of the service most of the database.
 pub async fn run_pruner(store: Store, retention: Duration, shutdown: Shutdown) {
     let retention_ms = duration_ms(retention);
-    let target = prune_target(store.dialect());
+    let target = store.prune_round_target();
     let most = store.max_prune_batch().max(PRUNE_MIN_BATCH);
     let mut batch = 100.min(most);
     loop {

@@ -18,7 +18,7 @@ use shared::{
     settings::Settings,
     time::{backoff_delay, duration_ms, now_ms},
 };
-use store::{Claim, Dialect, LeaseCheck, Store, SuccessWrite, batch::Batcher};
+use store::{Claim, LeaseCheck, Store, SuccessWrite, batch::Batcher};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -84,22 +84,17 @@ const MAX_BATCH: usize = 64;
 
 /// The group commits of a pool's claims and successes.
 enum SlotWrites {
-    /// Each kind in batches of its own (Postgres under caps, or with the
-    /// database queue).
+    /// Each kind in batches of its own (see
+    /// `Store::claims_commit_with_successes`).
     Apart {
         claims: Batcher<String, Option<Claim>>,
         /// Each success answers on its own: one write the database
         /// refuses does not fail the others of its batch.
         successes: Batcher<SuccessWrite, store::Result<bool>>,
     },
-    /// Both kinds in one batch, written by one statement (Postgres
-    /// without caps, the Redis queue) or one transaction (SQLite, whose
-    /// one writer would otherwise take a turn for each): one slot's
-    /// success and another's claim waiting at one moment commit once. Not
-    /// on the database queue, whose fetches are statements of the same
-    /// database: there a slot waits on Postgres three times a job, and one
-    /// stream of writes for both kinds kept slots waiting longer than the
-    /// commits it saved.
+    /// Both kinds in one batch, written by one statement or one
+    /// transaction: one slot's success and another's claim waiting at one
+    /// moment commit once.
     Together(Batcher<SlotWrite, SlotAnswer>),
 }
 
@@ -117,10 +112,7 @@ impl SlotWrites {
     /// Must be called inside the tokio runtime (it spawns the batchers).
     fn spawn(store: &Store, settings: &Settings, worker_id: &str) -> Self {
         let (lease, caps) = (settings.job_lease, settings.caps());
-        let together = match store.dialect() {
-            Dialect::Postgres => caps.is_none() && settings.redis_url.is_some(),
-            Dialect::Sqlite => true,
-        };
+        let together = store.claims_commit_with_successes(&caps, settings.redis_url.is_none());
         let write = {
             let (store, worker_id, caps) = (store.clone(), worker_id.to_owned(), Arc::new(caps));
             move |job_ids: Vec<String>, successes: Vec<SuccessWrite>| {

@@ -34,12 +34,6 @@ async fn submit_with(api: &Api, query: &str, ms: u64) -> Value {
     reply.json()
 }
 
-/// Occupies the one worker slot for `ms`, and returns once it runs.
-async fn occupy_the_slot(api: &Api, ms: u64) {
-    let blocker = api.submit("sleep", json!({ "ms": ms })).await;
-    api.wait_status(&id_of(&blocker), "RUNNING").await;
-}
-
 async fn started_at(api: &Api, job_id: &str) -> i64 {
     let done = api.wait_final(job_id).await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
@@ -98,7 +92,9 @@ async fn a_low_job_waits_behind_higher_ones_at_most_its_aging(shape: QueueShape)
     let settings = [("WORKER_CONCURRENCY", "1"), ("PRIORITY_AGING", "1s")];
     let running = shape.start(&settings).await;
     let api = &running.api;
-    occupy_the_slot(api, 6_000).await;
+    // Held until every job below is queued, however slow the submits.
+    let blocker = id_of(&api.submit("sleep", json!({ "ms": 60_000 })).await);
+    api.wait_status(&blocker, "RUNNING").await;
     let early_low = submit_with(api, "priority=low", 1).await;
     let submitted = ms_of(&early_low["created_at"]);
     // Two steps of aging later, the early low job ranks before a high job.
@@ -106,7 +102,15 @@ async fn a_low_job_waits_behind_higher_ones_at_most_its_aging(shape: QueueShape)
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let high = submit_with(api, "priority=high", 1).await;
+    assert!(
+        ms_of(&high["created_at"]) >= submitted + 2_000,
+        "the high job is made two steps of aging after the early low one: {high}"
+    );
     let late_low = submit_with(api, "priority=low", 1).await;
+    let cancel = api
+        .post(&format!("/v1/jobs/{blocker}/cancel"), &json!({}))
+        .await;
+    assert!(cancel.status.is_success(), "{}", cancel.text);
     let early_low = started_at(api, &id_of(&early_low)).await;
     let high = started_at(api, &id_of(&high)).await;
     let late_low = started_at(api, &id_of(&late_low)).await;

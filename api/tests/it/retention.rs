@@ -389,8 +389,15 @@ crate::on_both_backends!(
 
 /// Submits `count` quick jobs with 16 clients and waits until all are final.
 async fn run_jobs(env: &TestEnv, api: &Api, count: usize) {
-    let succeeded = "SELECT COUNT(*) FROM jobs WHERE status = 'SUCCEEDED'";
-    let before = env.count(succeeded).await;
+    let before = env.count(SUCCEEDED).await;
+    submit_jobs(api, count).await;
+    wait_all_succeeded(env, before + count as i64).await;
+}
+
+const SUCCEEDED: &str = "SELECT COUNT(*) FROM jobs WHERE status = 'SUCCEEDED'";
+
+/// Submits `count` quick jobs from 16 clients at once.
+async fn submit_jobs(api: &Api, count: usize) {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients = (0..16).map(|_| {
         let next = next.clone();
@@ -401,13 +408,17 @@ async fn run_jobs(env: &TestEnv, api: &Api, count: usize) {
         }
     });
     futures::future::join_all(clients).await;
+}
+
+/// Waits until no job is queued or running; then `succeeded` jobs have.
+async fn wait_all_succeeded(env: &TestEnv, succeeded: i64) {
     wait::until_true("every job final", Duration::from_secs(120), async || {
         env.count("SELECT COUNT(*) FROM jobs WHERE status IN ('QUEUED', 'RUNNING')")
             .await
             == 0
     })
     .await;
-    assert_eq!(env.count(succeeded).await, before + count as i64);
+    assert_eq!(env.count(SUCCEEDED).await, succeeded);
 }
 
 /// The keys under the test's queue prefix: how many, and their bytes.
@@ -522,9 +533,20 @@ const SQL_QUEUE_JOBS: usize = 300;
 async fn sql_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
     let env = TestEnv::new(backend).await.without_redis();
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-    let _worker = env.start_worker(&[]);
 
-    run_jobs(&env, &api, SQL_QUEUE_JOBS).await;
+    // Published before any worker runs: the table holds a row per job.
+    submit_jobs(&api, SQL_QUEUE_JOBS).await;
+    wait::until_ok(
+        &format!("a row per job in the queue's table, {SQL_QUEUE_JOBS} in all"),
+        Duration::from_secs(30),
+        async || match queue_rows(&env).await {
+            rows if rows == SQL_QUEUE_JOBS as i64 => Ok(()),
+            rows => Err(format!("{rows} rows")),
+        },
+    )
+    .await;
+    let _worker = env.start_worker(&[]);
+    wait_all_succeeded(&env, SQL_QUEUE_JOBS as i64).await;
 
     wait::until_ok(
         &format!("the queue's table empty after {SQL_QUEUE_JOBS} finished jobs"),
