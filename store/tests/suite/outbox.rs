@@ -50,6 +50,20 @@ async fn publish_due(db: &TestDb) -> Vec<String> {
         .collect()
 }
 
+/// What `take_due_outbox` publishes once anything is due; panics when
+/// nothing is within 5 s.
+async fn wait_for_due(db: &TestDb) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let due = publish_due(db).await;
+        if !due.is_empty() {
+            return due;
+        }
+        assert!(std::time::Instant::now() < deadline, "due within 5 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 async fn a_delayed_job_waits_unpublished_in_the_outbox_until_its_start(db: &TestDb) {
     let at_once = submission(0);
     let delayed = submission(60_000);
@@ -109,15 +123,7 @@ async fn a_delayed_job_waits_unpublished_in_the_outbox_until_its_start(db: &Test
     );
 
     // Its start comes: then, and only then, it is due.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let due = loop {
-        let due = publish_due(db).await;
-        if !due.is_empty() {
-            break due;
-        }
-        assert!(std::time::Instant::now() < deadline, "due within 5 s");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let due = wait_for_due(db).await;
     assert!(now_ms() >= soon.run_after, "not before its start");
     assert_eq!(due, std::slice::from_ref(&soon.job.job_id));
     let job = db
@@ -415,15 +421,7 @@ async fn a_message_that_came_early_is_let_go_and_its_job_published_when_due(db: 
     assert_eq!(db.store.publish_when_due(&ids).await.unwrap(), 1);
     assert_eq!(outbox_rows(db).await, 1);
 
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let due = loop {
-        let due = publish_due(db).await;
-        if !due.is_empty() {
-            break due;
-        }
-        assert!(std::time::Instant::now() < deadline, "due within 5 s");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    let due = wait_for_due(db).await;
     assert_eq!(due, std::slice::from_ref(&early.job.job_id));
     assert!(now_ms() >= early.run_after, "published at its start");
 }
