@@ -52,11 +52,7 @@ impl Application {
         reports::Registry::check_caps(&settings.caps())?;
         let store = Store::open(&settings).await?;
         store.migrate().await?;
-        let queue = if settings.embedded_worker() {
-            Queue::connect_in_process(&settings, &store).await?
-        } else {
-            Queue::connect(&settings, &store).await?
-        };
+        let queue = Queue::connect(&settings, &store).await?;
         let signals = Signals::default();
         let listener = std::net::TcpListener::bind(&settings.bind_addr)
             .map_err(|e| format!("cannot listen on {}: {e}", settings.bind_addr))?;

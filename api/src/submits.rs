@@ -104,18 +104,11 @@ impl SubmitGroup {
     /// a push to Redis runs in a task of its own, so a slow Redis holds up
     /// no answer.
     async fn write(&self, submissions: Vec<Submission>) -> store::Result<Vec<Submitted>> {
-        // A delayed job waits in the outbox until its start: the relay
-        // publishes it then, so no place is reserved for it now.
-        let handoff = self.queue.handoff_for(
-            submissions
-                .iter()
-                .filter(|s| !s.is_delayed())
-                .map(|s| s.job.tenant_id.as_str()),
-        );
+        let handoff = self.queue.handoff();
         // A queue the relay sweeps for lost messages needs no outbox row
         // for a job pushed at once: the sweep finds a push that never
-        // happened as it finds a lost message. The database queue takes
-        // its messages in the jobs' own statement: nothing to publish.
+        // happened as it finds a lost message. Where the job rows are the
+        // queue, a job is claimable once committed: nothing to publish.
         let publishing = if let Some(queue) = self.queue.written_with_jobs() {
             Publishing::WithTheJob {
                 queue: queue.to_owned(),
@@ -142,15 +135,15 @@ impl SubmitGroup {
             })
             .map(|(submission, _)| self.store.queued_job(submission))
             .collect();
-        if new_jobs.is_empty() || with_the_jobs {
+        if new_jobs.is_empty() {
+            return Ok(outcomes);
+        }
+        if with_the_jobs {
+            self.queue.wake_here();
             return Ok(outcomes);
         }
         match handoff {
             Handoff::Relay => self.signals.outbox_changed(),
-            // Places already reserved: nothing to wait for.
-            Handoff::Room(_) => {
-                handoff.publish(&self.queue, &self.store, &new_jobs).await;
-            }
             Handoff::Push => {
                 let group = self.clone();
                 tokio::spawn(async move {

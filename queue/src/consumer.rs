@@ -1,4 +1,4 @@
-//! A worker's view of a shared queue (Redis, or the database queue): it
+//! A worker's view of the Redis queue: it
 //! fetches at most as many messages as it has free slots, so nothing it
 //! holds waits for a slot, acknowledges each message once its handler has
 //! returned (with its next fetch: one round trip for both, as a finished
@@ -19,7 +19,7 @@ use futures::{Sink, SinkExt, StreamExt, lock::Mutex as AsyncMutex};
 use tokio::sync::Semaphore;
 use tracing::warn;
 
-use crate::{Message, Result, database::DatabaseFetcher, redis::RedisFetcher};
+use crate::{Message, Result, redis::RedisFetcher};
 
 /// How long a consumer waits after a failed fetch before it tries again.
 const FETCH_FAILED_PAUSE: Duration = Duration::from_millis(500);
@@ -33,7 +33,6 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Where a consumer's messages come from.
 pub(crate) enum Source {
     Redis(RedisFetcher),
-    Database(Box<DatabaseFetcher>),
 }
 
 impl Source {
@@ -41,7 +40,6 @@ impl Source {
     fn name(&self) -> &'static str {
         match self {
             Source::Redis(_) => "Redis",
-            Source::Database(_) => "database",
         }
     }
 
@@ -49,7 +47,6 @@ impl Source {
     async fn fetch(&self, slots: usize, acks: &[String]) -> Result<Vec<Vec<u8>>> {
         match self {
             Source::Redis(fetcher) => fetcher.fetch(slots, acks).await,
-            Source::Database(fetcher) => fetcher.fetch(slots, acks).await,
         }
     }
 
@@ -57,7 +54,6 @@ impl Source {
     async fn wait_for_push(&self) {
         match self {
             Source::Redis(fetcher) => fetcher.wait_for_push().await,
-            Source::Database(fetcher) => fetcher.wait_for_push().await,
         }
     }
 
@@ -65,8 +61,6 @@ impl Source {
     async fn drop_unreadable(&self, raw: &[u8]) -> Result<()> {
         match self {
             Source::Redis(fetcher) => fetcher.drop_unreadable(raw).await,
-            // The database queue makes its messages from its own columns.
-            Source::Database(_) => Ok(()),
         }
     }
 
@@ -74,7 +68,6 @@ impl Source {
     async fn release(&self, acks: &[String]) -> Result<u64> {
         match self {
             Source::Redis(fetcher) => fetcher.release(acks).await,
-            Source::Database(fetcher) => fetcher.release(acks).await,
         }
     }
 }

@@ -33,16 +33,6 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-impl From<apalis_sqlite::Error> for Error {
-    fn from(error: apalis_sqlite::Error) -> Self {
-        match error {
-            apalis_sqlite::Error::Database(error) => error.into(),
-            apalis_sqlite::Error::JsonError(error) => Error::Encode(Box::new(error)),
-            other => Error::Storage(Box::new(other)),
-        }
-    }
-}
-
 impl<E> From<TaskSinkError<E>> for Error
 where
     E: Into<Error> + std::error::Error + Send + Sync + 'static,

@@ -1,36 +1,30 @@
 //! The queue both binaries share: Redis when `REDIS_URL` is set, else the
-//! database (the database queue on Postgres, apalis's SQLite storage for
-//! separate processes on SQLite), or, for the embedded default, a queue
-//! inside the process. A message is
-//! `{"job_id": "...", "rank_at": ..., "tenant_id": "..."}`; the Redis,
-//! database and in-process queues hand messages out fairly between
-//! tenants, and each tenant's in rank order (`docs/design.md`, Fair
-//! scheduling and Priorities); apalis's SQLite storage in rank order. Also
-//! here: the one path that hands committed jobs to the queue
-//! ([`Handoff`]), and the outbox relay.
+//! job rows themselves (workers claim due jobs from the database, Postgres
+//! or SQLite, the embedded default included). A Redis message is
+//! `{"job_id": "...", "rank_at": ..., "tenant_id": "..."}`; both queues
+//! hand jobs out fairly between tenants, and each tenant's in rank order
+//! (`docs/design.md`, Fair scheduling and Priorities). Also here: the one
+//! path that hands committed jobs to the queue ([`Handoff`]), and the
+//! outbox relay.
 
 mod apalis_tables;
 mod consumer;
-mod database;
 mod error;
-mod memory;
+mod job_rows;
 mod primary;
 mod redis;
 mod relay;
 
 use std::time::Duration;
 
-use apalis::prelude::TaskSink;
-use apalis_sqlite::SqliteStorage;
 use serde_json::{Value, json};
 use shared::{retry::Retry, settings::Settings};
-use store::{Dialect, QueuedJob, Store};
+use store::{QueuedJob, Store};
 use tracing::warn;
 
 pub use consumer::{ALIVE, Consumer, Delivery};
-pub use database::DatabaseQueue;
 pub use error::{Error, Result};
-pub use memory::{FAIR_SHARE, FairQueue, MEMORY_QUEUE_CAPACITY, MemoryQueue, Room};
+pub use job_rows::{JobRowQueue, WorkWaiter};
 pub use primary::{Primary, SENTINEL_SCHEME};
 pub use redis::RedisQueue;
 pub use relay::run_relay;
@@ -48,66 +42,26 @@ pub fn message(job: &QueuedJob) -> Message {
     json!({ "job_id": job.job_id, "tenant_id": job.tenant_id, "rank_at": job.rank_at })
 }
 
-/// A task for apalis's SQLite storage, which fetches by `priority`, highest
-/// first (then oldest first): the job's rank in seconds counted down from
-/// `i32::MAX` (what apalis stores) at 2026-01-01, so an earlier rank is a
-/// higher priority until 2094.
-fn apalis_task(job: &QueuedJob) -> apalis::prelude::Task<Message> {
-    const RANK_ORIGIN_S: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
-    let since_origin = job.rank_at.div_euclid(1000) - RANK_ORIGIN_S;
-    let priority = (i64::from(i32::MAX) - since_origin).clamp(0, i64::from(i32::MAX));
-    apalis::prelude::TaskBuilder::new(message(job))
-        .priority(usize::try_from(priority).unwrap_or(0))
-        .build()
-}
-
 #[derive(Clone)]
 pub enum Queue {
     Redis(RedisQueue),
-    Sqlite(SqliteStorage<Message>),
-    Postgres(DatabaseQueue),
-    Memory(MemoryQueue),
+    /// The job rows are the queue (Postgres, or SQLite with separate
+    /// worker processes).
+    JobRows(JobRowQueue),
 }
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Queue::Redis(_) => "Queue::Redis",
-            Queue::Sqlite(_) => "Queue::Sqlite",
-            Queue::Postgres(_) => "Queue::Postgres",
-            Queue::Memory(_) => "Queue::Memory",
+            Queue::JobRows(_) => "Queue::JobRows",
         })
     }
 }
 
-/// Messages apalis's SQLite storage fetches at a time: one. apalis-core
-/// 1.0 stops a worker's heartbeats while fetched messages wait in its
-/// buffer for a free slot, and other workers then reclaim all its
-/// messages, running ones included (`docs/design.md`, apalis item 2); a
-/// worker that fetches one message at a time, when it has a slot, never
-/// holds one waiting (test `worker/tests/prefetch_heartbeat.rs`).
-pub const SQLITE_BATCH: usize = 1;
-
-/// apalis's heartbeat (its SQL storages): its own orphan recovery
-/// re-delivers a dead worker's messages after `HEARTBEAT *
-/// MISSED_HEARTBEATS`; our lease does the real recovery, so this only needs
-/// to be well above any stall.
-const HEARTBEAT: Duration = Duration::from_secs(10);
-const MISSED_HEARTBEATS: usize = 6;
-
 impl Queue {
-    /// The queue of a process that runs its own worker pool: for the
-    /// embedded default (SQLite, no Redis) a queue inside the process,
-    /// otherwise the shared queue of [`Queue::connect`].
-    pub async fn connect_in_process(settings: &Settings, store: &Store) -> Result<Self> {
-        if settings.redis_url.is_none() && store.dialect() == Dialect::Sqlite {
-            return Ok(Queue::Memory(MemoryQueue::default()));
-        }
-        Self::connect(settings, store).await
-    }
-
     /// The name of the queue the settings name: in Redis, the prefix of its
-    /// keys; in apalis's tables, the `job_type` of its rows.
+    /// keys; where the job rows are the queue, the payload of its wake.
     pub fn apalis_queue_name(settings: &Settings) -> String {
         format!("{}:jobs", settings.queue_name)
     }
@@ -119,79 +73,34 @@ impl Queue {
             let queue = RedisQueue::connect(url, queue_name).await?;
             return Ok(Queue::Redis(queue));
         }
-        match store.dialect() {
-            Dialect::Sqlite => {
-                let url = &sqlite_queue_url(store.url());
-                // apalis's setup turns `synchronous` OFF on the connection it
-                // runs on: run it on a pool of its own and throw that away.
-                let setup_pool = apalis_sqlite::SqlitePool::connect(url).await?;
-                SqliteStorage::setup(&setup_pool).await?;
-                setup_pool.close().await;
-                let options: apalis_sqlite::SqliteConnectOptions = url.parse()?;
-                let options = options
-                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-                    .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
-                    .busy_timeout(Duration::from_secs(10));
-                let pool = apalis_sqlite::SqlitePoolOptions::new()
-                    .max_connections(4)
-                    .connect_with(options)
-                    .await?;
-                Ok(Queue::Sqlite(
-                    SqliteStorage::new(&pool).with_config(
-                        apalis_sqlite::Config::default()
-                            .queue(&queue_name)
-                            .batch_size(SQLITE_BATCH)
-                            .heartbeat_interval(HEARTBEAT)
-                            .missed_heartbeats(MISSED_HEARTBEATS),
-                    ),
-                ))
-            }
-            Dialect::Postgres => Ok(Queue::Postgres(DatabaseQueue::new(
-                store.clone(),
-                queue_name,
-            )?)),
-        }
+        Ok(Queue::JobRows(JobRowQueue::new(store.clone(), queue_name)?))
     }
 
-    /// Publishes one message per job. The in-process queue takes them
-    /// whatever its room: callers that can wait use a [`Handoff`] instead.
+    /// Publishes one message per job (Redis), or wakes the workers that
+    /// claim from the job rows.
     pub async fn publish(&self, jobs: &[QueuedJob]) -> Result<()> {
-        let tasks = || futures::stream::iter(jobs.iter().map(apalis_task).collect::<Vec<_>>());
-        match self.clone() {
+        match self {
             Queue::Redis(queue) => queue.push(jobs).await?,
-            Queue::Sqlite(mut storage) => storage.push_all(tasks()).await?,
-            Queue::Postgres(queue) => queue.push(jobs).await?,
-            Queue::Memory(queue) => queue.push(jobs),
+            Queue::JobRows(queue) => queue.push(jobs).await?,
         }
         Ok(())
     }
 
-    /// How jobs of these tenants, about to be committed, reach the queue:
-    /// pushed right after the commit when the queue takes them without
-    /// waiting (Redis; the in-process queue when it has room for each, see
-    /// [`MemoryQueue::reserve_for`]), else by the relay.
-    pub fn handoff_for<'a>(&self, tenants: impl IntoIterator<Item = &'a str>) -> Handoff {
+    /// How jobs about to be committed reach the queue: pushed right after
+    /// the commit (Redis), or claimable from their rows once committed.
+    pub fn handoff(&self) -> Handoff {
         match self {
             Queue::Redis(_) => Handoff::Push,
-            Queue::Memory(queue) => queue
-                .reserve_for(tenants)
-                .map_or(Handoff::Relay, Handoff::Room),
-            Queue::Sqlite(_) | Queue::Postgres(_) => Handoff::Relay,
+            Queue::JobRows(_) => Handoff::Relay,
         }
     }
 
-    /// The relay's hand-off for up to `most` outbox rows, and how many it
-    /// may lease: the in-process queue leases no more rows than it has room
-    /// for, so a backlog stays in the outbox rather than in memory (and is
-    /// not republished meanwhile).
-    pub fn handoff_up_to(&self, most: usize) -> (Handoff, usize) {
-        match self {
-            Queue::Memory(queue) => {
-                let room = queue.reserve_up_to(most);
-                let len = room.len();
-                (Handoff::Room(room), len)
-            }
-            _ => (Handoff::Push, most),
+    /// Wakes this process's workers that claim from the job rows, after a
+    /// commit that made jobs due (other processes' are woken by the
+    /// commit's NOTIFY, or look on their own).
+    pub fn wake_here(&self) {
+        if let Queue::JobRows(queue) = self {
+            queue.wake_here();
         }
     }
 
@@ -199,17 +108,18 @@ impl Queue {
     /// job's outbox row says it was published: only Redis, whose pushes
     /// follow the commit that makes a job (an api killed in between, or a
     /// commit whose answer was lost), and which can lose writes in a crash
-    /// or a failover. The database's queues are written in the relay's own
-    /// transaction, and the in-process queue is recovered at start.
+    /// or a failover. Where the job rows are the queue, nothing is
+    /// published that could be lost.
     pub fn can_lose_published(&self) -> bool {
         matches!(self, Queue::Redis(_))
     }
 
-    /// The database queue's name: its messages can be written in the
-    /// statement that makes their jobs (`store::Publishing::WithTheJob`).
+    /// The name of the queue whose job rows are the queue: its jobs are
+    /// claimable, and its workers woken, by the statement that makes them
+    /// (`store::Publishing::WithTheJob`).
     pub fn written_with_jobs(&self) -> Option<&str> {
         match self {
-            Queue::Postgres(queue) => Some(queue.name()),
+            Queue::JobRows(queue) => Some(queue.name()),
             _ => None,
         }
     }
@@ -231,33 +141,28 @@ impl Queue {
     }
 
     /// Returns the messages of consumers that died (see
-    /// [`RedisQueue::return_abandoned`], [`DatabaseQueue::return_abandoned`]);
-    /// nothing to do for the other queues, whose worker pools recover
-    /// their own.
+    /// [`RedisQueue::return_abandoned`]); nothing to do for the other
+    /// queues, whose worker pools recover their own (or whose jobs' leases
+    /// are their only liveness).
     pub async fn return_abandoned(&self) -> Result<u64> {
         match self {
             Queue::Redis(queue) => queue.return_abandoned().await,
-            Queue::Postgres(queue) => queue.return_abandoned().await,
             _ => Ok(0),
         }
     }
 
-    /// A consumer of `slots` slots named `name`, for the queues that feed
-    /// apalis through one (Redis and the database queue); `None` for the
-    /// others.
+    /// A consumer of `slots` slots named `name`, for the queue that feeds
+    /// apalis through one (Redis); `None` for the others.
     pub fn consumer(&self, name: String, slots: usize) -> Option<Consumer> {
         match self {
             Queue::Redis(queue) => Some(queue.consumer(name, slots)),
-            Queue::Postgres(queue) => Some(queue.consumer(name, slots)),
             _ => None,
         }
     }
 
     /// After a start, makes jobs whose messages only this queue could have
-    /// held due for publishing again: an in-process queue starts empty, so
-    /// messages a previous process published into it died with it; and on
-    /// Postgres, messages left in apalis's queue table by an earlier
-    /// version are read by no one.
+    /// held due for publishing again: on Postgres, messages left in
+    /// apalis's queue table by an earlier version are read by no one.
     ///
     /// A database that is busy or briefly down is waited for (a long
     /// write, such as a large ledger import, can hold SQLite's one writer
@@ -265,9 +170,8 @@ impl Queue {
     /// pool does not fail to start on a transient outage.
     pub async fn recover(&self, store: &Store) -> Result<()> {
         let lost_with = match self {
-            Queue::Memory(_) => true,
-            Queue::Postgres(queue) => apalis_tables::left_unrun_postgres_messages(queue).await?,
-            _ => false,
+            Queue::JobRows(queue) => apalis_tables::left_unrun_postgres_messages(queue).await?,
+            Queue::Redis(_) => false,
         };
         if lost_with {
             let due = RECOVER
@@ -295,8 +199,7 @@ impl Queue {
     /// then gone with the messages, and every job published but not yet
     /// claimed must be published again now rather than after
     /// `REPUBLISH_AFTER`. Always `false` for the other queues: the
-    /// database's queue tables are as durable as the jobs themselves, and
-    /// the in-process queue is recovered at start ([`Queue::recover`]).
+    /// job rows are as durable as the jobs themselves.
     pub async fn lost_messages(&self) -> Result<bool> {
         let Queue::Redis(queue) = self else {
             return Ok(false);
@@ -323,29 +226,16 @@ impl Queue {
 
     /// Deletes what the queue keeps of up to `limit` finished messages;
     /// returns how many it looked at, so a caller knows whether more wait.
-    /// apalis's SQLite storage keeps a row per acknowledged message until
-    /// someone deletes it; only rows whose handler has returned and been
-    /// acknowledged are touched, never one waiting or in flight. The Redis,
-    /// database and in-process queues keep nothing of a message once it is
-    /// acknowledged; on Postgres, this deletes what apalis's storage of an
-    /// earlier version left (after [`Queue::recover`] republished its jobs).
-    ///
-    /// apalis's own `Vacuum` is not used: on SQLite it deletes every
-    /// finished row in one statement and then rebuilds the file (`VACUUM`);
-    /// Postgres has none.
-    pub async fn forget_finished(&self, queue_name: &str, limit: usize) -> Result<u64> {
+    /// The Redis queue keeps nothing of a message once it is
+    /// acknowledged, and the job rows nothing beside the job; where the
+    /// job rows are the queue on Postgres, this deletes what apalis's
+    /// storage of an earlier version left (after [`Queue::recover`]
+    /// republished its jobs).
+    pub async fn forget_finished(&self, limit: usize) -> Result<u64> {
         let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
         Ok(match self {
-            Queue::Redis(_) | Queue::Memory(_) => 0,
-            Queue::Sqlite(storage) => {
-                apalis_tables::delete_finished_sqlite_messages(
-                    storage.pool(),
-                    queue_name,
-                    limit_sql,
-                )
-                .await?
-            }
-            Queue::Postgres(queue) => {
+            Queue::Redis(_) => 0,
+            Queue::JobRows(queue) => {
                 apalis_tables::delete_left_postgres_messages(queue, limit_sql).await?
             }
         })
@@ -359,27 +249,9 @@ impl Queue {
                     .query_async::<String>(&mut queue.connection())
                     .await?;
             }
-            Queue::Sqlite(storage) => {
-                sqlx::query("SELECT 1").execute(storage.pool()).await?;
-            }
-            Queue::Postgres(queue) => queue.ping().await?,
-            Queue::Memory(_) => {}
+            Queue::JobRows(queue) => queue.ping().await?,
         }
         Ok(())
-    }
-}
-
-/// The embedded queue lives in a file of its own beside the database
-/// (`data/jobs.db` -> `data/jobs.queue.db`): apalis's `Jobs` table would
-/// otherwise collide with ours (SQLite names ignore case), and two files
-/// have two write locks, so queue traffic does not wait on job writes.
-fn sqlite_queue_url(url: &str) -> String {
-    let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    let stem = path.strip_suffix(".db").unwrap_or(path);
-    if query.is_empty() {
-        format!("{stem}.queue.db?mode=rwc")
-    } else {
-        format!("{stem}.queue.db?{query}")
     }
 }
 
@@ -389,8 +261,6 @@ fn sqlite_queue_url(url: &str) -> String {
 /// [`Handoff::publishes`] says so, and published again only if not claimed
 /// in time, like any other.
 pub enum Handoff {
-    /// Room reserved in the in-process queue.
-    Room(Room),
     /// A push to a queue that never makes the caller wait for room.
     Push,
     /// Left to the relay: the rows stay due.
@@ -409,10 +279,6 @@ impl Handoff {
             return Ok(true);
         }
         match self {
-            Handoff::Room(room) => {
-                room.send(jobs);
-                Ok(true)
-            }
             Handoff::Relay => Ok(false),
             Handoff::Push => queue.publish(jobs).await.map(|()| true),
         }

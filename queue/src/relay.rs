@@ -58,7 +58,7 @@ pub async fn run_relay(
                 sweep.look(&store, &queue, republish_after).await;
             }
         }
-        let (handoff, batch) = queue.handoff_up_to(BATCH);
+        let (handoff, batch) = (crate::Handoff::Push, BATCH);
         let mut pause = IDLE_POLL;
         let mut published_full_batch = false;
         let taken = store

@@ -150,9 +150,8 @@ pub struct Settings {
     pub max_running_per_kind: KindCaps,
 
     /// Accepted and ignored, so that configurations that set it still
-    /// start: the Redis and database queues fetch as many messages as a
-    /// worker pool has free slots, and apalis's SQLite storage one at a
-    /// time.
+    /// start: a worker pool fetches (Redis) or claims (the job rows) as
+    /// many jobs as it has free slots.
     #[arg(long, env = "QUEUE_PREFETCH", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub queue_prefetch: u16,
 

@@ -281,6 +281,16 @@ impl Store {
         Ok(row.map(Claim::from))
     }
 
+    /// Every running attempt `worker_id` holds (see
+    /// [`Store::attempt_held_by`]).
+    pub async fn attempts_held_by(&self, worker_id: &str) -> Result<Vec<Claim>> {
+        let rows = on_pool!(self,
+            pool => postgres::attempts::all_held_by(pool, worker_id).await?,
+            pool => sqlite::attempts::all_held_by(pool, worker_id).await?,
+        );
+        Ok(rows.into_iter().map(Claim::from).collect())
+    }
+
     /// Extends the attempt's lease and reads whether a cancel was asked.
     pub async fn heartbeat(
         &self,

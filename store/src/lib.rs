@@ -78,7 +78,7 @@ pub use keys::{ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, Vali
 pub use ledger::{GstRow, ImportOutcome};
 pub use outbox::{QueuedJob, SweepCursor};
 pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
-pub use queue::{QUEUE_CHANNEL, QueueFetch, QueueMessage};
+pub use queue::{DueJobWaiter, IDLE_LOOK, QUEUE_CHANNEL, SQLITE_LOOK, claim_cursor};
 pub use results::StoredResult;
 pub use retention::Pruned;
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};

@@ -1,153 +1,236 @@
-//! The database queue: the queue of the production shape without Redis,
-//! in Postgres (`queue_messages`), fair between tenants. The `queue` crate
-//! drives it; the statements are here.
-//!
-//! A message waits (`consumer` empty) until a fetch takes it for a
-//! consumer; it is deleted when the consumer acknowledges it (its handler
-//! returned), and waits again when the consumer hands it back or stops
-//! sending heartbeats. A job has at most one waiting message: a push for
-//! a job that has one adds none, and a push while its message is in
-//! flight (the job was made due again before its handler returned) adds
-//! one that waits beside it, so the job runs again after.
+//! The job row as the queue: the shapes without Redis claim due jobs
+//! straight from `jobs`, fairly between tenants (the tenants with a due
+//! job in turn, starting after the tenant a worker served last), and
+//! each tenant's in rank order. A claimed job is RUNNING under its lease,
+//! which is the only liveness there is: a worker that dies leaves leases
+//! that lapse, and the sweeper queues their jobs again.
 
 use std::time::Duration;
 
-use crate::{Error, QueuedJob, Result, Store, on_postgres, postgres, sql::Millis};
+use shared::{settings::Caps, time::now_ms};
+use sqlx::postgres::PgListener;
+use tokio::sync::Notify;
 
-/// The NOTIFY channel a push (or a message handed back) is announced on,
-/// with the queue's name as payload.
+use crate::{Claim, Result, Store, on_pool, on_postgres, on_tx, postgres, sql::Millis, sqlite};
+
+/// The NOTIFY channel on which jobs made due are announced to the workers
+/// that claim from the job rows, with the queue's name as payload.
 pub const QUEUE_CHANNEL: &str = "receipt_queue";
 
-/// A message a consumer took: its id, by which it is acknowledged, and
-/// its job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueMessage {
-    pub message_id: i64,
-    pub job: QueuedJob,
-}
-
-/// What a consumer sends with a fetch.
-#[derive(Debug)]
-pub struct QueueFetch<'a> {
-    pub queue: &'a str,
-    pub consumer: &'a str,
-    /// At most this many messages (the consumer's free slots); 0 only
-    /// acknowledges and refreshes the heartbeat.
-    pub most: usize,
-    /// The tenant the consumer served last: tenants after it come first.
-    pub after_tenant: &'a str,
-    /// The messages whose handlers returned.
-    pub acks: &'a [i64],
-    /// How long the consumer counts as alive after this fetch.
-    pub alive: Duration,
-}
-
-fn ms(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+/// Where a worker's next claim starts its walk of the tenants: after the
+/// last tenant of `claims`, in the order the claim served them (those
+/// after `after_tenant` first, then those from the first tenant on).
+pub fn claim_cursor(after_tenant: &str, claims: &[Claim]) -> Option<String> {
+    let after = claims
+        .iter()
+        .map(|claim| claim.tenant_id.as_str())
+        .filter(|tenant| *tenant > after_tenant)
+        .max();
+    after
+        .or_else(|| claims.iter().map(|claim| claim.tenant_id.as_str()).max())
+        .map(str::to_owned)
 }
 
 impl Store {
-    fn queue_pool(&self) -> Result<&sqlx::PgPool> {
+    /// Claims up to `most` due jobs for `worker_id`, leased until
+    /// `lease_until`: the tenants with a due job in turn, from the first
+    /// after `after_tenant` (wrapping around), each tenant's first by rank,
+    /// as evenly as `most` allows. Under `caps` a job whose tenant (or
+    /// tenant and kind) runs its cap is parked, as [`Store::claim_attempts`]
+    /// parks it. Jobs another worker is claiming are skipped, not waited
+    /// for. The answer is in the order the jobs were taken: one per tenant
+    /// in turn, then a second per tenant, and so on.
+    pub async fn claim_due(
+        &self,
+        worker_id: &str,
+        most: usize,
+        after_tenant: &str,
+        lease_until: i64,
+        caps: &Caps,
+    ) -> Result<Vec<Claim>> {
+        if most == 0 {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        // A due job ranks at most two steps of aging after its due time.
+        let aging = i64::try_from(self.priority_aging.as_millis()).unwrap_or(i64::MAX / 4);
+        let claim = DueClaim {
+            worker_id,
+            most: i64::try_from(most).unwrap_or(i64::MAX),
+            after_tenant,
+            now: Millis(now),
+            rank_before: Millis(now.saturating_add(aging.saturating_mul(2))),
+            lease_until: Millis(lease_until),
+            caps,
+        };
+        let rows = match &self.db {
+            crate::Db::Postgres(pool) => on_postgres!(self, pool, pool =>
+                postgres::attempts::claim_due(pool, &claim).await?
+            ),
+            crate::Db::Sqlite(_) => {
+                let mut tx = self.begin_write().await?;
+                let (chosen, rows) = on_tx!(tx,
+                    _conn => unreachable!("a SQLite store writes on SQLite"),
+                    conn => {
+                        let chosen = sqlite::attempts::due_job_ids(&mut *conn, &claim).await?;
+                        let rows = sqlite::attempts::claim(
+                            conn, &chosen, claim.now, claim.lease_until, worker_id, caps,
+                        )
+                        .await?;
+                        (chosen, rows)
+                    },
+                );
+                tx.commit().await?;
+                let mut claims: Vec<Claim> = rows.into_iter().map(Claim::from).collect();
+                claims.sort_by_key(|claim| chosen.iter().position(|id| *id == claim.job_id));
+                return Ok(claims);
+            }
+        };
+        Ok(rows.into_iter().map(Claim::from).collect())
+    }
+
+    /// A pool of one connection, made when first used and closed when
+    /// idle, for what apalis's Postgres storage of earlier versions left
+    /// (schema `apalis`); `None` on SQLite, where no version queued there.
+    pub fn earlier_apalis_storage(&self) -> Option<sqlx::PgPool> {
         match &self.db {
-            crate::Db::Postgres(pool) => Ok(pool),
-            crate::Db::Sqlite(_) => Err(Error::Config(
-                "the database queue runs on Postgres; SQLite uses the in-process queue".into(),
-            )),
+            crate::Db::Postgres(_) => sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .idle_timeout(Duration::from_secs(30))
+                .connect_lazy(self.session_url())
+                .ok(),
+            crate::Db::Sqlite(_) => None,
         }
     }
 
-    /// Adds a waiting message per job to `queue` (none for a job that has
-    /// a waiting one) and wakes its consumers.
-    pub async fn queue_push(&self, queue: &str, jobs: &[QueuedJob]) -> Result<()> {
-        if jobs.is_empty() {
-            return Ok(());
+    /// Wakes the workers that claim from the job rows of `queue`: on
+    /// Postgres, a NOTIFY on [`QUEUE_CHANNEL`]; nothing on SQLite, whose
+    /// workers in this process are woken by the caller, and whose workers
+    /// in other processes look again on their own.
+    pub async fn wake_claimers(&self, queue: &str) -> Result<()> {
+        if let crate::Db::Postgres(pool) = &self.db {
+            on_postgres!(self, pool, pool =>
+                postgres::attempts::notify(pool, QUEUE_CHANNEL, queue).await?
+            );
         }
-        let pool = self.queue_pool()?;
-        let job_ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();
-        let tenants: Vec<String> = jobs.iter().map(|job| job.tenant_id.clone()).collect();
-        let ranks: Vec<Millis> = jobs.iter().map(|job| Millis(job.rank_at)).collect();
-        on_postgres!(self, pool, pool =>
-            postgres::queue::push(pool, queue, &job_ids, &tenants, &ranks, QUEUE_CHANNEL).await?
-        );
         Ok(())
     }
+}
 
-    /// Acknowledges, refreshes the heartbeat and takes messages
-    /// ([`QueueFetch`]); returns them in the order they were given: one per
-    /// tenant in turn, then a second per tenant, and so on.
-    pub async fn queue_fetch(&self, fetch: QueueFetch<'_>) -> Result<Vec<QueueMessage>> {
-        let pool = self.queue_pool()?;
-        let most = i64::try_from(fetch.most).unwrap_or(i64::MAX);
-        let mut fetched = on_postgres!(self, pool, pool =>
-            postgres::queue::fetch(
-                pool,
-                fetch.queue,
-                fetch.consumer,
-                most,
-                fetch.after_tenant,
-                fetch.acks,
-                ms(fetch.alive),
-            )
-            .await?
-        );
-        fetched.sort_by_key(|message| (message.n, message.turn));
-        Ok(fetched
-            .into_iter()
-            .map(|message| QueueMessage {
-                message_id: message.message_id,
-                job: QueuedJob {
-                    job_id: message.job_id,
-                    tenant_id: message.tenant_id,
-                    rank_at: message.rank_at.into(),
+/// How long an idle worker on Postgres waits for a NOTIFY before it
+/// claims again on its own: a notification missed while reconnecting
+/// costs no more.
+pub const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// How often an idle worker on SQLite looks for due jobs made by another
+/// process (a look reads; only a claim that will find jobs writes).
+pub const SQLITE_LOOK: Duration = Duration::from_millis(20);
+
+/// An idle worker's wait for jobs to become due: on Postgres a NOTIFY on
+/// [`QUEUE_CHANNEL`] naming its queue (on a session of its own), on SQLite
+/// a short look; on both, a wake from its own process, or [`IDLE_LOOK`].
+pub struct DueJobWaiter {
+    store: Store,
+    queue: String,
+    /// The session the NOTIFY arrives on (Postgres), made when first
+    /// waited on.
+    listener: Option<PgListener>,
+}
+
+impl Store {
+    /// The wait of an idle worker of `queue` (see [`DueJobWaiter`]).
+    pub fn due_job_waiter(&self, queue: &str) -> DueJobWaiter {
+        DueJobWaiter {
+            store: self.clone(),
+            queue: queue.to_owned(),
+            listener: None,
+        }
+    }
+}
+
+impl DueJobWaiter {
+    /// Waits until jobs may be due: a NOTIFY of the queue, `woken`, a look
+    /// that finds a due job, or [`IDLE_LOOK`].
+    pub async fn wait(&mut self, woken: &Notify) {
+        let woken = woken.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let deadline = tokio::time::Instant::now() + IDLE_LOOK;
+        if let crate::Db::Sqlite(_) = &self.store.db {
+            loop {
+                tokio::select! {
+                    () = &mut woken => return,
+                    () = tokio::time::sleep(SQLITE_LOOK) => {}
+                }
+                if tokio::time::Instant::now() >= deadline
+                    || self.store.any_due_job().await.unwrap_or(true)
+                {
+                    return;
+                }
+            }
+        }
+        if self.listener.is_none() {
+            match self.listen().await {
+                Ok(new) => self.listener = Some(new),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for due jobs; looking again shortly");
+                    let _ = tokio::time::timeout_at(deadline, woken).await;
+                    return;
+                }
+            }
+        }
+        let Some(session) = self.listener.as_mut() else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = &mut woken => return,
+                received = tokio::time::timeout_at(deadline, session.try_recv()) => match received {
+                    Err(_) => return,
+                    Ok(Ok(Some(notification))) if notification.payload() == self.queue => return,
+                    Ok(Ok(Some(_))) => {}
+                    // The session was lost (and may have missed a push): look now.
+                    Ok(Ok(None)) => return,
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "listening for due jobs failed; reconnecting");
+                        self.listener = None;
+                        return;
+                    }
                 },
-            })
-            .collect())
+            }
+        }
     }
 
-    /// Keeps a consumer alive for `alive` more.
-    pub async fn queue_heartbeat(
-        &self,
-        queue: &str,
-        consumer: &str,
-        alive: Duration,
-    ) -> Result<()> {
-        on_postgres!(self, self.queue_pool()?, pool =>
-            postgres::queue::heartbeat(pool, queue, consumer, ms(alive)).await?
-        );
-        Ok(())
+    async fn listen(&self) -> Result<PgListener> {
+        let mut listener = PgListener::connect(self.store.session_url()).await?;
+        listener.listen(QUEUE_CHANNEL).await?;
+        Ok(listener)
     }
+}
 
-    /// Hands back what `consumer` holds except `keep` (the messages it
-    /// knows it holds, after a fetch whose answer was lost). Returns how
-    /// many wait again.
-    pub async fn queue_reconcile(&self, queue: &str, consumer: &str, keep: &[i64]) -> Result<u64> {
-        self.queue_hand_back(queue, Some(consumer), keep, false)
-            .await
+impl Store {
+    /// Whether any job is claimable and due: a read, which on SQLite
+    /// waits for no writer.
+    async fn any_due_job(&self) -> Result<bool> {
+        let now = Millis(now_ms());
+        let aging = i64::try_from(self.priority_aging.as_millis()).unwrap_or(i64::MAX / 4);
+        let rank_before = Millis(now.0.saturating_add(aging.saturating_mul(2)));
+        Ok(on_pool!(self,
+            pool => postgres::attempts::any_due(pool, now, rank_before).await?,
+            pool => sqlite::attempts::any_due(pool, now, rank_before).await?,
+        ))
     }
+}
 
-    /// A consumer that stops (after its last acknowledgements): hands back
-    /// everything it holds, and is forgotten. Returns how many wait again.
-    pub async fn queue_release(&self, queue: &str, consumer: &str) -> Result<u64> {
-        self.queue_hand_back(queue, Some(consumer), &[], true).await
-    }
-
-    /// Hands back the messages of consumers whose heartbeat lapsed.
-    /// Returns how many wait again.
-    pub async fn queue_return_abandoned(&self, queue: &str) -> Result<u64> {
-        self.queue_hand_back(queue, None, &[], false).await
-    }
-
-    async fn queue_hand_back(
-        &self,
-        queue: &str,
-        consumer: Option<&str>,
-        keep: &[i64],
-        forget: bool,
-    ) -> Result<u64> {
-        let pool = self.queue_pool()?;
-        let waiting = on_postgres!(self, pool, pool =>
-            postgres::queue::hand_back(pool, queue, consumer, keep, forget, QUEUE_CHANNEL).await?
-        );
-        Ok(u64::try_from(waiting).unwrap_or(0))
-    }
+/// A claim of due jobs, as the statements bind it.
+pub(crate) struct DueClaim<'a> {
+    pub(crate) worker_id: &'a str,
+    pub(crate) most: i64,
+    pub(crate) after_tenant: &'a str,
+    pub(crate) now: Millis,
+    /// The latest rank a due job can have: now, plus two steps of aging.
+    pub(crate) rank_before: Millis,
+    pub(crate) lease_until: Millis,
+    pub(crate) caps: &'a Caps,
 }

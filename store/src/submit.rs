@@ -110,9 +110,10 @@ pub enum Publishing {
     /// the queue lost is found by that sweep, which writes its row then
     /// ([`Store::queued_unclaimed`]).
     CallerSwept,
-    /// The database queue named `queue`: each job's message is written in
-    /// the statement that makes the job, so nothing is published after the
-    /// commit, and nothing between the two can be lost: no row.
+    /// The job row is the queue (`queue` names it in the NOTIFY that
+    /// wakes its workers): a job is claimable once its statement commits,
+    /// so nothing is published after the commit, and nothing between the
+    /// two can be lost: no row.
     WithTheJob { queue: String },
 }
 
@@ -127,7 +128,8 @@ impl Publishing {
         }
     }
 
-    /// The database queue the batch's messages are written into, if any.
+    /// The queue whose workers the batch's due jobs wake, when the job row
+    /// is the queue.
     fn queue(&self) -> Option<&str> {
         match self {
             Publishing::WithTheJob { queue } => Some(queue),
@@ -256,9 +258,9 @@ impl Store {
             let (outcomes, _) = settle(submissions, &owner_of, &owners, &taken, &stored);
             return Ok(outcomes);
         }
-        // SQLite: the same, as a transaction of a few statements. Its
-        // queues (in-process, or apalis's) are never written with the job.
-        debug_assert!(publishing.queue().is_none());
+        // SQLite: the same, as a transaction of a few statements. Where its
+        // job rows are the queue, workers in other processes find new jobs
+        // by looking (`store::SQLITE_LOOK`): nothing to wake.
         let mut tx = self.begin_write().await?;
         let written = if owners.is_empty() {
             Vec::new()

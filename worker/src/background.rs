@@ -24,7 +24,6 @@ use crate::{
 /// The background tasks of a pool, as configured; [`BackgroundTasks::start`]
 /// runs them.
 pub struct BackgroundTasks {
-    queue_name: String,
     republish_after: Duration,
     sweep_every: Duration,
     job_retention: Duration,
@@ -48,7 +47,6 @@ impl BackgroundTasks {
         }
         Self {
             dispatcher: Dispatcher::new(store, settings),
-            queue_name: Queue::apalis_queue_name(settings),
             republish_after: settings.republish_after,
             sweep_every: (settings.job_lease / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(5)),
@@ -87,11 +85,7 @@ impl BackgroundTasks {
             self.job_retention,
             background.clone(),
         ));
-        let vacuum = tokio::spawn(run_queue_vacuum(
-            queue.clone(),
-            self.queue_name.clone(),
-            background.clone(),
-        ));
+        let vacuum = tokio::spawn(run_queue_vacuum(queue.clone(), background.clone()));
         let scheduler = tokio::spawn(run_scheduler(
             store.clone(),
             self.registry.clone(),

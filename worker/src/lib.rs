@@ -5,11 +5,11 @@
 //! change is made, and fenced, in the store.
 
 mod background;
+mod claims;
 mod dispatcher;
 pub mod drive;
 mod error;
 mod gauges;
-mod poll;
 mod pool;
 mod process;
 mod retention;

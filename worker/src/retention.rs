@@ -79,13 +79,10 @@ const VACUUM_BATCH: usize = 500;
 /// Deletes what the queue keeps of finished messages, every
 /// [`VACUUM_EVERY`], until `shutdown`; returns at once for the in-process
 /// queue, which keeps nothing.
-pub async fn run_queue_vacuum(queue: Queue, queue_name: String, shutdown: Shutdown) {
-    if let Queue::Memory(_) = queue {
-        return;
-    }
+pub async fn run_queue_vacuum(queue: Queue, shutdown: Shutdown) {
     loop {
         loop {
-            match queue.forget_finished(&queue_name, VACUUM_BATCH).await {
+            match queue.forget_finished(VACUUM_BATCH).await {
                 Ok(taken) if taken as usize >= VACUUM_BATCH => {
                     // More wait; let other work in between.
                     tokio::time::sleep(Duration::from_millis(10)).await;

@@ -45,6 +45,8 @@ pub struct Runner {
     /// Whether concurrency caps are set: then every end of an attempt may
     /// have woken a parked job, whose outbox row the relay is told of.
     capped: bool,
+    /// The concurrency caps claims keep to.
+    pub caps: shared::settings::Caps,
     /// The queue's name in traces (`messaging.destination.name`).
     destination: String,
     /// Outcomes being written after their slots moved on
@@ -267,6 +269,7 @@ impl Runner {
             running: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             capped,
+            caps: settings.caps(),
             destination: format!("{}:jobs", settings.queue_name),
             concluding: TaskTracker::new(),
             concluding_room: Arc::new(tokio::sync::Semaphore::new(settings.worker_concurrency())),
@@ -304,6 +307,39 @@ impl Runner {
             Taken::Nothing => return Handled::Done(true),
             Taken::Kept => return Handled::Done(false),
         };
+        self.run_listed(claim, arrived).await
+    }
+
+    /// Runs an attempt claimed for this process by a claim of due jobs (the
+    /// job rows as the queue), up to the writing of its outcome, which is
+    /// left to [`Runner::conclude`] (or [`Runner::conclude_in_background`]).
+    /// `None` when the attempt already runs here.
+    pub async fn run_claim(&self, claim: Claim, arrived: SystemTime) -> Option<Box<Ran>> {
+        {
+            let mut running = self.lock_running();
+            if running.get(&claim.job_id) == Some(&claim.attempt) {
+                return None;
+            }
+            running.insert(claim.job_id.clone(), claim.attempt);
+        }
+        match self.run_listed(claim, arrived).await {
+            Handled::Ran(ran) => Some(ran),
+            Handled::Done(_) => None,
+        }
+    }
+
+    /// How long a claim leases its attempt.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Whether this process runs the attempt.
+    pub fn runs_here(&self, job_id: &str, attempt: i64) -> bool {
+        self.lock_running().get(job_id) == Some(&attempt)
+    }
+
+    /// Runs a claimed attempt, listed as running here.
+    async fn run_listed(&self, claim: Claim, arrived: SystemTime) -> Handled {
         let attempt = AttemptSpan::start(&self.destination, &claim, arrived);
         let started = std::time::Instant::now();
         let run = info_span!("run", otel.name = %format!("run {}", claim.kind), receipt.job.kind = %claim.kind);

@@ -1,8 +1,9 @@
 //! The apalis workers of a pool, configured around the sharp edges of
-//! apalis 1.0 listed in `docs/design.md` ("apalis 1.0: what we rely on and
-//! work around"): a unique name per process and per restart, one message
-//! per fetch of apalis's SQLite storage, an explicit queue and poll interval,
-//! messages decoded as any JSON, and a handler that never fails or panics.
+//! apalis 1.0 listed in `docs/design.md` ("How apalis is configured, and
+//! why"): a unique name per process and per restart, backends of
+//! ours (the job rows, Redis, the in-process queue) that count their own
+//! slots or feed apalis's, messages decoded as any JSON, and a handler that
+//! never fails or panics.
 //! A worker that keeps failing (Redis or the database down) is started
 //! again after a pause, for as long as the process runs: an outage never
 //! ends the process, and it resumes by itself when the service returns.
@@ -17,7 +18,7 @@ use tracing::{info, warn};
 
 use crate::{
     Error, Result,
-    poll::{POLL, PollEvery},
+    claims::{ClaimedJob, JobRowBackend},
     runner::{Handled, Runner},
 };
 
@@ -71,6 +72,20 @@ async fn handle_message(
                 .await;
         }
     }
+    Ok(())
+}
+
+/// Runs an attempt a claim of due jobs won (the job rows as the queue).
+/// Its slot moves on once the attempt has run, while its outcome is
+/// written.
+async fn handle_claimed(job: ClaimedJob, runner: Data<Arc<Runner>>) -> Result<(), BoxDynError> {
+    let slot = job.slot();
+    let Some(ran) = runner.run_claim(job.claim, job.arrived).await else {
+        return Ok(());
+    };
+    runner
+        .conclude_in_background(ran, move || slot.free(), || {})
+        .await;
     Ok(())
 }
 
@@ -132,12 +147,43 @@ impl ApalisWorkers {
         ended.unwrap_or(Ok(()))
     }
 
+    /// Hands back the attempts this worker holds that no slot runs: a
+    /// claim that committed as its worker stopped taking tasks.
+    async fn hand_back_unknown(&self) {
+        let held = match self
+            .runner
+            .store
+            .attempts_held_by(&self.runner.worker_id)
+            .await
+        {
+            Ok(held) => held,
+            Err(error) => {
+                warn!(%error, "could not look for attempts this worker holds; their leases will lapse");
+                return;
+            }
+        };
+        let unknown: Vec<(String, i64)> = held
+            .into_iter()
+            .filter(|claim| !self.runner.runs_here(&claim.job_id, claim.attempt))
+            .map(|claim| (claim.job_id, claim.attempt))
+            .collect();
+        if unknown.is_empty() {
+            return;
+        }
+        match self.runner.store.release_attempts(&unknown).await {
+            Ok(released) => info!(
+                released,
+                "handed back attempts claimed as the workers stopped"
+            ),
+            Err(error) => warn!(%error, "could not hand back attempts; their leases will lapse"),
+        }
+    }
+
     async fn run_generation(&self, shutdown: CancellationToken, generation: u64) -> Result<()> {
         let base = format!("{}-g{generation}", self.runner.worker_id);
         let runner = self.runner.clone();
         let concurrency = self.concurrency;
-        let published = self.runner.signals.published_notify();
-        // One consumer per generation (Redis, the database queue): a
+        // One consumer per generation (Redis): a
         // generation that ends hands back what it still holds (below), and
         // a process that dies stops its heartbeat, so its messages return
         // to the queue.
@@ -155,7 +201,11 @@ impl ApalisWorkers {
         };
         let handlers_consumer = consumer.clone();
         macro_rules! run_monitor {
-            ($new_backend:expr) => {{
+            // apalis counts the slots of a backend that does not.
+            ($new_backend:expr) => {
+                run_monitor!($new_backend, handle_message, concurrency(concurrency))
+            };
+            ($new_backend:expr, $handler:expr $(, $layer:ident($argument:expr))*) => {{
                 let new_backend = $new_backend;
                 Monitor::new()
                     .shutdown_timeout(self.grace)
@@ -164,17 +214,16 @@ impl ApalisWorkers {
                         ctx.restarts() < QUICK_RESTARTS
                     })
                     .register(move |restarts| {
-                        // A new name per restart: apalis refuses a name it
-                        // saw within the heartbeat window (docs/design.md,
-                        // apalis 1.0, item 7).
+                        // A new name per restart, so the logs tell every
+                        // worker apart.
                         WorkerBuilder::new(format!("{base}-r{restarts}"))
                             .backend(new_backend())
                             .data(runner.clone())
                             .data(handlers_consumer.clone())
-                            .concurrency(concurrency)
+                            $(.$layer($argument))*
                             .catch_panic()
                             .parallelize(tokio::spawn)
-                            .build(handle_message)
+                            .build($handler)
                     })
                     .run_with_signal(signal)
                     .await
@@ -182,19 +231,35 @@ impl ApalisWorkers {
             }};
         }
         let result = match self.queue.clone() {
-            // Fetches wait for a push (Redis's BLPOP, Postgres's NOTIFY).
-            Queue::Redis(_) | Queue::Postgres(_) => {
+            // Claims wait for a NOTIFY, or look again after a while; the
+            // backend counts the slots.
+            Queue::JobRows(queue) => {
+                let (runner, caps, lease) = (
+                    self.runner.clone(),
+                    self.runner.caps.clone(),
+                    self.runner.lease(),
+                );
+                let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+                let result = run_monitor!(
+                    move || JobRowBackend::new(
+                        runner.clone(),
+                        queue.clone(),
+                        slots.clone(),
+                        caps.clone(),
+                        lease,
+                    ),
+                    handle_claimed
+                );
+                self.hand_back_unknown().await;
+                result
+            }
+            // Fetches wait for a push (Redis's BLPOP).
+            Queue::Redis(_) => {
                 let consumer = consumer
                     .clone()
                     .ok_or_else(|| Error::Apalis("a shared queue has a consumer".into()))?;
                 run_monitor!(move || consumer.storage())
             }
-            Queue::Sqlite(storage) => {
-                let backend = storage.poll_with_strategy(PollEvery::new(POLL, published.clone()));
-                run_monitor!(move || backend.clone())
-            }
-            // A channel wakes its reader when a message arrives: no polling.
-            Queue::Memory(queue) => run_monitor!(move || queue.storage()),
         };
         // Outcomes still being written are acknowledged when they are, not
         // handed back with what the consumer holds.

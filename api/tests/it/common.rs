@@ -6,7 +6,7 @@
 
 pub use testkit::{
     Announcements, Api, Backend, Finished, KEY_A, KEY_B, PG_ADMIN_URL, Process, REDIS_URL, Record,
-    Reply, TestEnv, count_at, headers_of, redis_at, serve_on_loopback, through_pgbouncer, wait,
+    Reply, TestEnv, headers_of, redis_at, serve_on_loopback, through_pgbouncer, wait,
 };
 
 /// The store of a test's database, for arranging what the API cannot and

@@ -68,6 +68,8 @@ async fn assert_ran_once(env: &TestEnv, api: &Api, announced: &Announcements, jo
     assert_announced_once(announced, api, &[job_id], "job.succeeded").await;
 }
 
+/// On Redis, where a message can be delivered more than once; where the
+/// job rows are the queue there is no message to duplicate.
 async fn duplicate_messages_concurrent_or_later_run_the_job_once(backend: Backend) {
     let env = env_announcing(backend).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
@@ -170,14 +172,18 @@ async fn two_workers_given_every_job_twice_run_each_once(backend: Backend) {
         let job = store.get_job_unscoped(job_id).await.unwrap().expect("job");
         assert_eq!(job.attempts, 1, "one attempt, however many deliveries");
     }
-    // Every second delivery has been dropped; the kind ran once per job.
+    // Every second delivery has been dropped (where the job rows are the
+    // queue a publish only wakes the workers: there is no copy to drop);
+    // the kind ran once per job.
     let [first, second] = &workers;
-    wait::until_true(
-        "sixty copies dropped",
-        Duration::from_secs(30),
-        async || dropped_deliveries(&[first, second]) >= 60,
-    )
-    .await;
+    if env.uses_redis() {
+        wait::until_true(
+            "sixty copies dropped",
+            Duration::from_secs(30),
+            async || dropped_deliveries(&[first, second]) >= 60,
+        )
+        .await;
+    }
     let mut ran = 0;
     for worker in &workers {
         let metrics = reqwest::get(metrics_url(worker)).await.unwrap();
@@ -189,9 +195,13 @@ async fn two_workers_given_every_job_twice_run_each_once(backend: Backend) {
 
 crate::on_both_backends!(
     two_workers_given_every_job_twice_run_each_once,
-    duplicate_messages_concurrent_or_later_run_the_job_once,
     a_relay_that_publishes_again_before_the_claim_changes_nothing,
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_messages_on_redis_run_the_job_once() {
+    duplicate_messages_concurrent_or_later_run_the_job_once(Backend::PgRedis).await;
+}
 
 // The production shape through PgBouncer in transaction mode.
 crate::through_pgbouncer!(duplicate_messages_concurrent_or_later_run_the_job_once,);

@@ -11,9 +11,9 @@
 //! when statistics taken while few jobs were queued make that index look
 //! like the cheaper way to them, and so does a success. The statements
 //! every job runs keep one generic plan per connection, made perhaps while
-//! the tables were small. The database queue's fetch acknowledges
-//! and takes its messages by key, whatever the queue held when a plan for
-//! it could have been cached.
+//! the tables were small. A claim of due jobs (the job rows as the queue)
+//! finds them by key, whatever was queued when a plan for it could have
+//! been cached.
 
 use std::time::Duration;
 
@@ -206,88 +206,85 @@ async fn a_claim_behind_a_backlog_reads_jobs_by_key() {
     store.close().await;
 }
 
-/// `count` waiting messages of the database queue `queue`, for jobs named
-/// `{prefix}{n}`.
-fn waiting_messages(queue: &str, prefix: &str, count: i64) -> String {
+/// `count` queued jobs named `{prefix}{n}` of tenant `tenant`, due and
+/// ranked at the epoch, without outbox rows: the job rows as the queue.
+fn claimable_jobs(tenant: &str, prefix: &str, count: i64) -> String {
     format!(
-        "INSERT INTO queue_messages (job_id, queue, tenant_id, rank_at)
-         SELECT '{prefix}' || lpad(i::text, 6, '0'), '{queue}', 'tenant-a', 'epoch'
+        "INSERT INTO jobs (job_id, tenant_id, kind, params, status, max_attempts, created_at,
+                           run_after, rank_at)
+         SELECT '{prefix}' || lpad(i::text, 6, '0'), '{tenant}', 'sleep', '{{\"ms\":0}}',
+                'QUEUED', 3, 'epoch', 'epoch', 'epoch'
          FROM generate_series(1, {count}) AS s(i);"
     )
 }
 
-/// Fetches before the backlog: enough for every connection of the store's
+/// Claims before the backlog: enough for every connection of the store's
 /// pool to run the statement more often than Postgres makes custom plans
 /// for before it settles on a generic one (five).
-const EARLY_FETCHES: i64 = 40;
+const EARLY_CLAIMS: i64 = 40;
 
-const MESSAGES_UPDATED: &str =
-    "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'queue_messages'";
-const MESSAGES_SCANNED: &str =
-    "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'queue_messages'";
+const JOBS_SCANNED: &str = "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'jobs'";
 
 #[tokio::test]
-async fn a_queue_fetch_behind_a_backlog_reads_messages_by_key() {
+async fn a_claim_of_due_jobs_behind_a_backlog_reads_jobs_by_key() {
     let env = TestEnv::new(Backend::PgRedis).await;
     let store = env.store().await;
     store.migrate().await.expect("migrate");
-    let queue = format!("{}:jobs", env.queue_name);
-    // Statistics taken while the queue was short, as autovacuum takes them
-    // between bursts.
+    // Statistics taken while few jobs were queued, as autovacuum takes
+    // them between bursts; a few tenants, as a busy service has.
     env.execute_sql(&format!(
-        "{} ANALYZE queue_messages;",
-        waiting_messages(&queue, "early", EARLY_FETCHES * 4)
+        "{} {} ANALYZE jobs;",
+        claimable_jobs("tenant-a", "early-a", EARLY_CLAIMS * 2),
+        claimable_jobs("tenant-b", "early-b", EARLY_CLAIMS * 2),
     ))
     .await;
-    let fetch = async |acks: &[i64]| {
+    let caps = shared::settings::Caps::default();
+    let claim = async |after: &str| {
         store
-            .queue_fetch(store::QueueFetch {
-                queue: &queue,
-                consumer: "worker-1",
-                most: 4,
-                after_tenant: "",
-                acks,
-                alive: Duration::from_secs(60),
-            })
+            .claim_due(
+                "worker-1",
+                4,
+                after,
+                shared::time::now_ms() + 600_000,
+                &caps,
+            )
             .await
-            .expect("fetch")
-            .into_iter()
-            .map(|message| message.message_id)
-            .collect::<Vec<_>>()
+            .expect("claim")
     };
-    // Fetches of a few messages each, as a busy pool's are.
-    let mut held = Vec::new();
-    for _ in 0..EARLY_FETCHES {
-        held = fetch(&[]).await;
-        assert_eq!(held.len(), 4, "an early fetch took {held:?}");
+    // Claims of a few jobs each, as a busy pool's are.
+    let mut after = String::new();
+    for _ in 0..EARLY_CLAIMS {
+        let claimed = claim(&after).await;
+        assert_eq!(claimed.len(), 4, "an early claim took {claimed:?}");
+        let tenants: std::collections::BTreeSet<&str> =
+            claimed.iter().map(|c| c.tenant_id.as_str()).collect();
+        assert_eq!(
+            tenants.len(),
+            2,
+            "each claim serves both tenants: {claimed:?}"
+        );
+        after = store::claim_cursor(&after, &claimed).expect("a cursor");
     }
-    env.execute_sql(&waiting_messages(&queue, "backlog", BACKLOG))
+    env.execute_sql(&claimable_jobs("tenant-c", "backlog", BACKLOG))
         .await;
-    let before = statistic_after(&env, MESSAGES_UPDATED, EARLY_FETCHES * 4, MESSAGES_SCANNED).await;
+    let before = statistic_after(&env, JOBS_UPDATED, EARLY_CLAIMS * 4, JOBS_SCANNED).await;
 
-    let taken = fetch(&held).await;
+    let taken = claim(&after).await;
 
     assert_eq!(
         taken.len(),
         4,
-        "the fetch behind the backlog took {taken:?}"
+        "the claim behind the backlog took {taken:?}"
     );
-    let read = statistic_after(
-        &env,
-        MESSAGES_UPDATED,
-        EARLY_FETCHES * 4 + 4,
-        MESSAGES_SCANNED,
-    )
-    .await
-        - before;
+    assert!(
+        taken.iter().any(|c| c.tenant_id == "tenant-c"),
+        "the backlog's tenant takes its turn: {taken:?}"
+    );
+    let read =
+        statistic_after(&env, JOBS_UPDATED, EARLY_CLAIMS * 4 + 4, JOBS_SCANNED).await - before;
     assert!(
         read < BACKLOG,
-        "one fetch read {read} queue messages by sequential scan, behind a backlog of {BACKLOG}"
-    );
-    assert_eq!(
-        env.count("SELECT COUNT(*) FROM queue_messages").await,
-        BACKLOG + EARLY_FETCHES * 4 - 4,
-        "the fetch deleted the four messages it acknowledged and no other"
+        "one claim read {read} jobs by sequential scan, behind a backlog of {BACKLOG}"
     );
     store.close().await;
 }

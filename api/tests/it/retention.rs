@@ -1,7 +1,7 @@
 //! Bounded storage: jobs final for longer than `JOB_RETENTION` are deleted
 //! with their results, webhook events, delivery log and per-job webhooks,
 //! while unfinished jobs, ledger entries and idempotency answers stay; and
-//! the queue (Redis, apalis's SQLite and Postgres tables) keeps nothing per
+//! the queue (Redis, or the job rows themselves) keeps nothing per
 //! finished job.
 
 use std::{
@@ -13,7 +13,7 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, TestEnv, count_at, moment_sql, wait};
+use crate::common::{Api, Backend, TestEnv, moment_sql, wait};
 
 /// A webhook receiver that acknowledges everything and remembers the
 /// `webhook-id` (the event id) of each request.
@@ -501,35 +501,21 @@ async fn redis_keeps_nothing_per_job_once_the_jobs_are_done() {
     );
 }
 
-/// The rows the queue keeps on the queue's database: apalis's own table
-/// (SQLite), the database queue's (Postgres).
+/// The rows the queue keeps where the job rows are the queue: the
+/// claimable jobs, and any outbox row beside them.
 async fn queue_rows(env: &TestEnv) -> i64 {
-    match env.backend {
-        Backend::Sqlite => {
-            let queue_db = env.database_url.replace("/jobs.db", "/jobs.queue.db");
-            count_at(
-                &queue_db,
-                &format!(
-                    "SELECT COUNT(*) FROM Jobs WHERE job_type = '{}:jobs'",
-                    env.queue_name
-                ),
-            )
-            .await
-        }
-        Backend::PgRedis => {
-            env.count(&format!(
-                "SELECT COUNT(*) FROM queue_messages WHERE queue = '{}:jobs'",
-                env.queue_name
-            ))
-            .await
-        }
-    }
+    env.count(
+        "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'QUEUED' AND capped IS NULL)
+                + (SELECT COUNT(*) FROM outbox)",
+    )
+    .await
 }
 
 const SQL_QUEUE_JOBS: usize = 300;
 
-/// apalis's SQLite storage (separate worker processes on SQLite) and the
-/// database queue (Postgres without Redis).
+/// The job rows as the queue, on SQLite (separate worker processes) and on
+/// Postgres without Redis: a row per job while it waits, nothing beside the
+/// job once it has run.
 async fn sql_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
     let env = TestEnv::new(backend).await.without_redis();
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
@@ -561,7 +547,7 @@ async fn sql_queue_tables_keep_no_row_per_finished_job(backend: Backend) {
 
 mod sql_queue {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn apalis_sqlite_queue_keeps_no_row_per_finished_job() {
+    async fn sqlite_job_rows_keep_no_row_per_finished_job() {
         super::sql_queue_tables_keep_no_row_per_finished_job(crate::common::Backend::Sqlite).await;
     }
 

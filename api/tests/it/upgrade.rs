@@ -16,6 +16,12 @@ use crate::common::{Api, Backend, KEY_A, TestEnv};
 const LAST_OLD_MIGRATION: i64 = 20261203000040;
 
 async fn migrate_as_the_release_before(url: &str) {
+    migrate_up_to(url, LAST_OLD_MIGRATION).await;
+}
+
+/// Runs the migrations up to and including `last`, as a release that
+/// ended there did.
+async fn migrate_up_to(url: &str, last: i64) {
     let mut migrator = Migrator::new(Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../migrations/postgres"
@@ -25,7 +31,7 @@ async fn migrate_as_the_release_before(url: &str) {
     migrator.migrations = migrator
         .migrations
         .iter()
-        .filter(|m| m.version <= LAST_OLD_MIGRATION)
+        .filter(|m| m.version <= last)
         .cloned()
         .collect::<Vec<_>>()
         .into();
@@ -175,9 +181,9 @@ async fn a_database_of_the_release_before_keeps_working_after_the_upgrade() {
 }
 
 /// Messages that apalis's Postgres storage held when a version that queued
-/// there (Postgres without Redis) stopped: nothing reads that table now, so
-/// a worker that starts publishes their jobs again at once, not after
-/// `REPUBLISH_AFTER`, and the vacuum deletes what the table kept.
+/// there (Postgres without Redis) stopped: nothing reads that table now.
+/// Their jobs run once from their rows, and the vacuum deletes what the
+/// table kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_whose_messages_apalis_held_run_after_the_upgrade() {
     let env = TestEnv::new(Backend::PgRedis).await.without_redis();
@@ -186,21 +192,12 @@ async fn jobs_whose_messages_apalis_held_run_after_the_upgrade() {
         .await;
     let job = api.submit("sleep", json!({"ms": 1})).await;
     let job_id = job_id(&job).to_owned();
-    let queued = format!("SELECT COUNT(*) FROM queue_messages WHERE job_id = '{job_id}'");
-    crate::common::wait::until_true(
-        "the relay published the job",
-        std::time::Duration::from_secs(30),
-        async || env.count(&queued).await == 1,
-    )
-    .await;
-    // As the earlier version left it: the message in apalis's table, none
-    // in the database queue.
+    // As the earlier version left it: the message in apalis's table.
     let queue = format!("{}:jobs", env.queue_name);
     env.execute_sql(&format!(
         "CREATE SCHEMA apalis;
          CREATE TABLE apalis.jobs (id TEXT PRIMARY KEY, job_type TEXT NOT NULL, status TEXT NOT NULL);
-         INSERT INTO apalis.jobs VALUES ('m1', '{queue}', 'Pending'), ('m0', '{queue}', 'Done');
-         DELETE FROM queue_messages;"
+         INSERT INTO apalis.jobs VALUES ('m1', '{queue}', 'Pending'), ('m0', '{queue}', 'Done');"
     ))
     .await;
 
@@ -214,4 +211,72 @@ async fn jobs_whose_messages_apalis_held_run_after_the_upgrade() {
         async || env.count("SELECT COUNT(*) FROM apalis.jobs").await == 0,
     )
     .await;
+}
+
+/// The last migration of the release whose Postgres shape without Redis
+/// kept its messages in `queue_messages`.
+const LAST_DATABASE_QUEUE_MIGRATION: i64 = 20261205000170;
+
+/// A database of the release before the job row became the queue, as its
+/// processes left it: a queued job whose message waits in
+/// `queue_messages`, a job running under a worker that died (its message
+/// in flight under a consumer whose heartbeat lapsed, its lease lapsed),
+/// and a delayed job with its outbox row. The new binaries migrate it, and
+/// every job runs once more than it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_and_running_jobs_of_the_database_queue_run_after_the_upgrade() {
+    let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+    migrate_up_to(&env.database_url, LAST_DATABASE_QUEUE_MIGRATION).await;
+    let queue = format!("{}:jobs", env.queue_name);
+    let now_ms = shared::time::now_ms();
+    let (created, lapsed, soon) = (now_ms - 60_000, now_ms - 10_000, now_ms + 2_000);
+    let at = |ms: i64| format!("to_timestamp({ms}::float8 / 1000)");
+    env.execute_sql(&format!(
+        "INSERT INTO api_keys (key_hash, tenant_id, created_at, key_id, key_prefix)
+             VALUES ('{key_hash}', 'tenant-a', {created_at}, 'key_0123456789abcdef', 'rk_x');
+         INSERT INTO jobs (job_id, tenant_id, kind, params, status, attempts, max_attempts,
+                           created_at, run_after, rank_at, started_at, lease_expires_at,
+                           worker_id)
+             VALUES ('job_019a0000000070008000000000000011', 'tenant-a', 'sleep', '{{\"ms\":1}}', 'QUEUED', 0, 5,
+                     {created_at}, {created_at}, {created_at}, NULL, NULL, NULL),
+                    ('job_019a0000000070008000000000000012', 'tenant-a', 'sleep', '{{\"ms\":1}}', 'RUNNING', 1, 5,
+                     {created_at}, {created_at}, {created_at}, {created_at}, {lapsed_at},
+                     'worker-gone'),
+                    ('job_019a0000000070008000000000000013', 'tenant-a', 'sleep', '{{\"ms\":1}}', 'QUEUED', 0, 5,
+                     {created_at}, {soon_at}, {soon_at}, NULL, NULL, NULL);
+         INSERT INTO queue_messages (job_id, queue, tenant_id, rank_at, consumer, fetched_at)
+             VALUES ('job_019a0000000070008000000000000011', '{queue}', 'tenant-a', {created_at}, NULL, NULL),
+                    ('job_019a0000000070008000000000000012', '{queue}', 'tenant-a', {created_at}, 'worker-gone-g0',
+                     {created_at});
+         INSERT INTO queue_consumers (queue, consumer, alive_until)
+             VALUES ('{queue}', 'worker-gone-g0', {lapsed_at});
+         INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
+             VALUES ('job_019a0000000070008000000000000013', {soon_at}, 0, {soon_at});",
+        key_hash = store::hash_key(KEY_A),
+        created_at = at(created),
+        lapsed_at = at(lapsed),
+        soon_at = at(soon),
+    ))
+    .await;
+
+    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
+    let _worker = env.start_worker(&[]);
+    for (job_id, attempts) in [
+        ("job_019a0000000070008000000000000011", 1),
+        ("job_019a0000000070008000000000000012", 2),
+        ("job_019a0000000070008000000000000013", 1),
+    ] {
+        let done = api.wait_final(job_id).await;
+        assert_eq!(done["status"], "SUCCEEDED", "{job_id}: {done}");
+        assert_eq!(done["attempts"], attempts, "{job_id}: {done}");
+    }
+    assert_eq!(
+        env.count(
+            "SELECT COUNT(*) FROM pg_tables
+             WHERE tablename IN ('queue_messages', 'queue_consumers')"
+        )
+        .await,
+        0,
+        "the database queue's tables are gone"
+    );
 }

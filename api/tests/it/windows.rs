@@ -109,16 +109,18 @@ async fn a_job_committed_by_an_api_killed_before_its_push_runs_within_seconds() 
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
 }
 
-/// On the database queue a job's message commits with the job: an api
-/// that dies right after the commit leaves nothing for anyone to publish.
+/// Where the job row is the queue, a job is claimable once it commits: an
+/// api that dies right after the commit leaves nothing for anyone to
+/// publish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_committed_by_an_api_killed_after_its_commit_runs_on_the_database_queue() {
     let env = TestEnv::new(Backend::PgRedis).await.without_redis();
     submit_to_an_api_killed_after_its_commit(&env, "killed-after-commit").await;
     assert_eq!(
-        env.count("SELECT COUNT(*) FROM queue_messages").await,
+        env.count("SELECT COUNT(*) FROM jobs WHERE status = 'QUEUED' AND capped IS NULL")
+            .await,
         1,
-        "the job's message committed with it"
+        "the job is claimable as it committed"
     );
     assert_eq!(env.count("SELECT COUNT(*) FROM outbox").await, 0);
 
@@ -129,14 +131,19 @@ async fn a_job_committed_by_an_api_killed_after_its_commit_runs_on_the_database_
     assert_succeeds_by(&env, &job_id, killed + SOON).await;
 }
 
-/// A claim that fails on an error that is not an outage (a bug, say) hands
-/// the job to the relay: a job with no outbox row (pushed at submit, or
-/// made with its message) must not wait for ever.
+/// A claim that fails on an error that is not an outage (a bug, say): on
+/// Redis it hands the job to the relay, as a job with no outbox row
+/// (pushed at submit) must not wait for ever; where the job row is the
+/// queue, the job stays claimable and the worker claims again.
 async fn a_job_whose_claim_was_refused_runs_within_seconds(env: TestEnv) {
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let worker = env.start_worker(&[("FAILPOINTS", "worker::claim_refused=1*return")]);
     let job_id = accepted(&api.base, "claim-refused").await;
-    worker.wait_for_line_containing("could not claim; the relay will publish it again");
+    worker.wait_for_line_containing(if env.uses_redis() {
+        "could not claim; the relay will publish it again"
+    } else {
+        "could not claim due jobs; claiming again shortly"
+    });
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
 }
 
@@ -161,10 +168,12 @@ async fn a_submit_whose_commit_answer_was_lost_runs_within_seconds() {
 }
 
 /// The worker's first fetch takes the waiting message into its hold (the
-/// Redis consumer's in-flight list, or the database queue's row naming
-/// it); the answer never reaches it. Its heartbeat goes on, so nothing
-/// hands the message back on its behalf: the consumer must.
-async fn a_message_whose_fetch_answer_was_lost_still_runs(env: TestEnv) {
+/// Redis consumer's in-flight list); the answer never reaches it. Its
+/// heartbeat goes on, so nothing hands the message back on its behalf:
+/// the consumer must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_fetch_answer_was_lost_still_runs() {
+    let env = TestEnv::new(Backend::PgRedis).await;
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     let job_id = accepted(&api.base, "fetch-lost").await;
 
@@ -173,40 +182,9 @@ async fn a_message_whose_fetch_answer_was_lost_still_runs(env: TestEnv) {
 }
 
 crate::on_both_production_queues!(
-    a_message_whose_fetch_answer_was_lost_still_runs,
     a_job_whose_claim_was_refused_runs_within_seconds,
+    a_claim_whose_commit_answer_was_lost_runs_its_job_once,
 );
-
-/// A fetch that acknowledged a finished job's message answered, then a
-/// crash of Postgres undid it (a fetch does not wait for its WAL to reach
-/// disk): the message is back in flight under the consumer, which forgot
-/// it. The consumer hands it back within its reconcile period, and its
-/// next delivery is acknowledged without running the job again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fetch_undone_by_a_crash_leaves_no_message_behind() {
-    let env = TestEnv::new(Backend::PgRedis).await.without_redis();
-    let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
-    let worker = env.start_worker(&[("FAILPOINTS", "queue::fetch_acks_undone=1*return")]);
-    let job_id = accepted(&api.base, "fetch-undone").await;
-    assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
-
-    worker.wait_for_line_containing("handed back messages this consumer held without knowing");
-    wait::until_ok("the queue to hold no message", SOON, async || {
-        match env.count("SELECT COUNT(*) FROM queue_messages").await {
-            0 => Ok(()),
-            left => Err(left),
-        }
-    })
-    .await;
-    assert_eq!(
-        env.count(&format!(
-            "SELECT attempts FROM jobs WHERE job_id = '{job_id}'"
-        ))
-        .await,
-        1,
-        "the job ran once"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_between_fetch_and_claim_leaves_its_job_to_another() {
@@ -258,18 +236,32 @@ async fn a_relay_killed_between_its_push_and_its_lease_leaves_nothing_waiting() 
     assert_succeeds_by(&env, &job_id, killed + SOON).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_whose_commit_answer_was_lost_runs_its_job_once() {
-    let env = TestEnv::new(Backend::PgRedis).await;
+/// A claim commits and its answer is lost: on Redis the message's
+/// claim is tried again and finds the attempt held by this worker; where
+/// the job row is the queue, the worker takes up the attempts it holds
+/// without knowing before it claims again.
+async fn a_claim_whose_commit_answer_was_lost_runs_its_job_once(env: TestEnv) {
     let api = env.start_api(&[("EMBEDDED_WORKER", "false")]).await;
     // A lease well beyond SOON: the job must run by the claim that went
     // through, not by a second attempt after that claim's lease lapsed.
-    let _worker = env.start_worker(&[
+    let worker = env.start_worker(&[
         ("FAILPOINTS", "worker::claim_answer_lost=1*return"),
         ("JOB_LEASE", "60s"),
     ]);
     let job_id = accepted(&api.base, "claim-lost").await;
     assert_succeeds_by(&env, &job_id, Instant::now() + SOON).await;
+    if !env.uses_redis() {
+        worker
+            .wait_for_line_containing("took up attempts a claim won although its answer was lost");
+    }
+    assert_eq!(
+        env.count(&format!(
+            "SELECT attempts FROM jobs WHERE job_id = '{job_id}'"
+        ))
+        .await,
+        1,
+        "the claim that went through ran the job"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

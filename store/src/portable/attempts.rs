@@ -25,6 +25,39 @@ pub(crate) async fn held_by(
     .await
 }
 
+/// Every attempt `worker_id` holds: claims whose commit went through
+/// although the worker never learnt of them.
+pub(crate) async fn all_held_by(
+    db: impl Executor<'_, Database = Db>,
+    worker_id: &str,
+) -> sqlx::Result<Vec<ClaimRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
+                traceparent
+         FROM jobs WHERE worker_id = $1 AND status = 'RUNNING'"
+    ))
+    .bind(worker_id)
+    .fetch_all(db)
+    .await
+}
+
+/// Whether any job is claimable and due (see `Store::claim_due`).
+pub(crate) async fn any_due(
+    db: impl Executor<'_, Database = Db>,
+    now: Millis,
+    rank_before: Millis,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(sql!(
+        "SELECT EXISTS (SELECT 1 FROM jobs
+                        WHERE status = 'QUEUED' AND capped IS NULL AND run_after <= $1
+                          AND rank_at <= $2)"
+    ))
+    .bind(now)
+    .bind(rank_before)
+    .fetch_one(db)
+    .await
+}
+
 pub(crate) async fn heartbeat(
     db: impl Executor<'_, Database = Db>,
     job_id: &str,

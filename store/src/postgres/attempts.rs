@@ -4,6 +4,7 @@ use shared::settings::Caps;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
+    queue::DueClaim,
     rows::attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
     sql::{JsonText, Millis},
 };
@@ -350,4 +351,58 @@ pub(crate) async fn wake_at_kind_cap(
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Claims up to `claim.most` due jobs (the function `claim_due_jobs`, see
+/// its migration): the tenants in turn, each tenant's first by rank, under
+/// the caps; in the order they were taken.
+pub(crate) async fn claim_due(
+    db: impl PgExecutor<'_>,
+    claim: &DueClaim<'_>,
+) -> sqlx::Result<Vec<ClaimRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
+                traceparent
+         FROM claim_due_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+    ))
+    .bind(claim.most)
+    .bind(claim.after_tenant)
+    .bind(claim.now)
+    .bind(claim.rank_before)
+    .bind(claim.lease_until)
+    .bind(claim.worker_id)
+    .bind(i64::from(claim.caps.per_tenant))
+    .bind(
+        claim
+            .caps
+            .per_kind
+            .iter()
+            .map(|(kind, _)| kind.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        claim
+            .caps
+            .per_kind
+            .iter()
+            .map(|(_, cap)| i64::from(*cap))
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Sends `payload` on `channel`, delivered when the caller's transaction
+/// commits.
+pub(crate) async fn notify(
+    db: impl PgExecutor<'_>,
+    channel: &str,
+    payload: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!("SELECT pg_notify($1, $2)"))
+        .bind(channel)
+        .bind(payload)
+        .execute(db)
+        .await?;
+    Ok(())
 }

@@ -67,7 +67,12 @@ pub(crate) async fn submit_in_one_statement(
              WHERE s.idem_key IS NULL OR EXISTS (
                  SELECT 1 FROM written w
                  WHERE w.tenant_id = s.key_tenant AND w.idem_key = s.idem_key)
-             RETURNING job_id, tenant_id, created_at, run_after, rank_at
+             RETURNING job_id, created_at, run_after, rank_at,
+                       -- Workers that claim from the job rows are woken
+                       -- once per transaction (Postgres folds equal
+                       -- notifications into one).
+                       CASE WHEN $20::text IS NOT NULL AND run_after <= created_at
+                            THEN pg_notify($21, $20) END AS woken
          ), queued AS (
              INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
              SELECT job_id,
@@ -76,15 +81,6 @@ pub(crate) async fn submit_in_one_statement(
                     CASE WHEN run_after > created_at THEN 0 ELSE $2 END,
                     rank_at
              FROM inserted WHERE run_after > created_at OR $2 >= 0
-         ), pushed AS (
-             -- The database queue's messages, in the job's own statement;
-             -- its consumers are woken once per transaction (Postgres folds
-             -- equal notifications into one).
-             INSERT INTO queue_messages (job_id, queue, tenant_id, rank_at)
-             SELECT job_id, $20, tenant_id, rank_at
-             FROM inserted WHERE $20::text IS NOT NULL AND run_after <= created_at
-             ON CONFLICT (job_id) WHERE consumer IS NULL DO NOTHING
-             RETURNING pg_notify($21, $20)
          )
          SELECT tenant_id, idem_key FROM written"
     ))

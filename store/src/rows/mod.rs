@@ -12,7 +12,6 @@ pub(crate) mod keys;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
 pub(crate) mod periods;
-pub(crate) mod queue;
 pub(crate) mod results;
 pub(crate) mod sagas;
 pub(crate) mod schedules;

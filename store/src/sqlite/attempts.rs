@@ -7,6 +7,7 @@ use sqlx::{SqliteConnection, SqliteExecutor};
 
 use super::json_list;
 use crate::{
+    queue::DueClaim,
     rows::attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
     sql::Millis,
 };
@@ -319,4 +320,89 @@ async fn make_due_at_once(conn: &mut SqliteConnection, job_ids: &[String]) -> sq
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// The jobs a claim of due jobs takes (see `Store::claim_due`), in the
+/// order it takes them: the tenants with a due job in turn, from the first
+/// after `after_tenant` (wrapping around), each tenant's first by rank, as
+/// evenly as `most` allows; one per tenant in turn, then a second per
+/// tenant, and so on. Each step is one probe of `jobs_claimable`, so a
+/// backlog costs nothing per claim. SQLite's one writer makes the choice
+/// the claim's: no other claim runs between the two.
+pub(crate) async fn due_job_ids(
+    conn: &mut SqliteConnection,
+    claim: &DueClaim<'_>,
+) -> sqlx::Result<Vec<String>> {
+    let most = usize::try_from(claim.most).unwrap_or(usize::MAX);
+    let mut tenants: Vec<String> = Vec::new();
+    let mut after = claim.after_tenant.to_owned();
+    let mut wrapped = false;
+    while tenants.len() < most {
+        let next: Option<String> = sqlx::query_scalar(sql!(
+            "SELECT tenant_id FROM jobs
+             WHERE status = 'QUEUED' AND capped IS NULL AND tenant_id > ?1
+             ORDER BY tenant_id LIMIT 1"
+        ))
+        .bind(&after)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let next = match next {
+            Some(next) if wrapped && *next > *claim.after_tenant => break,
+            Some(next) => next,
+            None if wrapped || claim.after_tenant.is_empty() => break,
+            None => {
+                wrapped = true;
+                after = String::new();
+                continue;
+            }
+        };
+        let due: bool = sqlx::query_scalar(sql!(
+            "SELECT EXISTS (SELECT 1 FROM jobs
+                            WHERE status = 'QUEUED' AND capped IS NULL AND tenant_id = ?1
+                              AND rank_at <= ?2 AND run_after <= ?3)"
+        ))
+        .bind(&next)
+        .bind(claim.rank_before)
+        .bind(claim.now)
+        .fetch_one(&mut *conn)
+        .await?;
+        if due {
+            tenants.push(next.clone());
+        }
+        after = next;
+    }
+    if tenants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let share = most.div_ceil(tenants.len());
+    let mut per_tenant: Vec<std::vec::IntoIter<String>> = Vec::with_capacity(tenants.len());
+    for tenant in &tenants {
+        let ids: Vec<String> = sqlx::query_scalar(sql!(
+            "SELECT job_id FROM jobs
+             WHERE status = 'QUEUED' AND capped IS NULL AND tenant_id = ?1
+               AND rank_at <= ?2 AND run_after <= ?3
+             ORDER BY rank_at, job_id LIMIT ?4"
+        ))
+        .bind(tenant)
+        .bind(claim.rank_before)
+        .bind(claim.now)
+        .bind(i64::try_from(share).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await?;
+        per_tenant.push(ids.into_iter());
+    }
+    let mut chosen = Vec::with_capacity(most);
+    while chosen.len() < most {
+        let before = chosen.len();
+        for ids in &mut per_tenant {
+            if chosen.len() == most {
+                break;
+            }
+            chosen.extend(ids.next());
+        }
+        if chosen.len() == before {
+            break;
+        }
+    }
+    Ok(chosen)
 }
