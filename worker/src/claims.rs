@@ -79,6 +79,12 @@ struct Claimer {
     /// A claim failed after it may have committed: before the next, the
     /// attempts this worker holds without knowing are taken up.
     answer_lost: bool,
+    /// The last claim took fewer jobs than it asked for (without caps) or
+    /// none: no other due job was free then. A slot that frees waits for a wake before it claims,
+    /// rather than claim again for nothing; whatever makes a job due later
+    /// wakes the workers (a submit, or the relay's publish of an outbox
+    /// row: a retry, a delayed start, a job handed back or woken).
+    drained: bool,
 }
 
 impl JobRowBackend {
@@ -102,6 +108,7 @@ impl JobRowBackend {
             lease,
             after_tenant: String::new(),
             answer_lost: false,
+            drained: false,
         };
         let claims = futures::stream::unfold(
             (claimer, VecDeque::new()),
@@ -132,6 +139,13 @@ impl Claimer {
             permits.push(more);
         }
         loop {
+            if self.drained && !self.answer_lost {
+                self.waiter.wait().await;
+                self.drained = false;
+                while let Ok(more) = self.slots.clone().try_acquire_owned() {
+                    permits.push(more);
+                }
+            }
             if self.answer_lost {
                 match self.held_unknown().await {
                     Ok(adopted) => {
@@ -179,12 +193,15 @@ impl Claimer {
             };
             match claimed {
                 Ok(claims) if !claims.is_empty() => {
+                    // Under caps a claim parks jobs, so a short claim
+                    // says nothing of the jobs left.
+                    self.drained = claims.len() < permits.len() && self.caps.is_none();
                     if let Some(cursor) = store::claim_cursor(&self.after_tenant, &claims) {
                         self.after_tenant = cursor;
                     }
                     return self.with_slots(claims, permits);
                 }
-                Ok(_) => self.waiter.wait().await,
+                Ok(_) => self.drained = true,
                 Err(error) => {
                     self.answer_lost = true;
                     warn!(%error, "could not claim due jobs; claiming again shortly");
