@@ -47,7 +47,7 @@ struct Args {
     #[arg(long, default_value = "both")]
     shape: String,
     /// The queue of the production shape: `redis`, or `database` (Postgres
-    /// alone, its database queue; the label of each result says
+    /// alone, the job rows as its queue; the label of each result says
     /// `production-database`).
     #[arg(long, value_enum, default_value_t = QueueKind::Redis)]
     queue: QueueKind,
@@ -303,8 +303,8 @@ impl Service {
             Shape::Embedded => Vec::new(),
         };
         // The workers are ready for messages before anything is timed: on
-        // Redis once each pool's heartbeat is there; on the database queue
-        // once each process has connected and migrated (it serves its
+        // Redis once each pool's heartbeat is there; where the job rows are
+        // the queue once each process has connected and migrated (it serves its
         // metrics after that), and the warm-up runs its first jobs.
         if shape == Shape::Production {
             match queue {

@@ -10,7 +10,7 @@ pub enum Error {
     /// Redis, as the queue.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// The database: the outbox and the database queue through the store,
+    /// The database: the outbox and the job rows through the store,
     /// or apalis's tables.
     #[error(transparent)]
     Database(#[from] store::Error),

@@ -37,7 +37,7 @@ pub struct Settings {
     /// (PgBouncer's `pool_mode = transaction`), which may hand each
     /// transaction another server connection: no statement is kept prepared
     /// across transactions, and whatever needs a session of its own
-    /// (migrations' lock, LISTEN, the database queue's LISTEN) goes to
+    /// (migrations' lock, LISTEN, the LISTEN of workers claiming from the job rows) goes to
     /// `DATABASE_DIRECT_URL`. `none`: a direct connection or a session-mode
     /// pooler.
     #[arg(long, env = "DATABASE_POOLER", default_value = "none", value_enum)]

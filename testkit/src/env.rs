@@ -202,7 +202,7 @@ impl TestEnv {
         self
     }
 
-    /// Postgres without Redis: the queue is the database queue.
+    /// Postgres without Redis: the job rows are the queue.
     pub fn without_redis(mut self) -> Self {
         self.redis = false;
         self

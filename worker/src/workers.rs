@@ -1,8 +1,8 @@
 //! The apalis workers of a pool, configured around the sharp edges of
 //! apalis 1.0 listed in `docs/design.md` ("How apalis is configured, and
 //! why"): a unique name per process and per restart, backends of
-//! ours (the job rows, Redis, the in-process queue) that count their own
-//! slots or feed apalis's, messages decoded as any JSON, and a handler that
+//! ours (the job rows, which count their own slots, and Redis, whose
+//! stream apalis's slots pace), messages decoded as any JSON, and a handler that
 //! never fails or panics.
 //! A worker that keeps failing (Redis or the database down) is started
 //! again after a pause, for as long as the process runs: an outage never
@@ -38,7 +38,7 @@ async fn handle_message(
     consumer: Data<Option<Consumer>>,
 ) -> Result<(), BoxDynError> {
     // Frees the message's slot however the handler ends, and acknowledges
-    // the message once it has run (the Redis and database queues).
+    // the message once it has run (the Redis queue).
     let delivery = consumer
         .as_ref()
         .map(|consumer| consumer.delivery(&message));

@@ -207,11 +207,11 @@ pub fn moment_sql(backend: Backend, millis: &str) -> String {
 /// The three queue shapes every scheduling feature must work on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueShape {
-    /// SQLite, the worker pool inside the api, the in-process queue.
+    /// SQLite, the worker pool inside the api, the job rows as the queue.
     Embedded,
     /// Postgres, a `worker` process, the Redis queue.
     Redis,
-    /// Postgres, a `worker` process, the database queue (no Redis).
+    /// Postgres, a `worker` process, the job rows as the queue (no Redis).
     PostgresQueue,
 }
 

@@ -202,7 +202,7 @@ async fn a_worker_killed_between_fetch_and_claim_leaves_its_job_to_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_between_its_push_and_its_lease_leaves_nothing_waiting() {
     // Postgres without Redis: the relay publishes a job delayed by a
-    // second into the database queue, and dies before its lease commits.
+    // second (a wake of the workers), and dies before its lease commits.
     let env = TestEnv::new(Backend::PgRedis).await.without_redis();
     let mut dying = env
         .start_api(&[

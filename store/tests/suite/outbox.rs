@@ -114,8 +114,8 @@ async fn a_delayed_job_waits_unpublished_in_the_outbox_until_its_start(db: &Test
         "a message that came early claims nothing"
     );
 
-    // A restart of the in-process queue makes what it held due, not what
-    // waits for its start.
+    // Making every published row due again (a queue found to have lost
+    // its messages) leaves what waits for its start alone.
     assert_eq!(db.store.make_outbox_due_now().await.unwrap(), 1);
     assert_eq!(
         publish_due(db).await,
