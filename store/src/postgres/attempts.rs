@@ -42,20 +42,26 @@ pub(crate) async fn claim(
     .bind(lease_until)
     .bind(worker_id)
     .bind(i64::from(caps.per_tenant))
-    .bind(
-        caps.per_kind
-            .iter()
-            .map(|(kind, _)| kind.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        caps.per_kind
-            .iter()
-            .map(|(_, cap)| i64::from(*cap))
-            .collect::<Vec<_>>(),
-    )
+    .bind(capped_kinds(caps))
+    .bind(kind_caps(caps))
     .fetch_all(db)
     .await
+}
+
+/// The kinds with a cap of their own, as `claim_jobs` binds them.
+fn capped_kinds(caps: &Caps) -> Vec<&str> {
+    caps.per_kind
+        .iter()
+        .map(|(kind, _)| kind.as_str())
+        .collect()
+}
+
+/// Each capped kind's cap, in the order of [`capped_kinds`].
+fn kind_caps(caps: &Caps) -> Vec<i64> {
+    caps.per_kind
+        .iter()
+        .map(|(_, cap)| i64::from(*cap))
+        .collect()
 }
 
 /// Cancels the running attempt if a cancel was asked; whether it did.
@@ -372,22 +378,8 @@ pub(crate) async fn claim_due(
     .bind(claim.lease_until)
     .bind(claim.worker_id)
     .bind(i64::from(claim.caps.per_tenant))
-    .bind(
-        claim
-            .caps
-            .per_kind
-            .iter()
-            .map(|(kind, _)| kind.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        claim
-            .caps
-            .per_kind
-            .iter()
-            .map(|(_, cap)| i64::from(*cap))
-            .collect::<Vec<_>>(),
-    )
+    .bind(capped_kinds(claim.caps))
+    .bind(kind_caps(claim.caps))
     .fetch_all(db)
     .await
 }
