@@ -45,8 +45,8 @@ pub fn message(job: &QueuedJob) -> Message {
 #[derive(Clone)]
 pub enum Queue {
     Redis(RedisQueue),
-    /// The job rows are the queue (Postgres, or SQLite with separate
-    /// worker processes).
+    /// The job rows are the queue (Postgres without Redis, and SQLite,
+    /// embedded or with separate worker processes).
     JobRows(JobRowQueue),
 }
 

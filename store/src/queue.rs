@@ -51,15 +51,13 @@ impl Store {
         if most == 0 {
             return Ok(Vec::new());
         }
-        let now = now_ms();
-        // A due job ranks at most two steps of aging after its due time.
-        let aging = i64::try_from(self.priority_aging.as_millis()).unwrap_or(i64::MAX / 4);
+        let (now, rank_before) = self.due_bounds();
         let claim = DueClaim {
             worker_id,
             most: i64::try_from(most).unwrap_or(i64::MAX),
             after_tenant,
-            now: Millis(now),
-            rank_before: Millis(now.saturating_add(aging.saturating_mul(2))),
+            now,
+            rank_before,
             lease_until: Millis(lease_until),
             caps,
         };
@@ -210,12 +208,21 @@ impl DueJobWaiter {
 }
 
 impl Store {
+    /// Now, and the latest rank a job due now can have: a due job ranks
+    /// at most two steps of aging after its due time.
+    fn due_bounds(&self) -> (Millis, Millis) {
+        let now = now_ms();
+        let aging = i64::try_from(self.priority_aging.as_millis()).unwrap_or(i64::MAX / 4);
+        (
+            Millis(now),
+            Millis(now.saturating_add(aging.saturating_mul(2))),
+        )
+    }
+
     /// Whether any job is claimable and due: a read, which on SQLite
     /// waits for no writer.
     async fn any_due_job(&self) -> Result<bool> {
-        let now = Millis(now_ms());
-        let aging = i64::try_from(self.priority_aging.as_millis()).unwrap_or(i64::MAX / 4);
-        let rank_before = Millis(now.0.saturating_add(aging.saturating_mul(2)));
+        let (now, rank_before) = self.due_bounds();
         Ok(on_pool!(self,
             pool => postgres::attempts::any_due(pool, now, rank_before).await?,
             pool => sqlite::attempts::any_due(pool, now, rank_before).await?,
