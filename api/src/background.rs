@@ -38,13 +38,15 @@ impl BackgroundTasks {
             let pool = WorkerPool::new(store.clone(), queue.clone(), signals.clone(), settings);
             Some(tokio::spawn(pool.run(shutdown.clone())))
         } else {
-            tokio::spawn(run_relay(
-                store.clone(),
-                queue.clone(),
-                signals.clone(),
-                settings.republish_after,
-                shutdown.clone(),
-            ));
+            if queue.needs_relay() {
+                tokio::spawn(run_relay(
+                    store.clone(),
+                    queue.clone(),
+                    signals.clone(),
+                    settings.republish_after,
+                    shutdown.clone(),
+                ));
+            }
             None
         };
         tokio::spawn(sweep_idempotency_keys(store.clone(), shutdown.clone()));

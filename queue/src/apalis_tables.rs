@@ -4,27 +4,10 @@
 
 use crate::{JobRowQueue, Result};
 
-/// Whether apalis's Postgres storage, which earlier versions queued in
-/// on Postgres without Redis, left messages of `queue` that had not run:
-/// nothing reads them now, so their jobs must be published again.
-pub async fn left_unrun_postgres_messages(queue: &JobRowQueue) -> Result<bool> {
-    let Some(pool) = apalis_postgres_table(queue).await? else {
-        return Ok(false);
-    };
-    let queue = queue.name();
-    let left: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM apalis.jobs
-                        WHERE job_type = $1 AND status NOT IN ('Done', 'Killed'))",
-    )
-    .bind(queue)
-    .fetch_one(pool)
-    .await?;
-    Ok(left)
-}
-
-/// Deletes up to `limit` rows of `queue` that apalis's Postgres storage
-/// left (see [`left_unrun_postgres_messages`]), whatever their status:
-/// nothing reads them any more. Returns how many.
+/// Deletes up to `limit` rows of `queue` that apalis's Postgres storage,
+/// which earlier versions queued in on Postgres without Redis, left,
+/// whatever their status: nothing reads them any more, and the jobs of
+/// those not yet run are claimable from their rows. Returns how many.
 pub async fn delete_left_postgres_messages(queue: &JobRowQueue, limit: i64) -> Result<u64> {
     let Some(pool) = apalis_postgres_table(queue).await? else {
         return Ok(0);

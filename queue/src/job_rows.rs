@@ -2,9 +2,10 @@
 //! jobs straight from `jobs` (`Store::claim_due`), fairly between tenants;
 //! nothing is fetched, acknowledged or handed back, and a job's lease is
 //! the only liveness. What this type adds is the wake: the store's
-//! (`store::DueJobWaiter`: a NOTIFY on Postgres, sent by the statement that
-//! makes due jobs or by [`JobRowQueue::push`]; a short look on SQLite), and
-//! at once after a push from this process.
+//! (`store::DueJobWaiter`: on Postgres a NOTIFY, sent by the statement that
+//! makes jobs due or by [`JobRowQueue::push`], and a timer on the next due
+//! time; a short look on SQLite), and at once after a push from this
+//! process.
 
 use std::sync::{
     Arc,
@@ -40,15 +41,15 @@ impl std::fmt::Debug for JobRowQueue {
 }
 
 impl JobRowQueue {
-    pub fn new(store: Store, name: String) -> Result<Self> {
+    pub fn new(store: Store, name: String) -> Self {
         let apalis = store.earlier_apalis_storage();
-        Ok(Self {
+        Self {
             apalis_gone: Arc::new(AtomicBool::new(apalis.is_none())),
             store,
             name,
             pushed_here: Arc::new(Notify::new()),
             apalis,
-        })
+        }
     }
 
     /// The pool for apalis's tables (see [`crate::apalis_tables`]), until
@@ -85,7 +86,7 @@ impl JobRowQueue {
             return Ok(());
         }
         self.pushed_here.notify_waiters();
-        Ok(self.store.wake_claimers(&self.name).await?)
+        Ok(self.store.wake_claimers().await?)
     }
 
     /// Wakes this process's idle workers.
@@ -96,7 +97,7 @@ impl JobRowQueue {
     /// What an idle worker waits on.
     pub fn waiter(&self) -> WorkWaiter {
         WorkWaiter {
-            due: self.store.due_job_waiter(&self.name),
+            due: self.store.due_job_waiter(),
             pushed_here: self.pushed_here.clone(),
         }
     }

@@ -15,10 +15,8 @@ mod primary;
 mod redis;
 mod relay;
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use shared::{retry::Retry, settings::Settings};
+use shared::settings::Settings;
 use store::{QueuedJob, Store};
 use tracing::warn;
 
@@ -29,8 +27,6 @@ pub use primary::{Primary, SENTINEL_SCHEME};
 pub use redis::RedisQueue;
 pub use relay::run_relay;
 
-/// How [`Queue::recover`] waits for a database that is busy or down.
-const RECOVER: Retry = Retry::doubling(Duration::from_secs(1), Duration::from_secs(16)).at_most(6);
 /// The payload type: decoded as any JSON value, so a malformed message
 /// is dropped by our handler instead of killing the apalis worker at fetch.
 pub type Message = Value;
@@ -66,14 +62,22 @@ impl Queue {
         format!("{}:jobs", settings.queue_name)
     }
 
-    /// Connects to the queue the settings name and prepares its tables.
+    /// Connects to the queue the settings name, and records in the
+    /// database which queue its jobs reach (`Store::record_queue`).
     pub async fn connect(settings: &Settings, store: &Store) -> Result<Self> {
         let queue_name = Self::apalis_queue_name(settings);
+        store.record_queue(settings.redis_url.is_none()).await?;
         if let Some(url) = &settings.redis_url {
             let queue = RedisQueue::connect(url, queue_name).await?;
             return Ok(Queue::Redis(queue));
         }
-        Ok(Queue::JobRows(JobRowQueue::new(store.clone(), queue_name)?))
+        Ok(Queue::JobRows(JobRowQueue::new(store.clone(), queue_name)))
+    }
+
+    /// Whether an outbox relay has work: only where Redis is the queue,
+    /// which the outbox bridges to the database.
+    pub fn needs_relay(&self) -> bool {
+        matches!(self, Queue::Redis(_))
     }
 
     /// Publishes one message per job (Redis), or wakes the workers that
@@ -158,39 +162,6 @@ impl Queue {
             Queue::Redis(queue) => Some(queue.consumer(name, slots)),
             _ => None,
         }
-    }
-
-    /// After a start, makes jobs whose messages only this queue could have
-    /// held due for publishing again: on Postgres, messages left in
-    /// apalis's queue table by an earlier version are read by no one.
-    ///
-    /// A database that is busy or briefly down is waited for (a long
-    /// write, such as a large ledger import, can hold SQLite's one writer
-    /// past its busy timeout), for about a minute and a half at most, so a
-    /// pool does not fail to start on a transient outage.
-    pub async fn recover(&self, store: &Store) -> Result<()> {
-        let lost_with = match self {
-            Queue::JobRows(queue) => apalis_tables::left_unrun_postgres_messages(queue).await?,
-            Queue::Redis(_) => false,
-        };
-        if lost_with {
-            let due = RECOVER
-                .run(
-                    |_| store.make_outbox_due_now(),
-                    |error, _| {
-                        let again = error.is_unavailable();
-                        if again {
-                            tracing::warn!(%error, "the database is busy or down; recovering the queue again shortly");
-                        }
-                        again
-                    },
-                )
-                .await?;
-            if due > 0 {
-                tracing::info!(due, "republishing unclaimed jobs of an earlier process");
-            }
-        }
-        Ok(())
     }
 
     /// Whether the queue may have lost messages since [`Queue::mark_intact`]

@@ -17,7 +17,7 @@ use shared::{
 };
 
 use crate::{
-    Error, Result, Store, on_pool, on_postgres, on_tx, outbox::upsert_outbox, postgres,
+    Error, Result, Store, on_pool, on_postgres, on_tx, outbox::queue_again, postgres,
     results::discard_all_chunks, sql::Millis, sqlite,
 };
 
@@ -398,8 +398,8 @@ impl Store {
         if !applied {
             return Ok(false);
         }
-        if let AttemptOutcome::RetryAt { at, .. } | AttemptOutcome::HandBack { at, .. } = outcome {
-            upsert_outbox(&mut tx, job_id, *at).await?;
+        if let AttemptOutcome::RetryAt { .. } | AttemptOutcome::HandBack { .. } = outcome {
+            queue_again(&mut tx, job_id).await?;
         }
         if end.status.is_final() {
             // No attempt follows to clear them: an attempt that ends the
@@ -663,7 +663,7 @@ impl Store {
                     conn => postgres::attempts::requeue_lapsed(conn, &row.job_id, now, &message).await?,
                     conn => sqlite::attempts::requeue_lapsed(conn, &row.job_id, now, &message).await?,
                 );
-                upsert_outbox(&mut tx, &row.job_id, now.0).await?;
+                queue_again(&mut tx, &row.job_id).await?;
                 requeued += 1;
             } else {
                 on_tx!(tx,
@@ -695,7 +695,7 @@ impl Store {
                 conn => sqlite::attempts::hand_back(conn, job_id, *attempt, now).await?,
             );
             if done {
-                upsert_outbox(&mut tx, job_id, now.0).await?;
+                queue_again(&mut tx, job_id).await?;
                 released += 1;
             }
             tx.commit().await?;

@@ -31,6 +31,26 @@ impl From<OutboxRow> for QueuedJob {
 }
 
 impl Store {
+    /// Records which queue this database's jobs reach: the job rows
+    /// themselves (no outbox row is written from now on, and those left
+    /// are deleted: nothing reads them), or Redis (the outbox bridges the
+    /// two). Every process records its own at start; a deployment runs one.
+    pub async fn record_queue(&self, in_job_rows: bool) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        match in_job_rows {
+            true => on_tx!(tx,
+                conn => postgres::outbox::mark_queue_in_job_rows(conn).await?,
+                conn => sqlite::outbox::mark_queue_in_job_rows(conn).await?,
+            ),
+            false => on_tx!(tx,
+                conn => postgres::outbox::mark_queue_in_redis(conn).await?,
+                conn => sqlite::outbox::mark_queue_in_redis(conn).await?,
+            ),
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Leases up to `limit` due outbox rows and hands them to `publish`
     /// before the lease commits: their next publish time moves
     /// `republish_after_ms` ahead (doubling on each republish, up to 32
@@ -236,11 +256,12 @@ impl Store {
     }
 }
 
-/// Queues the job's next publish at `publish_at`, as if never published.
-pub(crate) async fn upsert_outbox(tx: &mut WriteTx, job_id: &str, publish_at: i64) -> Result<()> {
+/// Hands a job just queued again (a retry, a hand-back, a lapsed lease)
+/// to the queue at its due time.
+pub(crate) async fn queue_again(tx: &mut WriteTx, job_id: &str) -> Result<()> {
     on_tx!(tx,
-        conn => postgres::outbox::upsert(conn, job_id, Millis(publish_at)).await?,
-        conn => sqlite::outbox::upsert(conn, job_id, Millis(publish_at)).await?,
+        conn => postgres::outbox::queue_again(conn, job_id).await?,
+        conn => sqlite::outbox::queue_again(conn, job_id).await?,
     );
     Ok(())
 }

@@ -14,7 +14,8 @@ use tokio::sync::Notify;
 use crate::{Claim, Result, Store, on_pool, on_postgres, on_tx, postgres, sql::Millis, sqlite};
 
 /// The NOTIFY channel on which jobs made due are announced to the workers
-/// that claim from the job rows, with the queue's name as payload.
+/// that claim from the job rows. The payload is the earliest due time
+/// (unix ms) of the jobs announced, `0` for at once (see [`DueJobWaiter`]).
 pub const QUEUE_CHANNEL: &str = "receipt_queue";
 
 /// Where a worker's next claim starts its walk of the tenants: after the
@@ -102,66 +103,97 @@ impl Store {
         }
     }
 
-    /// Wakes the workers that claim from the job rows of `queue`: on
-    /// Postgres, a NOTIFY on [`QUEUE_CHANNEL`]; nothing on SQLite, whose
-    /// workers in this process are woken by the caller, and whose workers
-    /// in other processes look again on their own.
-    pub async fn wake_claimers(&self, queue: &str) -> Result<()> {
+    /// Wakes the workers that claim from the job rows: on Postgres, a
+    /// NOTIFY on [`QUEUE_CHANNEL`] of jobs due at once; nothing on SQLite,
+    /// whose workers in this process are woken by the caller, and whose
+    /// workers in other processes look again on their own.
+    pub async fn wake_claimers(&self) -> Result<()> {
         if let crate::Db::Postgres(pool) = &self.db {
             on_postgres!(self, pool, pool =>
-                postgres::attempts::notify(pool, QUEUE_CHANNEL, queue).await?
+                postgres::attempts::notify(pool, QUEUE_CHANNEL, "0").await?
             );
         }
         Ok(())
     }
 }
 
-/// How long an idle worker on Postgres waits for a NOTIFY before it
-/// claims again on its own: a notification missed while reconnecting
-/// costs no more.
+/// How long an idle worker on Postgres waits for a NOTIFY or its timer
+/// before it claims again on its own: a notification missed while
+/// reconnecting costs no more.
 pub const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 /// How often an idle worker on SQLite looks for due jobs made by another
 /// process (a look reads; only a claim that will find jobs writes).
 pub const SQLITE_LOOK: Duration = Duration::from_millis(20);
 
-/// An idle worker's wait for jobs to become due: on Postgres a NOTIFY on
-/// [`QUEUE_CHANNEL`] naming its queue (on a session of its own), on SQLite
-/// a short look; on both, a wake from its own process, or [`IDLE_LOOK`].
+/// An idle worker's wait for jobs to become due. On Postgres: a NOTIFY on
+/// [`QUEUE_CHANNEL`] (on a session of its own), whose payload is the due
+/// time (unix ms) of the earliest job the notifying statement made due,
+/// `0` for at once; and a timer on the next due time of a job that was not
+/// due when made, read once and then moved by each payload that says a job
+/// comes due earlier. On SQLite: a short look. On both: a wake from its
+/// own process, or [`IDLE_LOOK`].
 pub struct DueJobWaiter {
     store: Store,
-    queue: String,
     /// The session the NOTIFY arrives on (Postgres), made when first
     /// waited on.
     listener: Option<PgListener>,
+    next_due: NextDue,
+    /// [`IDLE_LOOK`], but in tests of the wake itself.
+    pub(crate) idle_look: Duration,
+}
+
+/// What an idle worker on Postgres knows of the next job to come due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NextDue {
+    /// Not known: read before the next wait (at first, after the timer
+    /// fired, and after the session was lost, which may have missed a
+    /// notification).
+    Unknown,
+    /// No job is due later.
+    Never,
+    /// Unix ms.
+    At(i64),
+}
+
+impl NextDue {
+    /// The earlier of the two.
+    fn and(self, at: i64) -> NextDue {
+        match self {
+            NextDue::At(known) if known <= at => self,
+            _ => NextDue::At(at),
+        }
+    }
 }
 
 impl Store {
-    /// The wait of an idle worker of `queue` (see [`DueJobWaiter`]).
-    pub fn due_job_waiter(&self, queue: &str) -> DueJobWaiter {
+    /// The wait of an idle worker (see [`DueJobWaiter`]).
+    pub fn due_job_waiter(&self) -> DueJobWaiter {
         DueJobWaiter {
             store: self.clone(),
-            queue: queue.to_owned(),
             listener: None,
+            next_due: NextDue::Unknown,
+            idle_look: IDLE_LOOK,
         }
     }
 }
 
 impl DueJobWaiter {
-    /// Waits until jobs may be due: a NOTIFY of the queue, `woken`, a look
-    /// that finds a due job, or [`IDLE_LOOK`].
+    /// Waits until jobs may be due: a NOTIFY of jobs due now, the timer of
+    /// the next due job, `woken`, a look that finds a due job, or
+    /// [`IDLE_LOOK`].
     pub async fn wait(&mut self, woken: &Notify) {
         let woken = woken.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let deadline = tokio::time::Instant::now() + IDLE_LOOK;
+        let idle_until = tokio::time::Instant::now() + self.idle_look;
         if let crate::Db::Sqlite(_) = &self.store.db {
             loop {
                 tokio::select! {
                     () = &mut woken => return,
                     () = tokio::time::sleep(SQLITE_LOOK) => {}
                 }
-                if tokio::time::Instant::now() >= deadline
+                if tokio::time::Instant::now() >= idle_until
                     || self.store.any_due_job().await.unwrap_or(true)
                 {
                     return;
@@ -173,23 +205,54 @@ impl DueJobWaiter {
                 Ok(new) => self.listener = Some(new),
                 Err(error) => {
                     tracing::warn!(%error, "cannot listen for due jobs; looking again shortly");
-                    let _ = tokio::time::timeout_at(deadline, woken).await;
+                    let _ = tokio::time::timeout_at(idle_until, woken).await;
                     return;
                 }
             }
+            self.next_due = NextDue::Unknown;
+        }
+        if self.next_due == NextDue::Unknown {
+            self.next_due = match self.store.next_due_later().await {
+                Ok(Some(at)) => NextDue::At(at),
+                Ok(None) => NextDue::Never,
+                // The database is busy or down: claim again after the look.
+                Err(_) => NextDue::Unknown,
+            };
         }
         let Some(session) = self.listener.as_mut() else {
             return;
         };
         loop {
+            let (deadline, timer) = match self.next_due {
+                NextDue::At(at) => {
+                    let due = tokio::time::Instant::now()
+                        + Duration::from_millis(
+                            u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0),
+                        );
+                    (due.min(idle_until), due <= idle_until)
+                }
+                _ => (idle_until, false),
+            };
             tokio::select! {
                 () = &mut woken => return,
                 received = tokio::time::timeout_at(deadline, session.try_recv()) => match received {
-                    Err(_) => return,
-                    Ok(Ok(Some(notification))) if notification.payload() == self.queue => return,
-                    Ok(Ok(Some(_))) => {}
-                    // The session was lost (and may have missed a push): look now.
-                    Ok(Ok(None)) => return,
+                    Err(_) => {
+                        if timer {
+                            self.next_due = NextDue::Unknown;
+                        }
+                        return;
+                    }
+                    Ok(Ok(Some(notification))) => {
+                        match notification.payload().parse::<i64>() {
+                            Ok(at) if at > now_ms() => self.next_due = self.next_due.and(at),
+                            _ => return,
+                        }
+                    }
+                    // The session was lost (and may have missed a NOTIFY): look now.
+                    Ok(Ok(None)) => {
+                        self.next_due = NextDue::Unknown;
+                        return;
+                    }
                     Ok(Err(error)) => {
                         tracing::warn!(%error, "listening for due jobs failed; reconnecting");
                         self.listener = None;
@@ -217,6 +280,19 @@ impl Store {
             Millis(now),
             Millis(now.saturating_add(aging.saturating_mul(2))),
         )
+    }
+
+    /// The earliest due time (unix ms) after now of a claimable job that
+    /// was not due when made (Postgres; see [`DueJobWaiter`]).
+    async fn next_due_later(&self) -> Result<Option<i64>> {
+        let now = Millis(now_ms());
+        Ok(match &self.db {
+            crate::Db::Postgres(pool) => on_postgres!(self, pool, pool =>
+                postgres::attempts::next_due_later(pool, now).await?
+            )
+            .map(|at| at.0),
+            crate::Db::Sqlite(_) => None,
+        })
     }
 
     /// Whether any job is claimable and due: a read, which on SQLite

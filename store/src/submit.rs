@@ -391,7 +391,7 @@ fn stored_keys<'batch>(
     Ok(stored)
 }
 
-/// Inserts one job (and its outbox row, due now) inside `tx`: a submit
+/// Inserts one job (handed to the queue at once) inside `tx`: a submit
 /// of one, for what makes a job without its own idempotency key (a retry).
 pub(crate) async fn insert_job_now(
     tx: &mut WriteTx,
@@ -408,7 +408,8 @@ pub(crate) async fn insert_job_now(
 
 /// Inserts the jobs, each with its outbox row due `republish_ms` after it
 /// was made (a delayed job's: at its start, unpublished); with a negative
-/// `republish_ms`, only the delayed jobs' rows.
+/// `republish_ms`, only the delayed jobs' rows. Where the job rows are the
+/// queue (`queue_in_job_rows`), none.
 async fn insert_jobs(
     tx: &mut WriteTx,
     submissions: &[&Submission],
@@ -417,7 +418,7 @@ async fn insert_jobs(
 ) -> Result<()> {
     let ranks = ranks(submissions, priority_aging);
     on_tx!(tx,
-        conn => postgres::submit::insert_jobs(conn, submissions, &ranks, republish_ms).await?,
+        conn => postgres::submit::insert_jobs(conn, submissions, &ranks).await?,
         conn => sqlite::submit::insert_jobs(conn, submissions, &ranks, republish_ms).await?,
     );
     Ok(())

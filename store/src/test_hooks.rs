@@ -121,3 +121,13 @@ impl Store {
         Ok(plans)
     }
 }
+
+impl crate::DueJobWaiter {
+    /// The waiter, claiming again on its own only after `idle_look`: a
+    /// test of its wakes sets it past its own deadline, so that only a
+    /// wake can end a wait in time.
+    pub fn with_idle_look(mut self, idle_look: Duration) -> Self {
+        self.idle_look = idle_look;
+        self
+    }
+}

@@ -62,13 +62,15 @@ impl BackgroundTasks {
     /// queue vacuum and the scheduler; they run until [`Running::stop`].
     pub fn start(&self, store: &Store, queue: &Queue, signals: &Signals) -> Running {
         let background = CancellationToken::new();
-        let relay = tokio::spawn(run_relay(
-            store.clone(),
-            queue.clone(),
-            signals.clone(),
-            self.republish_after,
-            background.clone(),
-        ));
+        let relay = queue.needs_relay().then(|| {
+            tokio::spawn(run_relay(
+                store.clone(),
+                queue.clone(),
+                signals.clone(),
+                self.republish_after,
+                background.clone(),
+            ))
+        });
         let sweeper = tokio::spawn(run_sweeper(
             store.clone(),
             signals.clone(),
@@ -105,11 +107,12 @@ impl BackgroundTasks {
             self.sample_every,
             background.clone(),
         ));
+        let tasks = [
+            sweeper, dispatcher, pruner, vacuum, scheduler, waker, sampler,
+        ];
         Running {
             background,
-            tasks: [
-                relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker, sampler,
-            ],
+            tasks: relay.into_iter().chain(tasks).collect(),
         }
     }
 }
@@ -117,25 +120,15 @@ impl BackgroundTasks {
 /// The running background tasks of a pool.
 pub struct Running {
     background: CancellationToken,
-    tasks: [JoinHandle<()>; 8],
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Running {
     /// Stops every task and waits for each to end.
     pub async fn stop(self) {
         self.background.cancel();
-        let [
-            relay,
-            sweeper,
-            dispatcher,
-            pruner,
-            vacuum,
-            scheduler,
-            waker,
-            sampler,
-        ] = self.tasks;
-        let _ = tokio::join!(
-            relay, sweeper, dispatcher, pruner, vacuum, scheduler, waker, sampler
-        );
+        for task in self.tasks {
+            let _ = task.await;
+        }
     }
 }

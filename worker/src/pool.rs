@@ -45,13 +45,12 @@ impl WorkerPool {
         }
     }
 
-    /// Runs the relay, the sweeper, the dispatcher, the pruner, the queue
+    /// Runs the relay (where Redis is the queue), the sweeper, the dispatcher, the pruner, the queue
     /// vacuum and the apalis workers until `shutdown` is cancelled, then
     /// drains for the grace period.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let store = self.runner.store.clone();
         let signals = self.runner.signals.clone();
-        self.queue.recover(&store).await?;
         let stopping = {
             let (runner, shutdown) = (self.runner.clone(), shutdown.clone());
             tokio::spawn(async move {

@@ -201,9 +201,10 @@ async fn a_worker_killed_between_fetch_and_claim_leaves_its_job_to_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_between_its_push_and_its_lease_leaves_nothing_waiting() {
-    // Postgres without Redis: the relay publishes a job delayed by a
-    // second (a wake of the workers), and dies before its lease commits.
-    let env = TestEnv::new(Backend::PgRedis).await.without_redis();
+    // The relay publishes a job delayed by a second to Redis, and dies
+    // before its lease commits (where the job rows are the queue there is
+    // no relay: the job is claimable from its row).
+    let env = TestEnv::new(Backend::PgRedis).await;
     let mut dying = env
         .start_api(&[
             ("EMBEDDED_WORKER", "false"),

@@ -304,31 +304,32 @@ pub(crate) async fn parked_groups(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<P
     .await
 }
 
-/// Wakes the first `limit` jobs of the tenant parked at its cap: their
-/// outbox rows are due at once. Returns how many.
+/// Wakes the first `limit` jobs of the tenant parked at its cap and hands
+/// them to the queue (`queue_jobs`). Returns how many.
 pub(crate) async fn wake_at_tenant_cap(
     conn: &mut PgConnection,
     tenant_id: &str,
     limit: i64,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query(sql!(
+    let woken: i64 = sqlx::query_scalar(sql!(
         "WITH woken AS (
              UPDATE jobs SET capped = NULL
              WHERE job_id IN (
                  SELECT job_id FROM jobs
                  WHERE tenant_id = $1 AND capped = 'tenant' AND status = 'QUEUED'
                  ORDER BY rank_at, job_id LIMIT $2 FOR UPDATE SKIP LOCKED)
-             RETURNING job_id, rank_at
+             RETURNING job_id, run_after, rank_at
+         ), queued AS (
+             SELECT queue_jobs(array_agg(job_id), array_agg(run_after), array_agg(rank_at))
+             FROM woken
          )
-         INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
-         SELECT job_id, to_timestamp(0), rank_at, 0 FROM woken
-         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0"
+         SELECT count(*) FROM woken, queued"
     ))
     .bind(tenant_id)
     .bind(limit)
-    .execute(conn)
+    .fetch_one(conn)
     .await?;
-    Ok(done.rows_affected())
+    Ok(u64::try_from(woken).unwrap_or(0))
 }
 
 /// [`wake_at_tenant_cap`] for the jobs of one kind parked at its cap.
@@ -338,25 +339,26 @@ pub(crate) async fn wake_at_kind_cap(
     kind: &str,
     limit: i64,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query(sql!(
+    let woken: i64 = sqlx::query_scalar(sql!(
         "WITH woken AS (
              UPDATE jobs SET capped = NULL
              WHERE job_id IN (
                  SELECT job_id FROM jobs
                  WHERE tenant_id = $1 AND kind = $2 AND capped = 'kind' AND status = 'QUEUED'
                  ORDER BY rank_at, job_id LIMIT $3 FOR UPDATE SKIP LOCKED)
-             RETURNING job_id, rank_at
+             RETURNING job_id, run_after, rank_at
+         ), queued AS (
+             SELECT queue_jobs(array_agg(job_id), array_agg(run_after), array_agg(rank_at))
+             FROM woken
          )
-         INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
-         SELECT job_id, to_timestamp(0), rank_at, 0 FROM woken
-         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at, republish_ms = 0"
+         SELECT count(*) FROM woken, queued"
     ))
     .bind(tenant_id)
     .bind(kind)
     .bind(limit)
-    .execute(conn)
+    .fetch_one(conn)
     .await?;
-    Ok(done.rows_affected())
+    Ok(u64::try_from(woken).unwrap_or(0))
 }
 
 /// Claims up to `claim.most` due jobs (the function `claim_due_jobs`, see
@@ -397,4 +399,22 @@ pub(crate) async fn notify(
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// The earliest due time after `now` of a claimable job that was not due
+/// when made (a delayed job, a retry, a hand-back): one probe of
+/// `jobs_due_later`. A job due at once is claimable already, and woken by
+/// the NOTIFY of the statement that made it.
+pub(crate) async fn next_due_later(
+    db: impl PgExecutor<'_>,
+    now: Millis,
+) -> sqlx::Result<Option<Millis>> {
+    sqlx::query_scalar(sql!(
+        "SELECT min(run_after) FROM jobs
+         WHERE status = 'QUEUED' AND capped IS NULL AND run_after > created_at
+           AND run_after > $1"
+    ))
+    .bind(now)
+    .fetch_one(db)
+    .await
 }

@@ -228,16 +228,15 @@ pub(crate) async fn drop_unqueued(
     .await
 }
 
-/// The job's row due at `at`, unpublished, at the job's rank.
-pub(crate) async fn upsert(conn: &mut PgConnection, job_id: &str, at: Millis) -> sqlx::Result<()> {
+/// Hands a job queued again to the queue at its due time (the function
+/// `queue_jobs`: its outbox row, or a NOTIFY where the job rows are the
+/// queue).
+pub(crate) async fn queue_again(conn: &mut PgConnection, job_id: &str) -> sqlx::Result<()> {
     sqlx::query(sql!(
-        "INSERT INTO outbox (job_id, publish_at, rank_at)
-         SELECT job_id, $2, COALESCE(rank_at, $2) FROM jobs WHERE job_id = $1
-         ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at,
-             rank_at = excluded.rank_at, republish_ms = 0"
+        "SELECT queue_jobs(ARRAY[job_id], ARRAY[run_after], ARRAY[rank_at])
+         FROM jobs WHERE job_id = $1"
     ))
     .bind(job_id)
-    .bind(at)
     .execute(conn)
     .await?;
     Ok(())

@@ -55,7 +55,7 @@ pub(crate) async fn lock_due(
 }
 
 /// The fires' jobs, made at `now`, each due at its fire (at once for a
-/// fire past) with its outbox row, unpublished until then; a fire that
+/// fire past) and handed to the queue then (`queue_jobs`); a fire that
 /// already has its job makes none. Returns how many were made.
 pub(crate) async fn insert_fired_jobs(
     conn: &mut PgConnection,
@@ -76,10 +76,10 @@ pub(crate) async fn insert_fired_jobs(
              ON CONFLICT (schedule_id, fire_at) WHERE schedule_id IS NOT NULL DO NOTHING
              RETURNING job_id, run_after, rank_at
          ), queued AS (
-             INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-             SELECT job_id, run_after, 0, rank_at FROM inserted
+             SELECT queue_jobs(array_agg(job_id), array_agg(run_after), array_agg(rank_at))
+             FROM inserted
          )
-         SELECT job_id FROM inserted"
+         SELECT job_id FROM inserted, queued"
     ))
     .bind(now)
     .bind(

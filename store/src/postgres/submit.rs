@@ -69,10 +69,13 @@ pub(crate) async fn submit_in_one_statement(
                  WHERE w.tenant_id = s.key_tenant AND w.idem_key = s.idem_key)
              RETURNING job_id, created_at, run_after, rank_at,
                        -- Workers that claim from the job rows are woken
-                       -- once per transaction (Postgres folds equal
-                       -- notifications into one).
-                       CASE WHEN $20::text IS NOT NULL AND run_after <= created_at
-                            THEN pg_notify($21, $20) END AS woken
+                       -- once per transaction by the jobs due at once
+                       -- (Postgres folds equal notifications into one); a
+                       -- delayed job's due time moves their timer.
+                       CASE WHEN $20::text IS NOT NULL
+                            THEN pg_notify($21, CASE WHEN run_after <= created_at THEN '0'
+                                ELSE floor(extract(epoch FROM run_after) * 1000)::bigint::text
+                                END) END AS woken
          ), queued AS (
              INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
              SELECT job_id,
@@ -80,7 +83,9 @@ pub(crate) async fn submit_in_one_statement(
                          ELSE created_at + interval '1 millisecond' * $2 END,
                     CASE WHEN run_after > created_at THEN 0 ELSE $2 END,
                     rank_at
-             FROM inserted WHERE run_after > created_at OR $2 >= 0
+             FROM inserted
+             WHERE (run_after > created_at OR $2 >= 0)
+               AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)
          )
          SELECT tenant_id, idem_key FROM written"
     ))
@@ -170,14 +175,13 @@ pub(crate) async fn submit_in_one_statement(
     Ok(written)
 }
 
-/// Inserts the jobs and their outbox rows, due `republish_ms` after each
-/// job was made, or unpublished at a delayed job's start; with a negative
-/// `republish_ms`, only the delayed jobs' rows.
+/// Inserts the jobs and hands them to the queue at their due times
+/// (`queue_jobs`). Submits go through [`submit_in_one_statement`]; this
+/// serves what makes a job without a submit (a retry of a job).
 pub(crate) async fn insert_jobs(
     conn: &mut PgConnection,
     submissions: &[&Submission],
     ranks: &[Millis],
-    republish_ms: i64,
 ) -> sqlx::Result<()> {
     sqlx::query(sql!(
         "WITH inserted AS (
@@ -185,22 +189,16 @@ pub(crate) async fn insert_jobs(
                                run_after, status, priority, rank_at, traceparent)
              SELECT job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
                     'QUEUED', priority, rank_at, traceparent
-             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
-                         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::timestamptz[],
-                         $11::text[])
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bigint[],
+                         $6::timestamptz[], $7::timestamptz[], $8::text[], $9::timestamptz[],
+                         $10::text[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
                        priority, rank_at, traceparent)
-             RETURNING job_id, created_at, run_after, rank_at
+             RETURNING job_id, run_after, rank_at
          )
-         INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
-         SELECT job_id,
-                CASE WHEN run_after > created_at THEN run_after
-                     ELSE created_at + interval '1 millisecond' * $1 END,
-                CASE WHEN run_after > created_at THEN 0 ELSE $1 END,
-                rank_at
-         FROM inserted WHERE run_after > created_at OR $1 >= 0"
+         SELECT queue_jobs(array_agg(job_id), array_agg(run_after), array_agg(rank_at))
+         FROM inserted"
     ))
-    .bind(republish_ms)
     .bind(
         submissions
             .iter()

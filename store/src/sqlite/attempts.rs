@@ -305,21 +305,23 @@ pub(crate) async fn wake_at_kind_cap(
     make_due_at_once(conn, &woken).await
 }
 
-/// Outbox rows for woken jobs, due before anything else, at their ranks.
+/// Outbox rows for woken jobs, due before anything else, at their ranks,
+/// unless the job rows are the queue. Returns how many were woken.
 async fn make_due_at_once(conn: &mut SqliteConnection, job_ids: &[String]) -> sqlx::Result<u64> {
     if job_ids.is_empty() {
         return Ok(0);
     }
-    let done = sqlx::query(sql!(
+    sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
          SELECT job_id, 0, COALESCE(rank_at, 0), 0 FROM jobs
          WHERE job_id IN (SELECT value FROM json_each($1))
+           AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)
          ON CONFLICT (job_id) DO UPDATE SET publish_at = 0, republish_ms = 0"
     ))
     .bind(json_list(job_ids.iter().map(String::as_str)))
     .execute(conn)
     .await?;
-    Ok(done.rows_affected())
+    Ok(job_ids.len() as u64)
 }
 
 /// The jobs a claim of due jobs takes (see `Store::claim_due`), in the

@@ -204,19 +204,17 @@ pub(crate) async fn publish_when_due(
     Ok(done.rows_affected())
 }
 
-pub(crate) async fn upsert(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    at: Millis,
-) -> sqlx::Result<()> {
+/// Hands a job queued again to the queue at its due time: its outbox row,
+/// unless the job rows are the queue (a worker finds it by looking).
+pub(crate) async fn queue_again(conn: &mut SqliteConnection, job_id: &str) -> sqlx::Result<()> {
     sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, rank_at)
-         SELECT job_id, $2, COALESCE(rank_at, $2) FROM jobs WHERE job_id = $1
+         SELECT job_id, run_after, COALESCE(rank_at, run_after) FROM jobs
+         WHERE job_id = $1 AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)
          ON CONFLICT (job_id) DO UPDATE SET publish_at = excluded.publish_at,
              rank_at = excluded.rank_at, republish_ms = 0"
     ))
     .bind(job_id)
-    .bind(at)
     .execute(conn)
     .await?;
     Ok(())

@@ -75,7 +75,8 @@ pub(crate) async fn insert_fired_jobs(
     sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
          SELECT job_id, run_after, 0, rank_at FROM jobs
-         WHERE job_id IN (SELECT json_extract(value, '$[0]') FROM json_each($1))"
+         WHERE job_id IN (SELECT json_extract(value, '$[0]') FROM json_each($1))
+           AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)"
     ))
     .bind(&rows)
     .execute(conn)

@@ -6,7 +6,8 @@ use crate::{Submission, sql::Millis};
 
 /// Inserts the jobs and their outbox rows, due `republish_ms` after each
 /// job was made, or unpublished at a delayed job's start; with a negative
-/// `republish_ms`, only the delayed jobs' rows.
+/// `republish_ms`, only the delayed jobs' rows; none where the job rows
+/// are the queue.
 pub(crate) async fn insert_jobs(
     conn: &mut SqliteConnection,
     submissions: &[&Submission],
@@ -57,7 +58,8 @@ pub(crate) async fn insert_jobs(
                      THEN 0 ELSE $2 END,
                 json_extract(value, '$[8]')
          FROM json_each($1)
-         WHERE json_extract(value, '$[6]') > json_extract(value, '$[5]') OR $2 >= 0"
+         WHERE (json_extract(value, '$[6]') > json_extract(value, '$[5]') OR $2 >= 0)
+           AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)"
     ))
     .bind(&rows)
     .bind(republish_ms)

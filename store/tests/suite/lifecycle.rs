@@ -25,7 +25,8 @@ on_both_databases!(
     claims_and_successes_written_together_answer_each_write,
 );
 
-fn new_job(tenant: &str) -> NewJob {
+/// A quick job of `tenant`, of two attempts at most.
+pub(crate) fn new_job(tenant: &str) -> NewJob {
     NewJob {
         job_id: new_job_id(),
         tenant_id: tenant.into(),

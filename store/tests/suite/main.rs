@@ -8,6 +8,7 @@ mod rows;
 mod caps;
 mod dashboard;
 mod gauges;
+mod job_rows;
 mod jobs;
 mod keys;
 mod ledger;

@@ -1,0 +1,218 @@
+//! Where the job rows are the queue: jobs that come due later (delayed,
+//! retried, handed back, requeued after a lapsed lease, woken at a cap)
+//! need no outbox row, and an idle worker on Postgres wakes when one
+//! comes due, without waiting for its next look.
+
+use std::time::Duration;
+
+use shared::{
+    model::{AttemptOutcome, JobErrorObject},
+    settings::Caps,
+    time::now_ms,
+};
+use store::{Claim, Publishing, Submission};
+use tokio::sync::Notify;
+
+use crate::{harness::TestDb, lifecycle::new_job, on_both_databases};
+
+on_both_databases!(jobs_that_come_due_later_get_an_outbox_row_only_where_redis_is_the_queue);
+
+/// Far past any wait of these tests: a wait that ends in time was woken.
+const LONG_IDLE_LOOK: Duration = Duration::from_secs(600);
+const WAKE_DEADLINE: Duration = Duration::from_secs(20);
+
+fn the_job_rows() -> Publishing {
+    Publishing::WithTheJob {
+        queue: "test:jobs".into(),
+    }
+}
+
+fn no_caps() -> Caps {
+    Caps {
+        per_tenant: 0,
+        per_kind: Vec::new(),
+    }
+}
+
+fn error() -> JobErrorObject {
+    JobErrorObject {
+        error_type: "test".into(),
+        message: "ends the attempt".into(),
+    }
+}
+
+/// Submits a job due at `run_after`; returns its id.
+async fn submit(db: &TestDb, tenant: &str, run_after: i64) -> String {
+    let submission = Submission {
+        run_after,
+        ..Submission::at_once(new_job(tenant), now_ms())
+    };
+    db.store
+        .submit_batch(std::slice::from_ref(&submission), the_job_rows())
+        .await
+        .unwrap();
+    submission.job.job_id
+}
+
+/// Claims `job_id` under `caps`.
+async fn claim(db: &TestDb, job_id: &str, caps: &Caps) -> Option<Claim> {
+    db.store
+        .claim_attempts(&[job_id.to_owned()], "w1", now_ms() + 60_000, caps)
+        .await
+        .unwrap()
+        .pop()
+        .flatten()
+}
+
+async fn outbox_rows(db: &TestDb) -> i64 {
+    db.count_past_the_store("SELECT COUNT(*) FROM outbox").await
+}
+
+/// Makes one job of each kind that comes due later, each of a tenant of
+/// its own: delayed, retried after a backoff, handed back, requeued after
+/// its lease lapsed, and woken at its tenant's cap. Returns the ids of
+/// those due now (handed back, requeued, woken).
+async fn make_jobs_that_come_due_later(db: &TestDb) -> Vec<String> {
+    let later = now_ms() + 60_000;
+    submit(db, "delayed", later).await;
+
+    let retried = submit(db, "retried", now_ms()).await;
+    let attempt = claim(db, &retried, &no_caps()).await.expect("claimed");
+    let retry = AttemptOutcome::RetryAt {
+        at: later,
+        error: error(),
+    };
+    assert!(
+        db.store
+            .finish_attempt(&retried, attempt.attempt, &retry, None)
+            .await
+            .unwrap()
+    );
+
+    let handed_back = submit(db, "handed-back", now_ms()).await;
+    let attempt = claim(db, &handed_back, &no_caps()).await.expect("claimed");
+    let released = db
+        .store
+        .release_attempts(&[(handed_back.clone(), attempt.attempt)])
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+
+    let lapsed = submit(db, "lapsed", now_ms()).await;
+    claim(db, &lapsed, &no_caps()).await.expect("claimed");
+    db.store.expire_lease_now(&lapsed).await.unwrap();
+    assert_eq!(db.store.requeue_lapsed_leases(10).await.unwrap().0, 1);
+
+    let capped = Caps {
+        per_tenant: 1,
+        per_kind: Vec::new(),
+    };
+    let running = submit(db, "capped", now_ms()).await;
+    let parked = submit(db, "capped", now_ms()).await;
+    let attempt = claim(db, &running, &capped).await.expect("claimed");
+    assert!(claim(db, &parked, &capped).await.is_none(), "parked");
+    let failed = AttemptOutcome::Failed { error: error() };
+    assert!(
+        db.store
+            .finish_attempt(&running, attempt.attempt, &failed, None)
+            .await
+            .unwrap()
+    );
+    vec![handed_back, lapsed, parked]
+}
+
+async fn jobs_that_come_due_later_get_an_outbox_row_only_where_redis_is_the_queue(db: &TestDb) {
+    db.store.record_queue(false).await.unwrap();
+    make_jobs_that_come_due_later(db).await;
+    assert_eq!(
+        outbox_rows(db).await,
+        5,
+        "with Redis, each job that comes due later waits in the outbox"
+    );
+
+    db.store.record_queue(true).await.unwrap();
+    assert_eq!(outbox_rows(db).await, 0, "the rows left are deleted");
+    let due_now = make_jobs_that_come_due_later(db).await;
+    assert_eq!(outbox_rows(db).await, 0, "the job rows are the queue");
+
+    // Those due are claimable from their rows (with the first round's).
+    let claimed: Vec<String> = db
+        .store
+        .claim_due("w2", 100, "", now_ms() + 60_000, &no_caps())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|claim| claim.job_id)
+        .collect();
+    for job_id in &due_now {
+        assert!(claimed.contains(job_id), "{job_id} is claimable");
+    }
+    assert_eq!(claimed.len(), 6, "both rounds' jobs due now, no other");
+}
+
+/// Waits as an idle worker on Postgres does; panics unless woken in time.
+async fn wait_for_a_wake(waiter: &mut store::DueJobWaiter) {
+    let woken = Notify::new();
+    tokio::time::timeout(WAKE_DEADLINE, waiter.wait(&woken))
+        .await
+        .expect("woken before the next look");
+}
+
+async fn claim_due(db: &TestDb) -> Vec<String> {
+    db.store
+        .claim_due("w1", 10, "", now_ms() + 60_000, &no_caps())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|claim| claim.job_id)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_idle_worker_on_postgres_wakes_when_a_job_comes_due_not_at_its_next_look() {
+    let db = TestDb::postgres().await;
+    db.store.record_queue(true).await.unwrap();
+    let mut waiter = db.store.due_job_waiter().with_idle_look(LONG_IDLE_LOOK);
+
+    // Delayed before the wait: its due time is read when the wait begins.
+    let delayed = submit(&db, "acme", now_ms() + 300).await;
+    wait_for_a_wake(&mut waiter).await;
+    assert_eq!(
+        claim_due(&db).await,
+        std::slice::from_ref(&delayed),
+        "due when woken"
+    );
+
+    // A retry made while the worker waits: its NOTIFY sets the timer.
+    let retry = AttemptOutcome::RetryAt {
+        at: now_ms() + 300,
+        error: error(),
+    };
+    let (_, applied) = tokio::join!(wait_for_a_wake(&mut waiter), async {
+        db.store.finish_attempt(&delayed, 1, &retry, None).await
+    });
+    assert!(applied.unwrap());
+    assert_eq!(
+        claim_due(&db).await,
+        std::slice::from_ref(&delayed),
+        "due when woken"
+    );
+
+    // A job woken at its cap by another's end is due at once.
+    let capped = Caps {
+        per_tenant: 1,
+        per_kind: Vec::new(),
+    };
+    let parked = submit(&db, "acme", now_ms()).await;
+    // Its submit's wake, to be done with it.
+    wait_for_a_wake(&mut waiter).await;
+    assert!(claim(&db, &parked, &capped).await.is_none(), "parked");
+    let failed = AttemptOutcome::Failed { error: error() };
+    let (_, ended) = tokio::join!(wait_for_a_wake(&mut waiter), async {
+        db.store.finish_attempt(&delayed, 2, &failed, None).await
+    });
+    assert!(ended.unwrap());
+    assert_eq!(claim_due(&db).await, [parked], "woken by the end");
+    drop(waiter);
+    db.finish().await;
+}
