@@ -14,8 +14,7 @@ use std::{
     time::Duration,
 };
 
-use apalis::prelude::{MemorySink, MemoryStorage, MemoryStorageError, Task};
-use futures::{Sink, SinkExt, StreamExt, lock::Mutex as AsyncMutex};
+use futures::{StreamExt, stream::BoxStream};
 use tokio::sync::Semaphore;
 use tracing::warn;
 
@@ -92,9 +91,6 @@ impl Drop for ConsumerInner {
 #[derive(Clone)]
 pub struct Consumer(Arc<ConsumerInner>);
 
-type BoxedMemorySink =
-    Box<dyn Sink<Task<Message>, Error = MemoryStorageError> + Send + Sync + Unpin>;
-
 impl Consumer {
     /// A consumer of `slots` slots fetching from `source`, whose heartbeat
     /// `refresh` keeps alive for [`ALIVE`] every [`HEARTBEAT`] until the
@@ -120,24 +116,20 @@ impl Consumer {
         }))
     }
 
-    /// An apalis backend fetching for this consumer: apalis runs the
-    /// handlers; each handler's [`Delivery`] frees its slot.
-    pub fn storage(&self) -> MemoryStorage<Message> {
-        let unused_sink: BoxedMemorySink =
-            Box::new(futures::sink::drain().sink_map_err(|never| match never {}));
+    /// The messages this consumer fetches, each for a free slot: a worker's
+    /// tasks (apalis runs the handlers; each handler's [`Delivery`] frees
+    /// its slot). The stream never ends.
+    pub fn messages(&self) -> BoxStream<'static, Message> {
         let start = (self.clone(), VecDeque::new());
-        let messages = futures::stream::unfold(start, |(consumer, mut fetched)| async move {
+        futures::stream::unfold(start, |(consumer, mut fetched)| async move {
             loop {
                 if let Some(message) = fetched.pop_front() {
-                    return Some((Task::new(message), (consumer, fetched)));
+                    return Some((message, (consumer, fetched)));
                 }
                 fetched = consumer.fetch().await;
             }
-        });
-        MemoryStorage::new_with(
-            MemorySink::new(Arc::new(AsyncMutex::new(unused_sink))),
-            messages.boxed(),
-        )
+        })
+        .boxed()
     }
 
     /// Waits for a free slot, then fetches as many messages as there are

@@ -10,13 +10,10 @@
 use std::{
     collections::VecDeque,
     sync::{Arc, Mutex},
-    task::{Context, Poll},
     time::{Duration, SystemTime},
 };
 
-use apalis::prelude::{Backend, Identity, RandomId, Task, WorkerContext};
-use apalis_core::backend::{BackendConfig, finalize::Ephemeral};
-use futures::{StreamExt, stream::BoxStream};
+use futures::StreamExt;
 use queue::{JobRowQueue, WorkWaiter};
 use shared::{
     settings::Caps,
@@ -26,7 +23,7 @@ use store::Claim;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::warn;
 
-use crate::runner::Runner;
+use crate::{backend::QueueBackend, runner::Runner};
 
 /// How long a worker waits after a claim that failed before it claims again.
 const CLAIM_FAILED_PAUSE: Duration = Duration::from_millis(500);
@@ -61,11 +58,6 @@ impl SlotHandle {
     }
 }
 
-/// apalis's view of one worker's claims (see the module's doc).
-pub struct JobRowBackend {
-    claims: BoxStream<'static, ClaimedJob>,
-}
-
 /// What a worker's claims need between two batches.
 struct Claimer {
     runner: Arc<Runner>,
@@ -80,51 +72,49 @@ struct Claimer {
     /// attempts this worker holds without knowing are taken up.
     answer_lost: bool,
     /// The last claim took fewer jobs than it asked for (without caps) or
-    /// none: no other due job was free then. A slot that frees waits for a wake before it claims,
-    /// rather than claim again for nothing; whatever makes a job due later
-    /// wakes the workers (a submit, or the relay's publish of an outbox
-    /// row: a retry, a delayed start, a job handed back or woken).
+    /// none: no other due job was free then. A slot that frees waits for
+    /// a wake before it claims, rather than claim again for nothing;
+    /// whatever makes a job due wakes the workers (the NOTIFY of a submit
+    /// or of a job queued again or woken at a cap, the timer of a job due
+    /// later, see `store::DueJobWaiter`).
     drained: bool,
 }
 
-impl JobRowBackend {
-    /// The backend of a worker whose slots are `slots`' permits, claiming
-    /// for `runner`'s worker id. A worker apalis restarts gets a new
-    /// backend over the same slots, some of which its predecessor's
-    /// attempts may still hold.
-    pub fn new(
-        runner: Arc<Runner>,
-        queue: JobRowQueue,
-        slots: Arc<Semaphore>,
-        caps: Caps,
-        lease: Duration,
-    ) -> Self {
-        let claimer = Claimer {
-            runner,
-            waiter: queue.waiter(),
-            queue,
-            slots,
-            caps,
-            lease,
-            after_tenant: String::new(),
-            answer_lost: false,
-            drained: false,
-        };
-        let claims = futures::stream::unfold(
-            (claimer, VecDeque::new()),
-            |(mut claimer, mut claimed)| async move {
-                loop {
-                    if let Some(job) = claimed.pop_front() {
-                        return Some((job, (claimer, claimed)));
-                    }
-                    claimed = claimer.next_batch().await;
+/// apalis's backend over one worker's claims (see the module's doc):
+/// the backend of a worker whose slots are `slots`' permits, claiming
+/// for `runner`'s worker id. A worker apalis restarts gets a new
+/// backend over the same slots, some of which its predecessor's
+/// attempts may still hold.
+pub fn job_row_backend(
+    runner: Arc<Runner>,
+    queue: JobRowQueue,
+    slots: Arc<Semaphore>,
+    caps: Caps,
+    lease: Duration,
+) -> QueueBackend<ClaimedJob> {
+    let claimer = Claimer {
+        runner,
+        waiter: queue.waiter(),
+        queue,
+        slots,
+        caps,
+        lease,
+        after_tenant: String::new(),
+        answer_lost: false,
+        drained: false,
+    };
+    let claims = futures::stream::unfold(
+        (claimer, VecDeque::new()),
+        |(mut claimer, mut claimed)| async move {
+            loop {
+                if let Some(job) = claimed.pop_front() {
+                    return Some((job, (claimer, claimed)));
                 }
-            },
-        );
-        Self {
-            claims: claims.boxed(),
-        }
-    }
+                claimed = claimer.next_batch().await;
+            }
+        },
+    );
+    QueueBackend::new(claims.boxed())
 }
 
 impl Claimer {
@@ -241,52 +231,5 @@ impl Claimer {
                 slot: Arc::new(Mutex::new(permits.pop())),
             })
             .collect()
-    }
-}
-
-impl Backend for JobRowBackend {
-    type Task = Task<ClaimedJob>;
-    type Error = std::convert::Infallible;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut Context<'_>,
-        _: &WorkerContext,
-    ) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_next(
-        &mut self,
-        cx: &mut Context<'_>,
-        _: &WorkerContext,
-    ) -> Poll<Option<Result<Self::Task, Self::Error>>> {
-        self.claims
-            .poll_next_unpin(cx)
-            .map(|job| job.map(|job| Ok(Task::new(job))))
-    }
-
-    fn poll_close(
-        &mut self,
-        _: &mut Context<'_>,
-        _: &WorkerContext,
-    ) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl BackendConfig for JobRowBackend {
-    type Args = ClaimedJob;
-    type Id = RandomId;
-    type Kind = Ephemeral;
-    type Config = ();
-    type Layer = Identity;
-
-    fn config(&self) -> &Self::Config {
-        &()
-    }
-
-    fn middleware(&mut self, _: &mut WorkerContext) -> Self::Layer {
-        Identity::new()
     }
 }

@@ -4,6 +4,7 @@
 //! the transport; the database is the truth (`docs/design.md`): every state
 //! change is made, and fenced, in the store.
 
+mod backend;
 mod background;
 mod claims;
 mod dispatcher;

@@ -1,9 +1,8 @@
 //! The apalis workers of a pool, configured around the sharp edges of
 //! apalis 1.0 listed in `docs/design.md` ("How apalis is configured, and
-//! why"): a unique name per process and per restart, backends of
-//! ours (the job rows, which count their own slots, and Redis, whose
-//! stream apalis's slots pace), messages decoded as any JSON, and a handler that
-//! never fails or panics.
+//! why"): a unique name per process and per restart, a backend of ours
+//! over each queue (the job rows, Redis), which counts the slots itself,
+//! messages decoded as any JSON, and a handler that never fails or panics.
 //! A worker that keeps failing (Redis or the database down) is started
 //! again after a pause, for as long as the process runs: an outage never
 //! ends the process, and it resumes by itself when the service returns.
@@ -18,7 +17,8 @@ use tracing::{info, warn};
 
 use crate::{
     Error, Result,
-    claims::{ClaimedJob, JobRowBackend},
+    backend::QueueBackend,
+    claims::{ClaimedJob, job_row_backend},
     runner::{Handled, Runner},
 };
 
@@ -200,12 +200,9 @@ impl ApalisWorkers {
             }
         };
         let handlers_consumer = consumer.clone();
+        // The backends count their slots: no `.concurrency()` beside them.
         macro_rules! run_monitor {
-            // apalis counts the slots of a backend that does not.
-            ($new_backend:expr) => {
-                run_monitor!($new_backend, handle_message, concurrency(concurrency))
-            };
-            ($new_backend:expr, $handler:expr $(, $layer:ident($argument:expr))*) => {{
+            ($new_backend:expr, $handler:expr) => {{
                 let new_backend = $new_backend;
                 Monitor::new()
                     .shutdown_timeout(self.grace)
@@ -220,7 +217,6 @@ impl ApalisWorkers {
                             .backend(new_backend())
                             .data(runner.clone())
                             .data(handlers_consumer.clone())
-                            $(.$layer($argument))*
                             .catch_panic()
                             .parallelize(tokio::spawn)
                             .build($handler)
@@ -241,7 +237,7 @@ impl ApalisWorkers {
                 );
                 let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
                 let result = run_monitor!(
-                    move || JobRowBackend::new(
+                    move || job_row_backend(
                         runner.clone(),
                         queue.clone(),
                         slots.clone(),
@@ -258,7 +254,10 @@ impl ApalisWorkers {
                 let consumer = consumer
                     .clone()
                     .ok_or_else(|| Error::Apalis("a shared queue has a consumer".into()))?;
-                run_monitor!(move || consumer.storage())
+                run_monitor!(
+                    move || QueueBackend::new(consumer.messages()),
+                    handle_message
+                )
             }
         };
         // Outcomes still being written are acknowledged when they are, not
