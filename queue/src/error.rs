@@ -1,6 +1,5 @@
 //! The queue crate's one error type.
 
-use apalis::prelude::TaskSinkError;
 use redis::{ErrorKind, ServerErrorKind};
 
 /// Why a queue operation failed. [`Error::is_unavailable`] tells an outage
@@ -10,41 +9,13 @@ pub enum Error {
     /// Redis, as the queue.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// The database: the outbox and the job rows through the store,
-    /// or apalis's tables.
+    /// The database, through the store: the outbox, the job rows, and
+    /// what apalis's storage of earlier versions left.
     #[error(transparent)]
     Database(#[from] store::Error),
-    /// apalis's SQLite storage refused a push or its setup for a reason other
-    /// than the database's.
-    #[error("queue storage: {0}")]
-    Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// apalis could not encode a message.
-    #[error("encoding a queue message: {0}")]
-    Encode(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A database error on apalis's tables reads like one on the store's:
-/// classified once, by `store::Error`.
-impl From<sqlx::Error> for Error {
-    fn from(error: sqlx::Error) -> Self {
-        Error::Database(error.into())
-    }
-}
-
-impl<E> From<TaskSinkError<E>> for Error
-where
-    E: Into<Error> + std::error::Error + Send + Sync + 'static,
-{
-    fn from(error: TaskSinkError<E>) -> Self {
-        match error {
-            TaskSinkError::PushError(error) => error.into(),
-            TaskSinkError::CodecError(error) => Error::Encode(error),
-            other => Error::Storage(Box::new(other)),
-        }
-    }
-}
 
 impl Error {
     /// Whether Redis or the database did not answer (down, restarting,
@@ -54,7 +25,6 @@ impl Error {
         match self {
             Error::Redis(error) => redis_unavailable(error),
             Error::Database(error) => error.is_unavailable(),
-            Error::Storage(_) | Error::Encode(_) => false,
         }
     }
 }
@@ -104,7 +74,7 @@ mod tests {
                 ErrorKind::MasterNameNotFoundBySentinel,
                 "no primary yet",
             ))),
-            Error::from(sqlx::Error::PoolTimedOut),
+            Error::Database(sqlx::Error::PoolTimedOut.into()),
         ];
         for error in &outages {
             assert!(error.is_unavailable(), "{error}");
@@ -118,9 +88,7 @@ mod tests {
                 ErrorKind::UnexpectedReturnType,
                 "not a number",
             ))),
-            Error::from(sqlx::Error::RowNotFound),
-            Error::Encode("not JSON".into()),
-            Error::Storage("worker out of sync".into()),
+            Error::Database(sqlx::Error::RowNotFound.into()),
         ];
         for error in &bugs {
             assert!(!error.is_unavailable(), "{error}");

@@ -7,12 +7,9 @@
 //! time; a short look on SQLite), and at once after a push from this
 //! process.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering},
-};
+use std::sync::Arc;
 
-use store::{DueJobWaiter, QueuedJob, Store};
+use store::{DueJobWaiter, EarlierApalisTable, QueuedJob, Store};
 use tokio::sync::Notify;
 
 use crate::Result;
@@ -24,12 +21,9 @@ pub struct JobRowQueue {
     name: String,
     /// Wakes this process's workers at once after a push from this process.
     pushed_here: Arc<Notify>,
-    /// A connection, made when first used, to prune what apalis's Postgres
-    /// storage left (`crate::apalis_tables`); closed when idle. None on
-    /// SQLite.
-    apalis: Option<sqlx::PgPool>,
-    /// Set once apalis's table is found absent: nothing makes it again.
-    apalis_gone: Arc<AtomicBool>,
+    /// What apalis's Postgres storage of earlier versions left, pruned by
+    /// [`crate::Queue::forget_finished`].
+    pub(crate) earlier_apalis: EarlierApalisTable,
 }
 
 impl std::fmt::Debug for JobRowQueue {
@@ -42,28 +36,12 @@ impl std::fmt::Debug for JobRowQueue {
 
 impl JobRowQueue {
     pub fn new(store: Store, name: String) -> Self {
-        let apalis = store.earlier_apalis_storage();
         Self {
-            apalis_gone: Arc::new(AtomicBool::new(apalis.is_none())),
+            earlier_apalis: store.earlier_apalis_table(),
             store,
             name,
             pushed_here: Arc::new(Notify::new()),
-            apalis,
         }
-    }
-
-    /// The pool for apalis's tables (see [`crate::apalis_tables`]), until
-    /// they are found gone.
-    pub(crate) fn apalis_pool(&self) -> Option<&sqlx::PgPool> {
-        match self.apalis_gone.load(Ordering::Relaxed) {
-            true => None,
-            false => self.apalis.as_ref(),
-        }
-    }
-
-    /// Records that apalis's table is gone (see [`JobRowQueue::apalis_pool`]).
-    pub(crate) fn apalis_gone(&self) {
-        self.apalis_gone.store(true, Ordering::Relaxed);
     }
 
     pub fn name(&self) -> &str {

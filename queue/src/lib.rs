@@ -7,7 +7,6 @@
 //! path that hands committed jobs to the queue ([`Handoff`]), and the
 //! outbox relay.
 
-mod apalis_tables;
 mod consumer;
 mod error;
 mod job_rows;
@@ -207,7 +206,10 @@ impl Queue {
         Ok(match self {
             Queue::Redis(_) => 0,
             Queue::JobRows(queue) => {
-                apalis_tables::delete_left_postgres_messages(queue, limit_sql).await?
+                queue
+                    .earlier_apalis
+                    .delete_left(queue.name(), limit_sql)
+                    .await?
             }
         })
     }

@@ -25,6 +25,7 @@ mod sql;
 mod attempts;
 pub mod batch;
 mod dashboard;
+mod earlier_apalis;
 mod error;
 mod gauges;
 mod idempotency;
@@ -57,8 +58,7 @@ use std::{
 };
 
 use sqlx::{
-    Connection, Executor, PgConnection, PgPool, Postgres, SqliteConnection, SqlitePool,
-    Transaction,
+    Connection, PgConnection, PgPool, Postgres, SqliteConnection, SqlitePool, Transaction,
     migrate::Migrator,
     postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqlitePoolOptions},
@@ -70,6 +70,7 @@ pub use dashboard::{
     DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, TokenCheck, WebhookHealth,
     check_session_token,
 };
+pub use earlier_apalis::EarlierApalisTable;
 pub use error::{Error, Result, lose_answer, lost_answer};
 pub use gauges::{KindSample, OUTBOX_COUNT_LIMIT, QueueSample, TenantSample};
 pub use idempotency::{KeyLookup, StoredResponse};
@@ -269,15 +270,7 @@ impl WriteTx {
     pub async fn commit(mut self) -> Result<()> {
         match std::mem::replace(&mut self.on, TxOn::Sqlite(None)) {
             TxOn::Postgres(tx) => tx.commit().await?,
-            TxOn::Sqlite(Some(mut conn)) => {
-                let committed = conn.execute(sql!("COMMIT")).await.map(|_| ());
-                if committed.is_err() {
-                    // A failed COMMIT may leave the transaction open: end it
-                    // before the next writer's BEGIN.
-                    let _ = conn.execute(sql!("ROLLBACK")).await;
-                }
-                committed?
-            }
+            TxOn::Sqlite(Some(mut conn)) => sqlite::session::commit(&mut conn).await?,
             TxOn::Sqlite(None) => {}
         }
         if self.wrote_events {
@@ -289,9 +282,7 @@ impl WriteTx {
     pub async fn rollback(mut self) -> Result<()> {
         match std::mem::replace(&mut self.on, TxOn::Sqlite(None)) {
             TxOn::Postgres(tx) => tx.rollback().await?,
-            TxOn::Sqlite(Some(mut conn)) => {
-                conn.execute(sql!("ROLLBACK")).await?;
-            }
+            TxOn::Sqlite(Some(mut conn)) => sqlite::session::rollback(&mut conn).await?,
             TxOn::Sqlite(None) => {}
         }
         Ok(())
@@ -308,7 +299,7 @@ impl Drop for WriteTx {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move {
-                if let Err(error) = conn.execute(sql!("ROLLBACK")).await {
+                if let Err(error) = sqlite::session::rollback(&mut conn).await {
                     tracing::warn!(%error, "rolling back an abandoned SQLite transaction failed");
                 }
             });
@@ -411,14 +402,14 @@ impl Store {
                 let url = sqlite_url_creating(url)?;
                 let options = SqliteConnectOptions::from_str(&url)?;
                 let mut writer = SqliteConnection::connect_with(&options).await?;
-                configure_sqlite(&mut writer).await?;
+                sqlite::session::configure(&mut writer).await?;
                 let pool = SqlitePoolOptions::new()
                     .max_connections(8)
                     .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
                     // A connection to a file in this process cannot have
                     // gone away while idle: no ping on every acquire.
                     .test_before_acquire(false)
-                    .after_connect(|conn, _| Box::pin(configure_sqlite(conn)))
+                    .after_connect(|conn, _| Box::pin(sqlite::session::configure(conn)))
                     .connect_with(options)
                     .await?;
                 tokio::spawn(checkpoint_in_background(pool.clone()));
@@ -567,8 +558,8 @@ impl Store {
 
     pub async fn ping(&self) -> Result<()> {
         on_pool!(self,
-            pool => pool.execute(sql!("SELECT 1")).await.map(drop)?,
-            pool => pool.execute(sql!("SELECT 1")).await.map(drop)?,
+            pool => postgres::session::ping(pool).await?,
+            pool => sqlite::session::ping(pool).await?,
         );
         Ok(())
     }
@@ -602,7 +593,7 @@ impl Store {
                 let mut conn =
                     OwnedMutexGuard::try_map(db.writer.clone().lock_owned().await, Option::as_mut)
                         .map_err(|_| sqlx::Error::PoolClosed)?;
-                conn.execute(sql!("BEGIN IMMEDIATE")).await?;
+                sqlite::session::begin_immediate(&mut conn).await?;
                 Ok(self.write_tx(TxOn::Sqlite(Some(conn))))
             }
         }
@@ -680,23 +671,6 @@ fn migrator(dialect: Dialect) -> Migrator {
     migrator
 }
 
-/// Every SQLite connection's settings. WAL lets readers run beside the one
-/// writer; NORMAL is durable across a process crash.
-async fn configure_sqlite(conn: &mut SqliteConnection) -> std::result::Result<(), sqlx::Error> {
-    for pragma in [
-        sql!("PRAGMA journal_mode = WAL"),
-        sql!("PRAGMA synchronous = NORMAL"),
-        sql!("PRAGMA busy_timeout = 10000"),
-        sql!("PRAGMA foreign_keys = ON"),
-        // Checkpoints run in the background (below), not inside whichever
-        // commit fills the WAL.
-        sql!("PRAGMA wal_autocheckpoint = 0"),
-    ] {
-        conn.execute(pragma).await?;
-    }
-    Ok(())
-}
-
 /// Copies the SQLite WAL back into the database five times a second,
 /// without waiting for readers or writers (PASSIVE), until the pool
 /// closes. An automatic checkpoint would run inside the commit that filled
@@ -710,7 +684,7 @@ async fn checkpoint_in_background(pool: SqlitePool) {
         if pool.is_closed() {
             return;
         }
-        if let Err(error) = pool.execute(sql!("PRAGMA wal_checkpoint(PASSIVE)")).await {
+        if let Err(error) = sqlite::session::checkpoint(&pool).await {
             if pool.is_closed() {
                 return;
             }

@@ -219,21 +219,23 @@ impl Store {
         Ok(due)
     }
 
-    /// For a message fetched before its job is due (whatever brought it
-    /// early): gives each of `job_ids` still queued, unparked and not yet
-    /// due an outbox row due when the job is, unpublished (an earlier
+    /// For a message whose claim found its job not claimable: gives each
+    /// of `job_ids` still queued and unparked an outbox row due when the
+    /// job is (at once when it is due by now), unpublished (an earlier
     /// publish time it has is kept), so the job is published again then
-    /// and the message can be let go. Returns how many rows it made or
+    /// and the message can be let go. Such a job was not due at the
+    /// claim's clock (whatever brought its message early, or a clock read
+    /// a moment before the one that made the job); a job the claim found
+    /// running or finished gets none. Returns how many rows it made or
     /// moved.
     pub async fn publish_when_due(&self, job_ids: &[String]) -> Result<u64> {
         if job_ids.is_empty() {
             return Ok(0);
         }
-        let now = Millis(now_ms());
         let mut tx = self.begin_write().await?;
         let moved = on_tx!(tx,
-            conn => postgres::outbox::publish_when_due(conn, job_ids, now).await?,
-            conn => sqlite::outbox::publish_when_due(conn, job_ids, now).await?,
+            conn => postgres::outbox::publish_when_due(conn, job_ids).await?,
+            conn => sqlite::outbox::publish_when_due(conn, job_ids).await?,
         );
         tx.commit().await?;
         Ok(moved)

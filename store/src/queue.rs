@@ -88,21 +88,6 @@ impl Store {
         Ok(rows.into_iter().map(Claim::from).collect())
     }
 
-    /// A pool of one connection, made when first used and closed when
-    /// idle, for what apalis's Postgres storage of earlier versions left
-    /// (schema `apalis`); `None` on SQLite, where no version queued there.
-    pub fn earlier_apalis_storage(&self) -> Option<sqlx::PgPool> {
-        match &self.db {
-            crate::Db::Postgres(_) => sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .min_connections(0)
-                .idle_timeout(Duration::from_secs(30))
-                .connect_lazy(self.session_url())
-                .ok(),
-            crate::Db::Sqlite(_) => None,
-        }
-    }
-
     /// Wakes the workers that claim from the job rows: on Postgres, a
     /// NOTIFY on [`QUEUE_CHANNEL`] of jobs due at once; nothing on SQLite,
     /// whose workers in this process are woken by the caller, and whose

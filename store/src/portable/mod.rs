@@ -33,6 +33,8 @@ macro_rules! areas {
         pub(crate) mod sagas;
         #[path = "schedules.rs"]
         pub(crate) mod schedules;
+        #[path = "session.rs"]
+        pub(crate) mod session;
         #[path = "webhooks.rs"]
         pub(crate) mod webhooks;
     };

@@ -5,6 +5,7 @@
 
 pub(crate) mod attempts;
 pub(crate) mod dashboard;
+pub(crate) mod earlier_apalis;
 pub(crate) mod gauges;
 pub(crate) mod idempotency;
 pub(crate) mod jobs;
@@ -16,6 +17,7 @@ pub(crate) mod results;
 pub(crate) mod retention;
 pub(crate) mod sagas;
 pub(crate) mod schedules;
+pub(crate) mod session;
 pub(crate) mod submit;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod test_hooks;

@@ -186,24 +186,18 @@ pub(crate) async fn set_due(
 }
 
 /// An outbox row due at its job's `run_after`, unpublished, for each of
-/// `ids` queued, unparked and not due at `now` (see
-/// `Store::publish_when_due`); returns how many it made or moved.
-pub(crate) async fn publish_when_due(
-    conn: &mut PgConnection,
-    ids: &[String],
-    now: Millis,
-) -> sqlx::Result<u64> {
+/// `ids` queued and unparked (see `Store::publish_when_due`); returns how
+/// many it made or moved.
+pub(crate) async fn publish_when_due(conn: &mut PgConnection, ids: &[String]) -> sqlx::Result<u64> {
     let done = sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
          SELECT j.job_id, j.run_after, 0, COALESCE(j.rank_at, j.run_after) FROM jobs j
          WHERE j.job_id = ANY ($1) AND j.status = 'QUEUED' AND j.capped IS NULL
-           AND j.run_after > $2
          FOR SHARE OF j
          ON CONFLICT (job_id) DO UPDATE
              SET publish_at = LEAST(outbox.publish_at, EXCLUDED.publish_at), republish_ms = 0"
     ))
     .bind(ids)
-    .bind(now)
     .persistent(false)
     .execute(conn)
     .await?;

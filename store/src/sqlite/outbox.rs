@@ -181,24 +181,22 @@ pub(crate) async fn set_due(
 }
 
 /// An outbox row due at its job's `run_after`, unpublished, for each of
-/// `ids` queued, unparked and not due at `now` (see
-/// `Store::publish_when_due`); returns how many it made or moved.
+/// `ids` queued and unparked (see `Store::publish_when_due`); returns how
+/// many it made or moved.
 pub(crate) async fn publish_when_due(
     conn: &mut SqliteConnection,
     ids: &[String],
-    now: Millis,
 ) -> sqlx::Result<u64> {
     let ids = json_list(ids.iter().map(String::as_str));
     let done = sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
          SELECT j.job_id, j.run_after, 0, COALESCE(j.rank_at, j.run_after) FROM jobs j
          WHERE j.job_id IN (SELECT value FROM json_each($1)) AND j.status = 'QUEUED'
-           AND j.capped IS NULL AND j.run_after > $2
+           AND j.capped IS NULL
          ON CONFLICT (job_id) DO UPDATE
              SET publish_at = MIN(outbox.publish_at, excluded.publish_at), republish_ms = 0"
     ))
     .bind(&ids)
-    .bind(now)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())

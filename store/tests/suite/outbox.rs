@@ -390,13 +390,21 @@ async fn a_row_written_while_its_claim_waited_is_dropped_not_published() {
 /// A message can reach a worker before its job is due (published by a
 /// process whose clock was off, or a job made due later while its message
 /// waited): the claim takes nothing, and the job must not be lost with the
-/// message. `publish_when_due` gives it a row due at its start; a job that
-/// is due, running or finished gets none.
+/// message. `publish_when_due` gives it a row due at its start; a job
+/// running or finished gets none. A job the claim found not due that is
+/// due by now (the claim's clock read a moment before the one that made
+/// it) gets a row due at once.
 async fn a_message_that_came_early_is_let_go_and_its_job_published_when_due(db: &TestDb) {
-    let early = submission(400);
+    // Far enough ahead that the steps before its start take less on a
+    // busy machine.
+    let early = submission(2_000);
     let running = submission(0);
+    let due_since = submission(0);
     db.store
-        .submit_batch(&[early.clone(), running.clone()], store::Publishing::Relay)
+        .submit_batch(
+            &[early.clone(), running.clone(), due_since.clone()],
+            store::Publishing::Relay,
+        )
         .await
         .unwrap();
     // As a job made with its message has: no row.
@@ -410,16 +418,17 @@ async fn a_message_that_came_early_is_let_go_and_its_job_published_when_due(db: 
     assert!(claimed[0].is_none(), "not due: nothing to claim");
     assert!(claimed[1].is_some());
 
-    assert_eq!(db.store.publish_when_due(&ids).await.unwrap(), 1);
-    assert_eq!(outbox_rows(db).await, 1, "a row for the early job only");
+    let early_ones = [ids[0].clone(), ids[1].clone(), due_since.job.job_id.clone()];
+    assert_eq!(db.store.publish_when_due(&early_ones).await.unwrap(), 2);
+    assert_eq!(outbox_rows(db).await, 2, "a row for the queued jobs only");
     assert_eq!(
         publish_due(db).await,
-        Vec::<String>::new(),
-        "not before its start"
+        std::slice::from_ref(&due_since.job.job_id),
+        "the one due at once, the early one not before its start"
     );
     // Asked again (a second early delivery), it keeps its one row.
     assert_eq!(db.store.publish_when_due(&ids).await.unwrap(), 1);
-    assert_eq!(outbox_rows(db).await, 1);
+    assert_eq!(outbox_rows(db).await, 2);
 
     let due = wait_for_due(db).await;
     assert_eq!(due, std::slice::from_ref(&early.job.job_id));

@@ -1,0 +1,3 @@
+//! A session on Postgres: its transactions are sqlx's own.
+
+pub(crate) use crate::portable::postgres::session::*;
