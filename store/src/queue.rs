@@ -11,7 +11,10 @@ use shared::{settings::Caps, time::now_ms};
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 
-use crate::{Claim, Result, Store, on_pool, on_postgres, on_tx, postgres, sql::Millis, sqlite};
+use crate::{
+    Claim, Result, Store, on_pool, on_postgres, on_tx, postgres, rows::attempts::DueClaim,
+    sql::Millis, sqlite,
+};
 
 /// The NOTIFY channel on which jobs made due are announced to the workers
 /// that claim from the job rows. The payload is the earliest due time
@@ -289,16 +292,4 @@ impl Store {
             pool => sqlite::attempts::any_due(pool, now, rank_before).await?,
         ))
     }
-}
-
-/// A claim of due jobs, as the statements bind it.
-pub(crate) struct DueClaim<'a> {
-    pub(crate) worker_id: &'a str,
-    pub(crate) most: i64,
-    pub(crate) after_tenant: &'a str,
-    pub(crate) now: Millis,
-    /// The latest rank a due job can have: now, plus two steps of aging.
-    pub(crate) rank_before: Millis,
-    pub(crate) lease_until: Millis,
-    pub(crate) caps: &'a Caps,
 }

@@ -4,8 +4,7 @@ use shared::settings::Caps;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
-    queue::DueClaim,
-    rows::attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
+    rows::attempts::{ClaimRow, DueClaim, LapsedRow, ParkedGroup, Success},
     sql::{JsonText, Millis},
 };
 

@@ -1,7 +1,10 @@
 //! Attempts: the rows its statements read and write.
 
 use crate::sql::{JsonText, Millis};
-use shared::model::{JobErrorObject, JobStatus};
+use shared::{
+    model::{JobErrorObject, JobStatus},
+    settings::Caps,
+};
 
 /// A claimed job's row, as both databases' claims return it.
 #[derive(Debug, sqlx::FromRow)]
@@ -52,4 +55,16 @@ pub(crate) struct LapsedRow {
     pub(crate) counted: i64,
     pub(crate) max_attempts: i64,
     pub(crate) saga_unfinished: bool,
+}
+
+/// A claim of due jobs (`Store::claim_due`), as the statements bind it.
+pub(crate) struct DueClaim<'a> {
+    pub(crate) worker_id: &'a str,
+    pub(crate) most: i64,
+    pub(crate) after_tenant: &'a str,
+    pub(crate) now: Millis,
+    /// The latest rank a due job can have: now, plus two steps of aging.
+    pub(crate) rank_before: Millis,
+    pub(crate) lease_until: Millis,
+    pub(crate) caps: &'a Caps,
 }

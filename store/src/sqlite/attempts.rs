@@ -7,8 +7,7 @@ use sqlx::{SqliteConnection, SqliteExecutor};
 
 use super::json_list;
 use crate::{
-    queue::DueClaim,
-    rows::attempts::{ClaimRow, LapsedRow, ParkedGroup, Success},
+    rows::attempts::{ClaimRow, DueClaim, LapsedRow, ParkedGroup, Success},
     sql::Millis,
 };
 
