@@ -43,7 +43,9 @@ pub struct Runner {
     /// Group commit: batching is how throughput grows).
     writes: SlotWrites,
     /// Whether concurrency caps are set: then every end of an attempt may
-    /// have woken a parked job, whose outbox row the relay is told of.
+    /// have woken a parked job, whose outbox row the relay is told of
+    /// (with Redis; where the job rows are the queue, the end's NOTIFY or
+    /// the next look finds it).
     capped: bool,
     /// The concurrency caps claims keep to.
     pub caps: shared::settings::Caps,
