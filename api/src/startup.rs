@@ -63,12 +63,7 @@ impl Application {
         let shutdown = CancellationToken::new();
         let state = web::Data::new(AppState {
             store: store.clone(),
-            submits: submits::spawn_batcher(
-                store.clone(),
-                queue.clone(),
-                signals.clone(),
-                settings.republish_after,
-            ),
+            submits: submits::spawn_batcher(store.clone(), queue.clone()),
             queue: queue.clone(),
             registry: Registry::new(settings.enable_diagnostic_kinds),
             signals: signals.clone(),

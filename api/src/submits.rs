@@ -3,8 +3,7 @@
 //! the jobs they make.
 
 use actix_web::{HttpRequest, HttpResponse};
-use queue::{Handoff, Queue};
-use shared::notify::Signals;
+use queue::Queue;
 use store::{Publishing, QueuedJob, Store, Submission, SubmissionKey, Submitted, batch::Batcher};
 
 use crate::{
@@ -44,15 +43,18 @@ pub async fn submit(
         // written again as a batch of its own, so that only its own row
         // can fail it.
         Err(_) => {
+            let group = SubmitGroup {
+                store: state.store.clone(),
+                queue: state.queue.clone(),
+            };
             let submitted = state
                 .store
-                .submit_batch(std::slice::from_ref(&submission), Publishing::Relay)
+                .submit_batch(std::slice::from_ref(&submission), group.publishing())
                 .await?
                 .pop()
                 .ok_or_else(|| ApiError::Internal("a batch of one answered nothing".into()))?;
-            if submitted == Submitted::Inserted {
-                // Written due, without publishing: the relay's.
-                state.signals.outbox_changed();
+            if submitted == Submitted::Inserted && !submission.is_delayed() {
+                group.hand_over(vec![state.store.queued_job(&submission)]);
             }
             submitted
         }
@@ -71,18 +73,8 @@ pub async fn submit(
 }
 
 /// Starts the batcher every submit goes through (`AppState::submits`).
-pub fn spawn_batcher(
-    store: Store,
-    queue: Queue,
-    signals: Signals,
-    republish_after: std::time::Duration,
-) -> Batcher<Submission, Submitted> {
-    let group = SubmitGroup {
-        store,
-        queue,
-        signals,
-        republish_after_ms: shared::time::duration_ms(republish_after),
-    };
+pub fn spawn_batcher(store: Store, queue: Queue) -> Batcher<Submission, Submitted> {
+    let group = SubmitGroup { store, queue };
     Batcher::spawn(SUBMIT_BATCH, move |submissions: Vec<Submission>| {
         let group = group.clone();
         async move { group.write(submissions).await }
@@ -94,36 +86,45 @@ pub fn spawn_batcher(
 struct SubmitGroup {
     store: Store,
     queue: Queue,
-    signals: Signals,
-    republish_after_ms: i64,
 }
 
 impl SubmitGroup {
-    /// Commits a batch of submits, then publishes its new jobs at once
-    /// (see [`queue::Handoff`]), saving the relay a transaction per batch;
-    /// a push to Redis runs in a task of its own, so a slow Redis holds up
-    /// no answer.
-    async fn write(&self, submissions: Vec<Submission>) -> store::Result<Vec<Submitted>> {
-        let handoff = self.queue.handoff();
-        // A queue the relay sweeps for lost messages needs no outbox row
-        // for a job pushed at once: the sweep finds a push that never
-        // happened as it finds a lost message. Where the job rows are the
-        // queue, a job is claimable once committed: nothing to publish.
-        let publishing = if let Some(queue) = self.queue.written_with_jobs() {
-            Publishing::WithTheJob {
+    /// How the submits' jobs reach the queue. Where the job rows are the
+    /// queue, a job is claimable once committed: nothing to publish. A
+    /// queue the relay sweeps for lost messages (Redis) needs no outbox
+    /// row for a job pushed at once: the sweep finds a push that never
+    /// happened as it finds a lost message.
+    fn publishing(&self) -> Publishing {
+        match self.queue.written_with_jobs() {
+            Some(queue) => Publishing::WithTheJob {
                 queue: queue.to_owned(),
-            }
-        } else if !handoff.publishes() {
-            Publishing::Relay
-        } else if self.queue.can_lose_published() {
-            Publishing::CallerSwept
-        } else {
-            Publishing::Caller {
-                republish_after_ms: self.republish_after_ms,
-            }
-        };
-        let with_the_jobs = matches!(publishing, Publishing::WithTheJob { .. });
-        let outcomes = self.store.submit_batch(&submissions, publishing).await;
+            },
+            None => Publishing::CallerSwept,
+        }
+    }
+
+    /// After the commit that made `new_jobs` due: wakes this process's
+    /// workers where the job rows are the queue, else pushes the jobs in
+    /// a task of its own, so a slow Redis holds up no answer.
+    fn hand_over(&self, new_jobs: Vec<QueuedJob>) {
+        if new_jobs.is_empty() {
+            return;
+        }
+        if self.queue.written_with_jobs().is_some() {
+            self.queue.wake_here();
+            return;
+        }
+        let group = self.clone();
+        tokio::spawn(async move { group.queue.publish_committed(&group.store, &new_jobs).await });
+    }
+
+    /// Commits a batch of submits, then hands its new jobs to the queue at
+    /// once, saving the relay a transaction per batch.
+    async fn write(&self, submissions: Vec<Submission>) -> store::Result<Vec<Submitted>> {
+        let outcomes = self
+            .store
+            .submit_batch(&submissions, self.publishing())
+            .await;
         // The windows between this commit and the push that follows it.
         let outcomes = store::lose_answer("api::submit_commit_answer_lost", outcomes)?;
         shared::failpoints::crash_if_armed("api::submit_after_commit");
@@ -135,22 +136,7 @@ impl SubmitGroup {
             })
             .map(|(submission, _)| self.store.queued_job(submission))
             .collect();
-        if new_jobs.is_empty() {
-            return Ok(outcomes);
-        }
-        if with_the_jobs {
-            self.queue.wake_here();
-            return Ok(outcomes);
-        }
-        match handoff {
-            Handoff::Relay => self.signals.outbox_changed(),
-            Handoff::Push => {
-                let group = self.clone();
-                tokio::spawn(async move {
-                    handoff.publish(&group.queue, &group.store, &new_jobs).await
-                });
-            }
-        }
+        self.hand_over(new_jobs);
         Ok(outcomes)
     }
 }

@@ -4,7 +4,7 @@
 //! `{"job_id": "...", "rank_at": ..., "tenant_id": "..."}`; both queues
 //! hand jobs out fairly between tenants, and each tenant's in rank order
 //! (`docs/design.md`, Fair scheduling and Priorities). Also here: the one
-//! path that hands committed jobs to the queue ([`Handoff`]), and the
+//! path that hands committed jobs to the queue ([`Queue::publish_committed`]), and the
 //! outbox relay.
 
 mod consumer;
@@ -87,15 +87,6 @@ impl Queue {
             Queue::JobRows(queue) => queue.push(jobs).await?,
         }
         Ok(())
-    }
-
-    /// How jobs about to be committed reach the queue: pushed right after
-    /// the commit (Redis), or claimable from their rows once committed.
-    pub fn handoff(&self) -> Handoff {
-        match self {
-            Queue::Redis(_) => Handoff::Push,
-            Queue::JobRows(_) => Handoff::Relay,
-        }
     }
 
     /// Wakes this process's workers that claim from the job rows, after a
@@ -228,40 +219,16 @@ impl Queue {
     }
 }
 
-/// How jobs reach the queue once the transaction that makes them due
-/// commits: the one path for the api's submits and the relay's leased
-/// outbox rows. Their outbox rows are written (or leased) as published when
-/// [`Handoff::publishes`] says so, and published again only if not claimed
-/// in time, like any other.
-pub enum Handoff {
-    /// A push to a queue that never makes the caller wait for room.
-    Push,
-    /// Left to the relay: the rows stay due.
-    Relay,
-}
-
-impl Handoff {
-    /// Whether the caller publishes the jobs itself right after its commit.
-    pub fn publishes(&self) -> bool {
-        !matches!(self, Handoff::Relay)
-    }
-
-    /// Hands jobs to the queue; answers whether the queue has them.
-    pub async fn send(self, queue: &Queue, jobs: &[QueuedJob]) -> Result<bool> {
+impl Queue {
+    /// Publishes jobs just committed (Redis: the api's submits, the
+    /// relay's leased rows). A push that fails hands the jobs back to the
+    /// relay, due in a second; returns whether the queue has them.
+    pub async fn publish_committed(&self, store: &Store, jobs: &[QueuedJob]) -> bool {
         if jobs.is_empty() {
-            return Ok(true);
+            return true;
         }
-        match self {
-            Handoff::Relay => Ok(false),
-            Handoff::Push => queue.publish(jobs).await.map(|()| true),
-        }
-    }
-
-    /// Publishes committed jobs. A push that fails hands the jobs back to
-    /// the relay, due in a second; returns whether the queue has them.
-    pub async fn publish(self, queue: &Queue, store: &Store, jobs: &[QueuedJob]) -> bool {
-        match self.send(queue, jobs).await {
-            Ok(published) => published,
+        match self.publish(jobs).await {
+            Ok(()) => true,
             Err(error) => {
                 warn!(%error, count = jobs.len(), "publishing to the queue failed; the relay will retry");
                 let job_ids: Vec<String> = jobs.iter().map(|job| job.job_id.clone()).collect();

@@ -58,12 +58,12 @@ pub async fn run_relay(
                 sweep.look(&store, &queue, republish_after).await;
             }
         }
-        let (handoff, batch) = (crate::Handoff::Push, BATCH);
+        let batch = BATCH;
         let mut pause = IDLE_POLL;
         let mut published_full_batch = false;
         let taken = store
             .take_due_outbox(batch as i64, duration_ms(republish_after), |jobs| {
-                send(handoff, &queue, jobs)
+                send(&queue, jobs)
             })
             .await;
         match taken {
@@ -89,9 +89,9 @@ pub async fn run_relay(
 }
 
 /// Hands leased jobs to the queue; answers whether it has them.
-async fn send(handoff: crate::Handoff, queue: &Queue, jobs: Vec<QueuedJob>) -> bool {
-    match handoff.send(queue, &jobs).await {
-        Ok(published) => published,
+async fn send(queue: &Queue, jobs: Vec<QueuedJob>) -> bool {
+    match queue.publish(&jobs).await {
+        Ok(()) => true,
         Err(error) => {
             warn!(%error, count = jobs.len(), "publishing to the queue failed; trying again");
             tokio::time::sleep(PUBLISH_FAILED_PAUSE).await;
@@ -139,7 +139,7 @@ impl LostMessageSweep {
                 &lost,
                 published_before,
                 duration_ms(republish_after),
-                |jobs| send(crate::Handoff::Push, queue, jobs),
+                |jobs| send(queue, jobs),
             )
             .await;
         match republished {
