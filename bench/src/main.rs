@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
+mod backlog;
 mod offered;
 mod peer;
 mod plot;
@@ -37,7 +38,8 @@ struct Args {
     /// in e2e and offered),
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
     /// default: they wait for jobs' starts and for fires), priority and caps (not run by
-    /// default: they drain a backlog).
+    /// default: they drain a backlog), backlog (not run by default: a closed-loop run, then
+    /// `--backlog-jobs` jobs submitted with the pools stopped and drained by new ones).
     #[arg(
         long,
         default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq"
@@ -108,6 +110,10 @@ struct Args {
     /// sleeps, then high-priority jobs of the same tenant one at a time.
     #[arg(long, default_value_t = 10_000)]
     priority_backlog: usize,
+    /// The backlog scenario: jobs submitted while no pool runs, then
+    /// drained by new pools.
+    #[arg(long, default_value_t = 100_000)]
+    backlog_jobs: usize,
     #[arg(long, default_value_t = 50)]
     priority_jobs: usize,
     /// The caps scenario: each of two tenants submits this many 50 ms
@@ -490,9 +496,27 @@ struct Run {
 async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<Run> {
     let pool = target.pool().await?;
     let meter = CpuMeter::start(target, &pool).await?;
-    let client = target.client;
-    let first_id = client.submit(sleep(0)).await?.job_id;
     let started = Instant::now();
+    let first_id = submit_all(target.client, jobs, concurrency).await?;
+    println!(
+        "# e2e: every submit answered after {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    let elapsed = until_none_waiting(target, &pool, &first_id, jobs, started).await?;
+    let cpu_ms_per_job = meter.per_job(target, &pool, jobs).await?;
+    pool.close().await;
+    Ok(Run {
+        jobs_per_s: jobs as f64 / elapsed.as_secs_f64(),
+        cpu_ms_per_job,
+    })
+}
+
+/// Submits `jobs` `sleep` jobs of 0 ms from `concurrency` clients, each
+/// sending its next when its last is answered; returns the first job's id
+/// (submitted before the others, so every job of the run has an id at or
+/// after it).
+async fn submit_all(client: &Client, jobs: usize, concurrency: usize) -> Result<String> {
+    let first_id = client.submit(sleep(0)).await?.job_id;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
     let clients = (0..concurrency).map(|_| {
         let next = next.clone();
@@ -503,23 +527,32 @@ async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Res
             anyhow::Ok(())
         }
     });
-    // Not one job can be the last to finish before every submit is
-    // answered; from then on, count the unfinished ones, which an index
-    // finds without reading the finished (a count of the finished every
-    // 20 ms would read up to N rows each time, load that Receipt would pay).
     futures::future::try_join_all(clients).await?;
-    println!(
-        "# e2e: every submit answered after {:.2} s",
-        started.elapsed().as_secs_f64()
-    );
+    Ok(first_id)
+}
+
+/// Waits until none of the run's jobs (`jobs` of them, from `first_id`)
+/// waits or runs, and checks that all SUCCEEDED; returns the time since
+/// `started`. Called once every submit is answered (no job can be the
+/// last to finish before that), it counts the unfinished ones, which an
+/// index finds without reading the finished (a count of the finished
+/// every 20 ms would read up to N rows each time, load that Receipt would
+/// pay).
+async fn until_none_waiting(
+    target: &Target<'_>,
+    pool: &AnyPool,
+    first_id: &str,
+    jobs: usize,
+    started: Instant,
+) -> Result<Duration> {
     let elapsed = loop {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = $1
              AND status IN ('QUEUED', 'RUNNING') AND job_id >= $2",
         )
         .bind(target.tenant)
-        .bind(&first_id)
-        .fetch_one(&pool)
+        .bind(first_id)
+        .fetch_one(pool)
         .await?;
         if row.try_get::<i64, _>("n")? == 0 {
             break started.elapsed();
@@ -530,20 +563,15 @@ async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Res
         "SELECT COUNT(*) AS n FROM jobs WHERE tenant_id = $1 AND status = 'SUCCEEDED' AND job_id >= $2",
     )
     .bind(target.tenant)
-    .bind(&first_id)
-    .fetch_one(&pool)
+    .bind(first_id)
+    .fetch_one(pool)
     .await?;
     let succeeded = row.try_get::<i64, _>("n")? as usize;
     anyhow::ensure!(
         succeeded == jobs,
         "{succeeded} of {jobs} jobs SUCCEEDED; the others did not"
     );
-    let cpu_ms_per_job = meter.per_job(target, &pool, jobs).await?;
-    pool.close().await;
-    Ok(Run {
-        jobs_per_s: jobs as f64 / elapsed.as_secs_f64(),
-        cpu_ms_per_job,
-    })
+    Ok(elapsed)
 }
 
 /// CPU time used while a run lasts, by process: the service's processes
@@ -1575,6 +1603,14 @@ async fn main() -> Result<()> {
                     cpu_summary(&cpu)
                 ),
             );
+        }
+        if wants("backlog") {
+            let mut service = Service::start(shape, &args).await?;
+            let result = backlog::backlog(&mut service, &args).await?;
+            let label = service.label();
+            service.stop().await?;
+            let summary = backlog::summary(&result);
+            print_result("backlog", label, result, &summary);
         }
         if wants("offered") {
             for rate in args.rates.split(',').map(str::trim) {
