@@ -148,77 +148,6 @@ fn hand_worked_ledger() -> Value {
     ])
 }
 
-async fn gst_summary_matches_hand_worked_figures_rounding_half_up_per_entry(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
-    import_ok(&api, hand_worked_ledger()).await;
-
-    let october = gst_summary(&api, "2026-10").await;
-
-    assert_eq!(
-        october,
-        json!({
-            "month": "2026-10",
-            "outward": {
-                "by_rate": [
-                    {"rate": "0", "taxable": "1000.00", "igst": "0.00", "cgst": "0.00", "sgst": "0.00"},
-                    {"rate": "0.25", "taxable": "6.00", "igst": "0.01", "cgst": "0.01", "sgst": "0.01"},
-                    {"rate": "5", "taxable": "1.50", "igst": "0.03", "cgst": "0.03", "sgst": "0.03"},
-                    {"rate": "12", "taxable": "100.25", "igst": "12.00", "cgst": "0.02", "sgst": "0.02"},
-                    {"rate": "18", "taxable": "1300.25", "igst": "0.10", "cgst": "116.98", "sgst": "116.98"},
-                ],
-                "total": {"taxable": "2408.00", "igst": "12.14", "cgst": "117.04", "sgst": "117.04"},
-            },
-            "inward": {
-                "by_rate": [
-                    {"rate": "5", "taxable": "1.00", "igst": "0.00", "cgst": "0.03", "sgst": "0.03"},
-                    {"rate": "18", "taxable": "500.25", "igst": "90.05", "cgst": "0.00", "sgst": "0.00"},
-                    {"rate": "28", "taxable": "10.25", "igst": "2.80", "cgst": "0.04", "sgst": "0.04"},
-                ],
-                "total": {"taxable": "511.50", "igst": "92.85", "cgst": "0.07", "sgst": "0.07"},
-            },
-            // 12.14 - 92.85 = -80.71; 117.04 - 0.07 = 116.97; -80.71 + 2 * 116.97 = 153.23.
-            "net_payable": {"igst": "-80.71", "cgst": "116.97", "sgst": "116.97", "total": "153.23"},
-        })
-    );
-}
-
-async fn net_payable_goes_negative_in_a_month_of_only_purchases(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
-    import_ok(&api, hand_worked_ledger()).await;
-
-    let november = gst_summary(&api, "2026-11").await;
-
-    assert_eq!(
-        november,
-        json!({
-            "month": "2026-11",
-            "outward": {
-                "by_rate": [],
-                "total": {"taxable": "0.00", "igst": "0.00", "cgst": "0.00", "sgst": "0.00"},
-            },
-            "inward": {
-                "by_rate": [
-                    {"rate": "28", "taxable": "20.00", "igst": "0.00", "cgst": "2.80", "sgst": "2.80"},
-                ],
-                "total": {"taxable": "20.00", "igst": "0.00", "cgst": "2.80", "sgst": "2.80"},
-            },
-            "net_payable": {"igst": "0.00", "cgst": "-2.80", "sgst": "-2.80", "total": "-5.60"},
-        })
-    );
-}
-
-async fn a_month_without_entries_sums_to_zero(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
-    import_ok(&api, hand_worked_ledger()).await;
-
-    let december = gst_summary(&api, "2026-12").await;
-
-    assert_eq!(december, empty_summary("2026-12"));
-}
-
 // ------------------------------------------------------------------- import
 
 fn three_entries() -> Value {
@@ -552,20 +481,6 @@ async fn ledger_export_lists_the_range_by_date_then_id_with_each_entrys_taxes(ba
     );
 }
 
-async fn ledger_export_of_one_day_includes_both_bounds(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
-    import_ok(&api, export_ledger()).await;
-
-    let one_day = exported_ids(&api, "2026-10-15", "2026-10-15").await;
-    let edges = exported_ids(&api, "2026-09-30", "2026-10-01").await;
-    let none = exported_ids(&api, "2026-10-02", "2026-10-14").await;
-
-    assert_eq!(one_day, ["a-10", "a-9", "b-2"]);
-    assert_eq!(edges, ["x-before", "z-first"]);
-    assert!(none.is_empty(), "{none:?}");
-}
-
 async fn ledger_export_answers_csv_with_a_header_row_and_quoting(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = env.start_embedded().await;
@@ -613,97 +528,6 @@ async fn an_empty_ledger_export_in_csv_is_the_header_row_alone(backend: Backend)
         reply.text.replace("\r\n", "\n"),
         "id,date,direction,amount,gst_rate,interstate,party,description,igst,cgst,sgst\n"
     );
-}
-
-/// Client text a spreadsheet would run as a formula (OWASP's CSV
-/// injection), each opening a cell.
-const FORMULA_STARTS: [&str; 6] = [
-    "=HYPERLINK(\"http://evil.example\",\"Click\")",
-    "+1-555-0100",
-    "-2+3",
-    "@SUM(A1:A9)",
-    "\t=1+1",
-    "\r=1+1",
-];
-
-async fn csv_cells_a_spreadsheet_would_run_as_formulas_are_exported_as_text(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
-    let mut entries = Vec::new();
-    for (i, text) in FORMULA_STARTS.iter().enumerate() {
-        entries.push(entry(
-            &format!("f-{i}"),
-            "2026-10-02",
-            "sale",
-            "100.00",
-            "18",
-            false,
-            text,
-            text,
-        ));
-    }
-    entries.push(entry(
-        "=id",
-        "2026-10-03",
-        "purchase",
-        "0",
-        "0",
-        true,
-        "Plain, \"safe\" = fine",
-        "a-b",
-    ));
-    import_ok(&api, Value::Array(entries)).await;
-    let october = json!({"from": "2026-10-01", "to": "2026-10-31"});
-
-    let (_, csv) = run_report(&api, "ledger-export", october.clone(), Some("text/csv")).await;
-    let (_, json) = run_report(&api, "ledger-export", october, None).await;
-
-    // Read back as a spreadsheet imports CSV: quoted cells, one record per row.
-    let mut reader = csv::Reader::from_reader(csv.text.as_bytes());
-    let header = reader.headers().expect("a header row").clone();
-    let records: Vec<csv::StringRecord> = reader
-        .records()
-        .collect::<Result<_, _>>()
-        .expect("valid CSV");
-    let cell = |record: &csv::StringRecord, column: &str| -> String {
-        let at = header.iter().position(|h| h == column).expect(column);
-        record[at].to_owned()
-    };
-    assert_eq!(records.len(), FORMULA_STARTS.len() + 1);
-    for (record, text) in records.iter().zip(FORMULA_STARTS) {
-        assert_eq!(cell(record, "party"), format!("'{text}"));
-        assert_eq!(cell(record, "description"), format!("'{text}"));
-    }
-    let plain = &records[FORMULA_STARTS.len()];
-    assert_eq!(cell(plain, "id"), "'=id");
-    assert_eq!(cell(plain, "party"), "Plain, \"safe\" = fine");
-    assert_eq!(cell(plain, "description"), "a-b");
-    for record in &records {
-        for (column, value) in header.iter().zip(record.iter()) {
-            assert!(
-                !value.starts_with(['=', '+', '-', '@', '\t', '\r']),
-                "{column} {value:?} would be read as a formula"
-            );
-        }
-        for column in ["amount", "igst", "cgst", "sgst"] {
-            let amount = cell(record, column);
-            assert!(
-                amount.bytes().all(|b| b.is_ascii_digit() || b == b'.'),
-                "{column} {amount:?}"
-            );
-        }
-    }
-    // The JSON answer carries the text exactly as stored.
-    let exported = json.json();
-    let parties: Vec<&str> = exported["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .map(|e| e["party"].as_str().expect("party"))
-        .collect();
-    let mut expected: Vec<&str> = FORMULA_STARTS.to_vec();
-    expected.push("Plain, \"safe\" = fine");
-    assert_eq!(parties, expected);
 }
 
 async fn gst_summary_is_not_served_as_csv(backend: Backend) {
@@ -1230,9 +1054,6 @@ async fn a_random_ledger_summarises_and_exports_as_worked_out_from_first_princip
 }
 
 crate::on_both_backends!(
-    gst_summary_matches_hand_worked_figures_rounding_half_up_per_entry,
-    net_payable_goes_negative_in_a_month_of_only_purchases,
-    a_month_without_entries_sums_to_zero,
     repeating_an_import_skips_every_entry,
     a_batch_of_new_and_known_entries_inserts_only_the_new,
     amounts_equal_in_value_are_the_same_content,
@@ -1241,10 +1062,8 @@ crate::on_both_backends!(
     one_id_twice_in_a_batch_with_different_content_is_refused,
     another_tenants_ledger_is_invisible,
     ledger_export_lists_the_range_by_date_then_id_with_each_entrys_taxes,
-    ledger_export_of_one_day_includes_both_bounds,
     ledger_export_answers_csv_with_a_header_row_and_quoting,
     an_empty_ledger_export_in_csv_is_the_header_row_alone,
-    csv_cells_a_spreadsheet_would_run_as_formulas_are_exported_as_text,
     gst_summary_is_not_served_as_csv,
     report_parameters_of_the_right_type_that_make_no_sense_are_422_and_store_nothing,
     ledger_entries_of_the_right_type_that_make_no_sense_are_422_and_store_nothing,

@@ -12,11 +12,8 @@ use std::{
 use actix_web::{HttpRequest, HttpResponse, dev::ServerHandle, web};
 use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
-use store::{Fence, SagaPhase, TurnBack};
 
-use crate::common::{
-    Api, Backend, Process, Record, StoreOf, TestEnv, headers_of, serve_on_loopback,
-};
+use crate::common::{Api, Backend, Process, Record, TestEnv, headers_of, serve_on_loopback};
 
 // -------------------------------------------------------------- receiver
 
@@ -400,37 +397,6 @@ async fn a_retried_submit_of_a_close_that_finished_replays_its_job(backend: Back
     assert_eq!(receiver.requests().len(), 1);
 }
 
-async fn a_refused_filing_fails_the_job_and_unlocks_the_month(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = embedded(&env).await;
-    let receiver = Receiver::start(&[], Answer::Status(422), &[]);
-    prepare(&api, &receiver).await;
-
-    let job_id = close_month(&api).await;
-    let job = finished(&api, &job_id).await;
-
-    assert_eq!(job["status"], "FAILED", "{job}");
-    assert_eq!(job["error"]["type"], "filing_refused");
-    assert_eq!(job["phase"], "compensated");
-    assert_eq!(step(&job, "lock")["outcome"], "done");
-    assert_eq!(step(&job, "lock")["compensation"]["outcome"], "done");
-    assert_eq!(step(&job, "summarise")["compensation"]["outcome"], "done");
-    let file = step(&job, "file");
-    assert_eq!(file["outcome"], "failed", "{file}");
-    assert_eq!(file["attempts"], 1, "a refusal is not retried");
-    assert_eq!(file["error"]["type"], "filing_refused");
-    assert_eq!(
-        file["compensation"],
-        Value::Null,
-        "a refused filing is not withdrawn"
-    );
-    assert_eq!(step(&job, "record")["outcome"], "pending");
-    // The receiver saw the filing and no withdrawal.
-    assert_eq!(receiver.requests().len(), 1);
-    assert_eq!(receiver.of_kind("gst.withdrawal").len(), 0);
-    assert_imports_work_again(&api).await;
-}
-
 async fn a_filing_that_fails_twice_then_succeeds_is_filed_once_with_one_key(backend: Backend) {
     let env = TestEnv::new(backend).await;
     let api = embedded(&env).await;
@@ -488,22 +454,6 @@ async fn an_over_size_filing_answer_is_an_invalid_answer_read_to_a_bound(backend
     );
     assert_eq!(receiver.of_kind("gst.withdrawal").len(), 1);
     assert_eq!(period(&pool.api).await["state"], "open");
-}
-
-/// A 2xx answer whose reference is too long (or not a string) is no
-/// answer either: nothing that long is stored.
-async fn a_filing_reference_over_255_characters_is_an_invalid_answer(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = embedded(&env).await;
-    let receiver = Receiver::start(&[], Answer::Huge(300), &[]);
-    prepare(&api, &receiver).await;
-
-    let job_id = close_month(&api).await;
-    let job = finished(&api, &job_id).await;
-
-    assert_eq!(job["status"], "FAILED", "{job}");
-    assert_eq!(job["error"]["type"], "filing_invalid_answer", "{job}");
-    assert_eq!(period(&api).await["state"], "open");
 }
 
 /// The api and where the worker pool runs: inside it on SQLite, in a
@@ -777,41 +727,6 @@ async fn a_saga_whose_attempts_die_until_none_is_left_is_compensated_not_dropped
     assert_imports_work_again(&pool.api).await;
 }
 
-async fn a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let (_api, _receiver, job_id) = filing_under_way(&env).await;
-    let store = env.store().await;
-    let (_, before) = store.saga_state(&job_id).await.expect("the saga");
-    // Attempt 1 is running the filing; attempt 0 is a stale one.
-    let stale = Fence {
-        job_id: &job_id,
-        attempt: 0,
-    };
-
-    let started = store
-        .begin_saga_step(stale, 3, "record")
-        .await
-        .expect("a write");
-    let recorded = store
-        .record_saga_step(stale, 2, "{}")
-        .await
-        .expect("a write");
-    let turned_back = store
-        .turn_saga_back(stale, &TurnBack::Cancelled)
-        .await
-        .expect("a write");
-    let compensating = store
-        .begin_saga_compensation(stale, 0)
-        .await
-        .expect("a write");
-
-    assert!(!started && !recorded && !turned_back && !compensating);
-    let (run, after) = store.saga_state(&job_id).await.expect("the saga");
-    assert_eq!(after, before, "nothing of the stale attempt was written");
-    assert_eq!(run.map(|r| r.phase), Some(SagaPhase::Forward));
-    assert_eq!(after[2].outcome, "running", "the filing is under way");
-}
-
 async fn a_filing_call_is_a_client_span_of_its_step_that_sends_its_traceparent(backend: Backend) {
     // Arrange: an accepting filing endpoint; the processes export traces.
     let collector = crate::traces::Collector::start();
@@ -860,16 +775,12 @@ crate::on_both_backends!(
     a_saga_whose_attempts_die_until_none_is_left_is_compensated_not_dropped,
     a_cancel_of_a_saga_waiting_for_its_next_attempt_compensates_first,
     a_worker_killed_while_compensating_goes_on_compensating_in_the_next_attempt,
-    a_stale_attempt_can_neither_record_a_step_nor_start_a_compensation,
     a_month_is_locked_summarised_filed_once_and_recorded,
     a_retried_submit_of_a_close_that_finished_replays_its_job,
-    a_refused_filing_fails_the_job_and_unlocks_the_month,
-    a_filing_that_fails_twice_then_succeeds_is_filed_once_with_one_key,
     a_worker_killed_after_filing_resends_with_the_same_key_and_records_once,
     a_failing_compensation_is_retried_until_it_succeeds,
     a_cancel_mid_saga_runs_the_compensations,
     an_over_size_filing_answer_is_an_invalid_answer_read_to_a_bound,
-    a_filing_reference_over_255_characters_is_an_invalid_answer,
     a_filing_call_is_a_client_span_of_its_step_that_sends_its_traceparent,
 );
 

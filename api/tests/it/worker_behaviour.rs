@@ -206,27 +206,6 @@ async fn a_job_that_keeps_failing_fails_after_five_attempts_with_its_last_error(
     assert_eq!(later["attempts"], 5);
 }
 
-async fn a_permanent_failure_is_not_retried(backend: Backend) {
-    let env = TestEnv::new(backend).await;
-    let api = env.start_embedded().await;
-    let job_id = id_of(
-        &api.submit(
-            "sleep",
-            json!({"ms": 10, "fail_times": 3, "permanent": true}),
-        )
-        .await,
-    );
-
-    let done = api.wait_final(&job_id).await;
-    assert_eq!(done["status"], "FAILED");
-    assert_eq!(done["attempts"], 1);
-    assert_eq!(done["error"]["type"], "diagnostic_failure");
-    assert!(done["error"]["message"].is_string());
-
-    assert_settled(&env, &api, &job_id).await;
-    assert_eq!(api.job(&job_id).await["attempts"], 1, "never retried");
-}
-
 async fn a_job_waiting_for_its_retry_is_queued_with_next_attempt_at(backend: Backend) {
     let env = TestEnv::new(backend).await;
     // A first backoff of 1 to 2 s (2 s with equal jitter): long enough to see.
@@ -1055,7 +1034,6 @@ crate::on_both_backends!(
     cancelling_a_finished_job_is_a_conflict,
     a_job_failing_twice_succeeds_on_its_third_attempt,
     a_job_that_keeps_failing_fails_after_five_attempts_with_its_last_error,
-    a_permanent_failure_is_not_retried,
     a_job_waiting_for_its_retry_is_queued_with_next_attempt_at,
     a_job_whose_worker_is_killed_is_finished_by_another_worker,
     a_stale_attempt_cannot_overwrite_the_current_one,
