@@ -33,8 +33,7 @@ pub(crate) async fn backlog(service: &mut Service, args: &Args) -> Result<Value>
     start_pools(service, args).await?;
     let target = service.target();
     let meter = CpuMeter::start(&target, &pool).await?;
-    let drained =
-        until_none_waiting(&target, &pool, &first_id, args.backlog_jobs, started).await?;
+    let drained = until_none_waiting(&target, &pool, &first_id, args.backlog_jobs, started).await?;
     let cpu = meter.per_job(&target, &pool, args.backlog_jobs).await?;
     pool.close().await;
     let drain_per_s = args.backlog_jobs as f64 / drained.as_secs_f64();
@@ -85,11 +84,7 @@ async fn start_pools(service: &mut Service, args: &Args) -> Result<()> {
     match service.shape {
         Shape::Production => {
             service.workers = (0..args.workers)
-                .map(|_| {
-                    service
-                        .env
-                        .start_worker(&[("METRICS_ADDR", "127.0.0.1:0")])
-                })
+                .map(|_| service.env.start_worker(&[("METRICS_ADDR", "127.0.0.1:0")]))
                 .collect();
         }
         Shape::Embedded => restart_api(service, "true").await?,

@@ -25,7 +25,8 @@ $$;
 -- wrapping around, each tenant's first by rank, as evenly as `most`
 -- allows. Without caps the walk and the claim are one statement. With
 -- caps the walk hands the jobs it chose to `claim_jobs`, which claims or
--- parks each in rank order.
+-- parks each in rank order. Either way the claimed jobs come back in the
+-- order the walk took them, as on SQLite.
 CREATE OR REPLACE FUNCTION claim_due_jobs(
     most BIGINT, after_tenant TEXT, now_at timestamptz, rank_before timestamptz,
     lease_until timestamptz, worker TEXT, tenant_cap BIGINT, capped_kinds TEXT[],
@@ -131,7 +132,8 @@ BEGIN
         RETURN QUERY
         SELECT c.job_id, c.tenant_id, c.kind, c.params, c.attempts, c.handbacks, c.max_attempts,
                c.created_at, c.traceparent
-        FROM claim_jobs(for_caps, now_at, lease_until, worker, tenant_cap, capped_kinds, kind_caps) c;
+        FROM claim_jobs(for_caps, now_at, lease_until, worker, tenant_cap, capped_kinds, kind_caps) c
+        ORDER BY array_position(for_caps, c.job_id);
     END IF;
 END
 $$;
