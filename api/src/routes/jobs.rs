@@ -20,7 +20,7 @@ use super::paging::{cut, is_id, limit_and_cursor};
 use crate::{
     auth::Tenant,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
+    idempotency::{Answer, IdempotencyKey, RequestBody, execute},
     state::AppState,
 };
 
@@ -443,27 +443,30 @@ pub async fn cancel_job(
         return Err(not_found(job_id));
     }
     // A cancel has no body: its fingerprint is its method and path.
-    let response = execute(state, tenant_id, key, request, &[], async |tx| match state
-        .store
-        .cancel_job(tx, tenant_id, job_id)
-        .await?
-    {
-        CancelOutcome::Done(job) => {
-            let mut headers = Vec::new();
-            if !job.status.is_final() {
-                headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
+    let response = execute(
+        state,
+        tenant_id,
+        key,
+        request,
+        RequestBody::Sent(&[]),
+        async |tx| match state.store.cancel_job(tx, tenant_id, job_id).await? {
+            CancelOutcome::Done(job) => {
+                let mut headers = Vec::new();
+                if !job.status.is_final() {
+                    headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
+                }
+                Answer::json(StatusCode::OK, &job.to_object(), headers)
             }
-            Answer::json(StatusCode::OK, &job.to_object(), headers)
-        }
-        CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
-            detail: format!(
-                "job {job_id} already {}; it cannot be cancelled",
-                job.status.as_str()
-            ),
-            ids: None,
-        }),
-        CancelOutcome::NotFound => Err(not_found(job_id)),
-    })
+            CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
+                detail: format!(
+                    "job {job_id} already {}; it cannot be cancelled",
+                    job.status.as_str()
+                ),
+                ids: None,
+            }),
+            CancelOutcome::NotFound => Err(not_found(job_id)),
+        },
+    )
     .await?;
     // Wakes this process's long polls; other processes hear the NOTIFY.
     state.signals.job_finished(job_id);
@@ -522,35 +525,42 @@ pub async fn retry_job(
     let max_attempts = |kind: &str| state.registry.get(kind).map(|kind| kind.max_attempts());
     // The new job's attempts join this request's trace.
     let traceparent = telemetry::trace::traceparent(&tracing::Span::current());
-    let response = execute(state, tenant_id, key, request, &[], async |tx| match state
-        .store
-        .retry_job(
-            tx,
-            tenant_id,
-            job_id,
-            &retry_id,
-            max_attempts,
-            traceparent.as_deref(),
-        )
-        .await?
-    {
-        RetryOutcome::Created(job) => accepted(&job),
-        RetryOutcome::NotRetryable(job) => Err(ApiError::Conflict {
-            detail: format!(
-                "job {job_id} is {}; only a FAILED or CANCELLED job can be retried",
-                job.status.as_str()
-            ),
-            ids: None,
-        }),
-        RetryOutcome::UnknownKind(job) => Err(ApiError::Conflict {
-            detail: format!(
-                "job {job_id} is of kind {:?}, which this service does not run now",
-                job.kind
-            ),
-            ids: None,
-        }),
-        RetryOutcome::NotFound => Err(not_found(job_id)),
-    })
+    let response = execute(
+        state,
+        tenant_id,
+        key,
+        request,
+        RequestBody::Sent(&[]),
+        async |tx| match state
+            .store
+            .retry_job(
+                tx,
+                tenant_id,
+                job_id,
+                &retry_id,
+                max_attempts,
+                traceparent.as_deref(),
+            )
+            .await?
+        {
+            RetryOutcome::Created(job) => accepted(&job),
+            RetryOutcome::NotRetryable(job) => Err(ApiError::Conflict {
+                detail: format!(
+                    "job {job_id} is {}; only a FAILED or CANCELLED job can be retried",
+                    job.status.as_str()
+                ),
+                ids: None,
+            }),
+            RetryOutcome::UnknownKind(job) => Err(ApiError::Conflict {
+                detail: format!(
+                    "job {job_id} is of kind {:?}, which this service does not run now",
+                    job.kind
+                ),
+                ids: None,
+            }),
+            RetryOutcome::NotFound => Err(not_found(job_id)),
+        },
+    )
     .await?;
     // The new job's outbox row is due now: the relay publishes it (a
     // replayed retry only costs the relay one pass).

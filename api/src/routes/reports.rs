@@ -18,7 +18,7 @@ use crate::{
     auth::Tenant,
     body::json_media_type,
     error::{ApiError, ApiResult},
-    idempotency::{IdempotencyKey, execute},
+    idempotency::{IdempotencyKey, RequestBody, canonical_json, execute},
     state::AppState,
     submits,
 };
@@ -76,16 +76,17 @@ pub async fn submit(
             errors,
         },
     };
-    // Into the kind's schema first; only a body that fits it, a small
-    // object, is read as JSON to be stored.
-    let raw = RawParams::Request(&body);
-    kind.validate(raw).map_err(refused)?;
-    let params: Value = raw.to_value().map_err(refused)?;
+    // The body is read once, straight into the kind's schema: what the job
+    // keeps, and what the Idempotency-Key's fingerprint reads, is that
+    // typed value written as canonical JSON.
+    let params: Value = kind.accept(RawParams::Request(&body)).map_err(refused)?;
+    let params_text = canonical_json(&params);
     if let Some(reason) = kind.refuse_submit(&state.store, &tenant.0, &params).await? {
         // Through the key's layer all the same: a retry of the submit that
         // made the job (which then closed the month) replays its 202, and
         // a new key stores this 409 like any answer of a request that ran.
-        return execute(&state, &tenant.0, &key, &request, &body, async |_| {
+        let body = RequestBody::Canonical(&params_text);
+        return execute(&state, &tenant.0, &key, &request, body, async |_| {
             Err(ApiError::Conflict {
                 detail: reason,
                 ids: None,
@@ -98,7 +99,7 @@ pub async fn submit(
         job_id: new_job_id(),
         tenant_id: tenant.0.clone(),
         kind: kind_name,
-        params: params.to_string(),
+        params: params_text,
         max_attempts: kind.max_attempts(),
         priority,
     };
@@ -109,7 +110,7 @@ pub async fn submit(
         ..Submission::at_once(new_job, created_at)
     };
     let answer = accepted(&submission.queued())?;
-    submits::submit(&state, &key, &request, &body, submission, answer).await
+    submits::submit(&state, &key, &request, submission, answer).await
 }
 
 /// How far ahead a submit may ask its job to start.
