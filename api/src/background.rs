@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use worker::WorkerPool;
 
-use crate::{auth::ApiKeys, error::BoxError};
+use crate::{api_keys::ApiKeys, error::BoxError};
 
 /// The background tasks of a running api. Each stops when `shutdown` is
 /// cancelled.

@@ -85,9 +85,21 @@ impl FromRequest for IdempotencyKey {
     }
 }
 
+/// A request's body, as its fingerprint reads it.
+#[derive(Debug, Clone, Copy)]
+pub enum RequestBody<'a> {
+    /// As sent: read as JSON only when a key asks for the fingerprint
+    /// (a body that is no JSON counts as its text).
+    Sent(&'a [u8]),
+    /// Decoded by the handler already, and written by
+    /// [`canonical_json`]: a body sent in any key order or spacing
+    /// comes to the same text.
+    Canonical(&'a str),
+}
+
 /// What identifies "the same request": method, path, query, and the body as
 /// canonical JSON (key order and white space do not count).
-pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
+pub fn fingerprint(request: &HttpRequest, body: RequestBody<'_>) -> String {
     let mut hasher = Sha256::new()
         .chain_update(request.method().as_str())
         .chain_update(b"\n")
@@ -100,15 +112,23 @@ pub fn fingerprint(request: &HttpRequest, body: &[u8]) -> String {
         hasher.update(request.query_string());
         hasher.update(b"\n");
     }
-    match serde_json::from_slice::<Value>(body) {
-        Ok(value) => {
-            let mut canonical = Vec::with_capacity(body.len());
-            write_canonical(&value, &mut canonical);
-            hasher.update(&canonical);
-        }
-        Err(_) => hasher.update(String::from_utf8_lossy(body).as_bytes()),
+    match body {
+        RequestBody::Canonical(text) => hasher.update(text),
+        RequestBody::Sent(body) => match serde_json::from_slice::<Value>(body) {
+            Ok(value) => hasher.update(canonical_json(&value)),
+            Err(_) => hasher.update(String::from_utf8_lossy(body).as_bytes()),
+        },
     }
     hex::encode(hasher.finalize())
+}
+
+/// `value` as canonical JSON: object keys sorted at every level, no white
+/// space.
+pub fn canonical_json(value: &Value) -> String {
+    let mut canonical = Vec::new();
+    write_canonical(value, &mut canonical);
+    // JSON written from a `Value` is UTF-8.
+    String::from_utf8(canonical).unwrap_or_default()
 }
 
 /// JSON with object keys sorted at every level and no white space, into
@@ -248,7 +268,7 @@ pub async fn execute<F>(
     tenant_id: &str,
     key: &IdempotencyKey,
     request: &HttpRequest,
-    body: &[u8],
+    body: RequestBody<'_>,
     effect: F,
 ) -> ApiResult<HttpResponse>
 where
@@ -334,12 +354,6 @@ mod tests {
             );
         }
         assert!(parse_key(&[b'k'; 256]).is_err());
-    }
-
-    fn canonical_json(value: &Value) -> String {
-        let mut canonical = Vec::new();
-        write_canonical(value, &mut canonical);
-        String::from_utf8(canonical).expect("JSON is UTF-8")
     }
 
     #[test]

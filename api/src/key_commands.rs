@@ -3,7 +3,7 @@
 //! `API_KEYS`. Only `create` and the first start ever show a key, once;
 //! nothing shows a key's hash.
 
-use crate::{auth::KEY_REFRESH, error::BoxError};
+use crate::{api_keys::KEY_REFRESH, error::BoxError};
 use chrono::{DateTime, SecondsFormat, Utc};
 use shared::settings::{Settings, check_tenant};
 use store::{ApiKeyRecord, KeySync, Revocation, RevokeOutcome, Store};

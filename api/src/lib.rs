@@ -2,6 +2,7 @@
 //! [`Application::build`] binds and [`Application::run_until_stopped`]
 //! serves; tests spawn the binary and talk HTTP to it.
 
+pub mod api_keys;
 pub mod auth;
 pub mod background;
 pub mod body;

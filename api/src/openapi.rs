@@ -3,11 +3,11 @@
 //! it is served, and another that standard tools accept it (a validator,
 //! and a client generator whose client then talks to the service).
 
-use reports::{AnyReportKind, Registry};
+use reports::Registry;
 use utoipa::{
-    Modify, OpenApi, PartialSchema, ToSchema,
+    Modify, OpenApi,
     openapi::{
-        ContentBuilder, HeaderBuilder, OneOfBuilder, Ref, RefOr, ResponseBuilder,
+        ContentBuilder, HeaderBuilder, Ref, RefOr, ResponseBuilder,
         path::{Operation, ParameterBuilder, ParameterIn},
         schema::{ObjectBuilder, Schema, Type},
         security::{Http, HttpAuthScheme, SecurityScheme},
@@ -61,7 +61,7 @@ use crate::{error::PROBLEM_JSON, routes};
         shared::model::CompensationObject,
         shared::ledger::FieldError,
         shared::ledger::LedgerEntryInput,
-        ReportParams,
+        routes::reports::ReportParams,
         routes::jobs::JobPage,
         routes::schedules::CreateSchedule,
         routes::schedules::ChangeSchedule,
@@ -82,58 +82,6 @@ use crate::{error::PROBLEM_JSON, routes};
     modifiers(&BearerAuth, &ReportKinds, &ContractRules),
 )]
 pub struct ApiDoc;
-
-/// The body of `POST /v1/reports/{kind}`: one of the parameter schemas of
-/// the registry's kinds (diagnostic ones included), each a closed schema,
-/// so exactly one fits a valid body. Each kind's schema comes from the kind
-/// itself ([`AnyReportKind::params_schema`]): a kind added to the registry
-/// reaches the document with nothing written here.
-pub struct ReportParams;
-
-impl PartialSchema for ReportParams {
-    fn schema() -> RefOr<Schema> {
-        let bodies = bodies(&Registry::all());
-        let described = bodies.iter().map(|(name, takers)| {
-            let names: Vec<&str> = takers.iter().map(|kind| kind.name()).collect();
-            let diagnostic = if takers.iter().all(|kind| kind.diagnostic()) {
-                "; diagnostic"
-            } else {
-                ""
-            };
-            format!("{} ({name}{diagnostic})", names.join(" and "))
-        });
-        let mut one_of = OneOfBuilder::new().description(Some(format!(
-            "the parameters of the kind named in the path: {}",
-            or_list(described)
-        )));
-        for (name, _) in &bodies {
-            one_of = one_of.item(Ref::from_schema_name(name));
-        }
-        one_of.into()
-    }
-}
-
-impl ToSchema for ReportParams {
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        for kind in Registry::all().kinds() {
-            schemas.extend(kind.params_schema().schemas);
-        }
-    }
-}
-
-/// The kinds' parameter schemas by name, each once, with the kinds that
-/// take it, in the kinds' order.
-fn bodies(registry: &Registry) -> Vec<(String, Vec<&'static dyn AnyReportKind>)> {
-    let mut bodies: Vec<(String, Vec<&'static dyn AnyReportKind>)> = Vec::new();
-    for kind in registry.kinds() {
-        let name = kind.params_schema().name;
-        match bodies.iter_mut().find(|(taken, _)| *taken == name) {
-            Some((_, takers)) => takers.push(kind),
-            None => bodies.push((name, vec![kind])),
-        }
-    }
-    bodies
-}
 
 /// The words of `POST /v1/reports/{kind}` that depend on the kinds, from
 /// the registry: the kinds in the path, what each does, and when a kind
@@ -199,17 +147,6 @@ impl Modify for ReportKinds {
             "409".to_owned(),
             ResponseBuilder::new().description(conflict).into(),
         );
-    }
-}
-
-/// `a, b, or c`; `a or b`; `a`.
-fn or_list(items: impl Iterator<Item = String>) -> String {
-    let items: Vec<String> = items.collect();
-    match items.as_slice() {
-        [] => String::new(),
-        [one] => one.clone(),
-        [first, second] => format!("{first} or {second}"),
-        [rest @ .., last] => format!("{}, or {last}", rest.join(", ")),
     }
 }
 

@@ -9,15 +9,18 @@ use shared::{notify::Signals, settings::Settings};
 use store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+use utoipa::OpenApi;
 use worker::cancel_on_signal;
 
 use crate::{
-    auth::ApiKeys,
+    api_keys::ApiKeys,
     background::BackgroundTasks,
     error::{BoxError, problem_fallback},
     key_commands::ensure_api_keys,
     limits::Limits,
-    metrics, routes,
+    metrics,
+    openapi::ApiDoc,
+    routes,
     state::AppState,
     submits, traces,
 };
@@ -73,6 +76,7 @@ impl Application {
             idempotency_ttl: settings.idempotency_ttl,
             caps: settings.caps(),
             webhook_allow_private: settings.webhook_allow_private,
+            openapi: serde_json::to_vec(&ApiDoc::openapi())?.into(),
             shutdown: shutdown.clone(),
         });
         let server = HttpServer::new(move || {

@@ -3,7 +3,7 @@ use reports::Registry;
 use shared::notify::Signals;
 use store::{Store, Submission, Submitted, batch::Batcher};
 
-use crate::{auth::ApiKeys, limits::Limits};
+use crate::{api_keys::ApiKeys, limits::Limits};
 
 /// What every handler can reach.
 pub struct AppState {
@@ -24,6 +24,9 @@ pub struct AppState {
     pub webhook_allow_private: bool,
     /// The concurrency caps, which a parked job's `waiting` names.
     pub caps: shared::settings::Caps,
+    /// The OpenAPI document (`crate::openapi::ApiDoc`) as `/openapi.json`
+    /// serves it, written once at start.
+    pub openapi: actix_web::web::Bytes,
     /// Cancelled at SIGTERM/SIGINT: long polls answer at once.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

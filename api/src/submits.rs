@@ -8,7 +8,7 @@ use store::{Publishing, QueuedJob, Store, Submission, SubmissionKey, Submitted, 
 
 use crate::{
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, NextStep, fingerprint},
+    idempotency::{Answer, IdempotencyKey, NextStep, RequestBody, fingerprint},
     state::AppState,
 };
 
@@ -18,19 +18,20 @@ const SUBMIT_BATCH: usize = 64;
 /// Submits a job, with the guarantees of `idempotency::execute`, through
 /// the group commit of submits (`AppState::submits`): one transaction for
 /// all the submits waiting at that moment. `answer` is the 202 the job
-/// gets, stored against the key with it.
+/// gets, stored against the key with it. The key's fingerprint reads the
+/// job's parameters, the request's body as decoded and written as
+/// canonical JSON (`crate::idempotency::canonical_json`).
 pub async fn submit(
     state: &AppState,
     key: &IdempotencyKey,
     request: &HttpRequest,
-    body: &[u8],
     mut submission: Submission,
     answer: Answer,
 ) -> ApiResult<HttpResponse> {
     submission.key = key.0.as_ref().map(|key| SubmissionKey {
         tenant_id: submission.job.tenant_id.clone(),
         key: key.clone(),
-        fingerprint: fingerprint(request, body),
+        fingerprint: fingerprint(request, RequestBody::Canonical(&submission.job.params)),
         expires_at: submission
             .created_at
             .saturating_add(shared::time::duration_ms(state.idempotency_ttl)),

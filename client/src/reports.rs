@@ -8,9 +8,14 @@ use serde_json::Value;
 
 use crate::Priority;
 
+pub use shared::report_params::{
+    GstSummaryParams as GstSummary, LedgerExportParams as LedgerExport, SleepParams as Sleep,
+};
+
 /// The parameters of one report kind: what `POST /v1/reports/{kind}`
-/// takes as its body. Implemented by the built-in kinds' parameters;
-/// any other kind is submitted with [`Submit::json`].
+/// takes as its body. Implemented by the built-in kinds' parameters, the
+/// very types the service decodes (`shared::report_params`); any other
+/// kind is submitted with [`Submit::json`].
 pub trait Report: Serialize {
     /// The kind's name in the URL, such as `gst-summary`.
     const KIND: &'static str;
@@ -18,38 +23,23 @@ pub trait Report: Serialize {
 
 /// `gst-summary`: a month's GST, outward and inward, per rate and in
 /// total, and the net payable.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GstSummary {
-    /// `YYYY-MM` exactly.
-    pub month: String,
-}
-
 impl Report for GstSummary {
     const KIND: &'static str = "gst-summary";
 }
 
 /// `ledger-export`: every ledger entry from `from` to `to` (both
 /// inclusive, `YYYY-MM-DD`), with its taxes; JSON or CSV.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LedgerExport {
-    /// The first day, `YYYY-MM-DD`.
-    pub from: String,
-    /// The last day, `YYYY-MM-DD`, not before `from`.
-    pub to: String,
-}
-
 impl Report for LedgerExport {
     const KIND: &'static str = "ledger-export";
 }
 
 /// `period-close`: locks a month, computes its summary, files it with the
 /// tenant's filing endpoint and records the month closed (a saga: steps
-/// done are undone if a later one fails).
+/// done are undone if a later one fails). Its parameters are those of
+/// `gst-summary`: the month to close.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PeriodClose {
-    /// `YYYY-MM` exactly.
-    pub month: String,
-}
+#[serde(transparent)]
+pub struct PeriodClose(pub GstSummary);
 
 impl Report for PeriodClose {
     const KIND: &'static str = "period-close";
@@ -58,16 +48,6 @@ impl Report for PeriodClose {
 /// `sleep`, a diagnostic kind (served only with
 /// `ENABLE_DIAGNOSTIC_KINDS=true`): sleeps `ms`, then fails its first
 /// `fail_times` attempts, retryably or, with `permanent`, for good.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Sleep {
-    /// Milliseconds to sleep, 0 to 600,000.
-    pub ms: u64,
-    /// How many of the first attempts fail.
-    pub fail_times: u64,
-    /// Whether those failures are permanent (no retry).
-    pub permanent: bool,
-}
-
 impl Report for Sleep {
     const KIND: &'static str = "sleep";
 }

@@ -163,9 +163,9 @@ async fn every_intent_takes_effect_once_through_a_lossy_proxy(backend: Backend) 
     let failed: Vec<Job> = stream::iter(0..3u64)
         .then(|i| {
             direct.submit(Sleep {
-                ms: 10_000 + i,
-                fail_times: 1,
-                permanent: true,
+                ms: Some((10_000 + i).into()),
+                fail_times: Some(1u8.into()),
+                permanent: Some(true),
             })
         })
         .try_collect()
@@ -187,7 +187,7 @@ async fn every_intent_takes_effect_once_through_a_lossy_proxy(backend: Backend) 
             async move {
                 let job = lossy
                     .submit(Sleep {
-                        ms,
+                        ms: Some(ms.into()),
                         ..Sleep::default()
                     })
                     .await?;

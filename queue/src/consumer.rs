@@ -22,57 +22,11 @@ use crate::{Message, Result, redis::RedisFetcher};
 
 /// How long a consumer waits after a failed fetch before it tries again.
 const FETCH_FAILED_PAUSE: Duration = Duration::from_millis(500);
-/// How long a consumer's heartbeat lives: what it holds goes back to the
-/// queue this long after its process stops refreshing it. Long enough for
-/// a stalled round trip or two, short against `REPUBLISH_AFTER`.
-pub const ALIVE: Duration = Duration::from_secs(5);
 /// How often a consumer refreshes its heartbeat.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
-/// Where a consumer's messages come from.
-pub(crate) enum Source {
-    Redis(RedisFetcher),
-}
-
-impl Source {
-    /// The queue's name in logs.
-    fn name(&self) -> &'static str {
-        match self {
-            Source::Redis(_) => "Redis",
-        }
-    }
-
-    /// One fetch of up to `slots` messages, carrying `acks`.
-    async fn fetch(&self, slots: usize, acks: &[String]) -> Result<Vec<Vec<u8>>> {
-        match self {
-            Source::Redis(fetcher) => fetcher.fetch(slots, acks).await,
-        }
-    }
-
-    /// Waits for a push, or a while.
-    async fn wait_for_push(&self) {
-        match self {
-            Source::Redis(fetcher) => fetcher.wait_for_push().await,
-        }
-    }
-
-    /// Drops a message that cannot be read back as it was written.
-    async fn drop_unreadable(&self, raw: &[u8]) -> Result<()> {
-        match self {
-            Source::Redis(fetcher) => fetcher.drop_unreadable(raw).await,
-        }
-    }
-
-    /// Acknowledges `acks` and hands back everything else held.
-    async fn release(&self, acks: &[String]) -> Result<u64> {
-        match self {
-            Source::Redis(fetcher) => fetcher.release(acks).await,
-        }
-    }
-}
-
 struct ConsumerInner {
-    source: Source,
+    fetcher: RedisFetcher,
     /// Slots not holding a message: a fetch takes at most this many.
     free: Arc<Semaphore>,
     /// Messages whose handlers returned, acknowledged with the next fetch
@@ -92,24 +46,21 @@ impl Drop for ConsumerInner {
 pub struct Consumer(Arc<ConsumerInner>);
 
 impl Consumer {
-    /// A consumer of `slots` slots fetching from `source`, whose heartbeat
-    /// `refresh` keeps alive for [`ALIVE`] every [`HEARTBEAT`] until the
-    /// consumer is released or dropped.
-    pub(crate) fn new<R, F>(source: Source, slots: usize, refresh: R) -> Self
-    where
-        R: Fn() -> F + Send + 'static,
-        F: Future<Output = Result<()>> + Send,
-    {
+    /// A consumer of `slots` slots fetching with `fetcher`, whose
+    /// heartbeat keeps it alive for [`crate::ALIVE`], refreshed every
+    /// [`HEARTBEAT`] until the consumer is released or dropped.
+    pub(crate) fn new(fetcher: RedisFetcher, slots: usize) -> Self {
+        let beat = fetcher.heartbeat();
         let heartbeat = tokio::spawn(async move {
             loop {
-                if let Err(error) = refresh().await {
+                if let Err(error) = beat.beat().await {
                     warn!(%error, "refreshing the queue consumer's heartbeat failed");
                 }
                 tokio::time::sleep(HEARTBEAT).await;
             }
         });
         Consumer(Arc::new(ConsumerInner {
-            source,
+            fetcher,
             free: Arc::new(Semaphore::new(slots)),
             acks: Mutex::new(Vec::new()),
             heartbeat,
@@ -155,10 +106,9 @@ impl Consumer {
                     }
                     return messages;
                 }
-                Ok(_) => self.0.source.wait_for_push().await,
+                Ok(_) => self.0.fetcher.wait_for_push().await,
                 Err(error) => {
-                    let queue = self.0.source.name();
-                    warn!(%error, "fetching from the {queue} queue failed; trying again");
+                    warn!(%error, "fetching from the Redis queue failed; trying again");
                     tokio::time::sleep(FETCH_FAILED_PAUSE).await;
                 }
             }
@@ -169,7 +119,7 @@ impl Consumer {
     /// waiting since the last; they wait for the next one if it fails.
     async fn fetch_and_acknowledge(&self, slots: usize) -> Result<Vec<Vec<u8>>> {
         let acks = std::mem::take(&mut *self.lock_acks());
-        let fetched = self.0.source.fetch(slots, &acks).await;
+        let fetched = self.0.fetcher.fetch(slots, &acks).await;
         if fetched.is_err() {
             self.lock_acks().extend(acks);
         }
@@ -193,7 +143,7 @@ impl Consumer {
         {
             return value;
         }
-        if let Err(error) = self.0.source.drop_unreadable(&raw).await {
+        if let Err(error) = self.0.fetcher.drop_unreadable(&raw).await {
             warn!(%error, "could not drop an unreadable queue message");
         }
         Message::String(String::from_utf8_lossy(&raw).into_owned())
@@ -216,7 +166,7 @@ impl Consumer {
         self.0.heartbeat.abort();
         // Finished messages must not go back with the unfinished ones.
         let acks = std::mem::take(&mut *self.lock_acks());
-        let released = self.0.source.release(&acks).await;
+        let released = self.0.fetcher.release(&acks).await;
         if released.is_err() {
             self.lock_acks().extend(acks);
         }

@@ -19,11 +19,11 @@ use shared::settings::Settings;
 use store::{QueuedJob, Store};
 use tracing::warn;
 
-pub use consumer::{ALIVE, Consumer, Delivery};
+pub use consumer::{Consumer, Delivery};
 pub use error::{Error, Result};
 pub use job_rows::{JobRowQueue, WorkWaiter};
 pub use primary::{Primary, SENTINEL_SCHEME};
-pub use redis::RedisQueue;
+pub use redis::{ALIVE, RedisQueue};
 pub use relay::run_relay;
 
 /// The payload type: decoded as any JSON value, so a malformed message
@@ -149,7 +149,7 @@ impl Queue {
     /// apalis through one (Redis); `None` for the others.
     pub fn consumer(&self, name: String, slots: usize) -> Option<Consumer> {
         match self {
-            Queue::Redis(queue) => Some(queue.consumer(name, slots)),
+            Queue::Redis(queue) => Some(Consumer::new(queue.fetcher(name), slots)),
             _ => None,
         }
     }

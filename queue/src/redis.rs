@@ -38,11 +38,7 @@ use redis::{
 use store::QueuedJob;
 use tracing::warn;
 
-use crate::{
-    Result,
-    consumer::{ALIVE, Consumer, Source},
-    primary::Primary,
-};
+use crate::{Result, primary::Primary};
 
 static PUSH: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/push.lua")));
@@ -51,6 +47,10 @@ static FETCH: std::sync::LazyLock<redis::Script> =
 static REAP: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/reap.lua")));
 
+/// How long a consumer's heartbeat lives: what it holds goes back to the
+/// queue this long after its process stops refreshing it. Long enough for
+/// a stalled round trip or two, short against `REPUBLISH_AFTER`.
+pub const ALIVE: Duration = Duration::from_secs(5);
 /// How long an idle consumer blocks for a wake-up before it looks again
 /// on its own (a wake-up lost with a reconnect costs no more than this).
 const BLOCK: Duration = Duration::from_secs(1);
@@ -127,36 +127,19 @@ impl RedisQueue {
             .await?)
     }
 
-    /// A consumer with `slots` slots, under a name no other consumer uses.
-    /// Its heartbeat runs until it is released or dropped.
-    pub fn consumer(&self, name: String, slots: usize) -> Consumer {
-        let refresh = {
-            let (conn, key) = (self.conn.clone(), self.key(&format!("alive:{name}")));
-            move || {
-                let (mut conn, key) = (conn.clone(), key.clone());
-                async move {
-                    redis::cmd("SET")
-                        .arg(&key)
-                        .arg(1)
-                        .arg("PX")
-                        .arg(ALIVE.as_millis() as u64)
-                        .query_async::<()>(&mut conn)
-                        .await?;
-                    Ok(())
-                }
-            }
-        };
-        let fetcher = RedisFetcher {
+    /// The fetches of a consumer named `name`, a name no other consumer
+    /// uses.
+    pub(crate) fn fetcher(&self, name: String) -> RedisFetcher {
+        RedisFetcher {
             queue: self.clone(),
             name,
             fetch_number: AtomicU64::new(1),
             blocking: AsyncMutex::new(None),
-        };
-        Consumer::new(Source::Redis(fetcher), slots, refresh)
+        }
     }
 }
 
-/// A [`Consumer`]'s fetches from Redis (`lua/fetch.lua`).
+/// A consumer's fetches from Redis (`lua/fetch.lua`).
 pub(crate) struct RedisFetcher {
     queue: RedisQueue,
     name: String,
@@ -169,6 +152,15 @@ pub(crate) struct RedisFetcher {
 }
 
 impl RedisFetcher {
+    /// The consumer's heartbeat, which its messages are returned to the
+    /// queue [`ALIVE`] after the last beat of (`lua/reap.lua`).
+    pub(crate) fn heartbeat(&self) -> Heartbeat {
+        Heartbeat {
+            conn: self.queue.conn.clone(),
+            key: self.queue.key(&format!("alive:{}", self.name)),
+        }
+    }
+
     /// One fetch of up to `slots` messages, carrying acknowledgements; the
     /// next one after a failure asks again under the same number.
     pub(crate) async fn fetch(&self, slots: usize, acks: &[String]) -> Result<Vec<Vec<u8>>> {
@@ -256,5 +248,24 @@ impl RedisFetcher {
             .arg(&self.name)
             .invoke_async(&mut self.queue.conn.clone())
             .await?)
+    }
+}
+
+/// A consumer's `:alive:{consumer}` key, set again by each beat.
+pub(crate) struct Heartbeat {
+    conn: Primary,
+    key: String,
+}
+
+impl Heartbeat {
+    pub(crate) async fn beat(&self) -> Result<()> {
+        redis::cmd("SET")
+            .arg(&self.key)
+            .arg(1)
+            .arg("PX")
+            .arg(ALIVE.as_millis() as u64)
+            .query_async::<()>(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 }

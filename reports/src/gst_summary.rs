@@ -3,27 +3,17 @@
 //! (`Store::gst_rows`), assembled here.
 
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use serde_json::{Value, json};
-use utoipa::ToSchema;
 
-use super::{JobContext, ParamsError, RawParams, ReportKind, RunResult, decode_params};
+use super::{JobContext, ParamsError, ReportKind, RunResult};
 use shared::{
     calendar::Month,
     ledger::{Direction, FieldError, format_paise, format_rate},
+    report_params::GstSummaryParams,
 };
 use store::GstRow;
 
 pub struct GstSummary;
-
-/// The parameters of `gst-summary`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GstSummaryParams {
-    /// The month, `YYYY-MM` exactly.
-    #[schema(example = "2026-10")]
-    pub month: String,
-}
 
 impl ReportKind for GstSummary {
     type Body = GstSummaryParams;
@@ -37,8 +27,7 @@ impl ReportKind for GstSummary {
         "A month's GST: outward (sales) and inward (purchases), per rate and in total, and the net payable."
     }
 
-    fn parse(&self, params: RawParams<'_>) -> Result<Month, ParamsError> {
-        let params: Self::Body = decode_params(params)?;
+    fn check(&self, params: &GstSummaryParams) -> Result<Month, ParamsError> {
         Month::parse(&params.month).ok_or_else(|| {
             ParamsError::Invalid(vec![FieldError::new(
                 "month",

@@ -6,15 +6,14 @@ use std::borrow::Cow;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::{
-    ChunkRenderer, ChunkWriter, JobContext, ParamsError, RawParams, ReportKind, ResultFormat,
-    RunResult, decode_params,
+    ChunkRenderer, ChunkWriter, JobContext, ParamsError, ReportKind, ResultFormat, RunResult,
 };
 use shared::{
     calendar::Date,
     ledger::{FieldError, LedgerEntry, format_paise, format_rate},
+    report_params::LedgerExportParams,
 };
 
 pub struct LedgerExport;
@@ -35,18 +34,6 @@ pub const COLUMNS: [&str; 11] = [
     "cgst",
     "sgst",
 ];
-
-/// The parameters of `ledger-export`: a range of dates, both inclusive.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LedgerExportParams {
-    /// The first day, `YYYY-MM-DD` exactly.
-    #[schema(example = "2026-10-01")]
-    pub from: String,
-    /// The last day, `YYYY-MM-DD` exactly, not before `from`.
-    #[schema(example = "2026-10-31")]
-    pub to: String,
-}
 
 /// The parameters of `ledger-export` once checked: both days in their
 /// canonical text, which is what the store compares.
@@ -71,8 +58,7 @@ impl ReportKind for LedgerExport {
         std::time::Duration::from_secs(15 * 60)
     }
 
-    fn parse(&self, params: RawParams<'_>) -> Result<DateRange, ParamsError> {
-        let params: Self::Body = decode_params(params)?;
+    fn check(&self, params: &LedgerExportParams) -> Result<DateRange, ParamsError> {
         let mut errors = Vec::new();
         let mut day = |field: &str, text: &str| {
             let date = Date::parse(text);

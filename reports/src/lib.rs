@@ -1,7 +1,8 @@
 //! Report kinds. A kind is a file here plus one line in [`KINDS`]: its
-//! name and what it does, its parameters (a closed schema, which the
-//! OpenAPI document shows, then validation, decoded once into a typed
-//! value), its attempt limit and timeout, and how it runs.
+//! name and what it does, its parameters (a closed schema in
+//! `shared::report_params`, which the OpenAPI document shows and the
+//! client sends, decoded once into that typed value, then checked), its
+//! attempt limit and timeout, and how it runs.
 
 mod chunks;
 mod context;
@@ -17,7 +18,7 @@ use std::marker::PhantomData;
 
 use futures::future::BoxFuture;
 use serde::{
-    Deserialize, Deserializer,
+    Deserialize, Deserializer, Serialize,
     de::{DeserializeOwned, MapAccess, Visitor, value::MapAccessDeserializer},
 };
 use serde_json::{Number, Value};
@@ -28,7 +29,7 @@ use utoipa::{
 
 pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
 pub use context::{JobContext, ProgressSink, RunSettings};
-use gst_summary::{GstSummary, GstSummaryParams};
+use gst_summary::GstSummary;
 use ledger_export::LedgerExport;
 use period_close::PeriodClose;
 use sleep::Sleep;
@@ -134,16 +135,18 @@ impl From<Value> for ReportOutput {
 
 pub type RunResult = Result<ReportOutput, JobFailure>;
 
-/// A report kind, as its file writes it: its parameters are decoded and
-/// checked in one place, [`ReportKind::parse`], into [`ReportKind::Params`],
-/// and everything else works from that typed value. The registry serves
-/// each kind as an [`AnyReportKind`], whose parameters are still JSON.
+/// A report kind, as its file writes it: its parameters are decoded once
+/// into [`ReportKind::Body`] ([`decode_params`]), checked in one place,
+/// [`ReportKind::check`], into [`ReportKind::Params`], and everything else
+/// works from those typed values. The registry serves each kind as an
+/// [`AnyReportKind`], whose parameters are JSON.
 pub trait ReportKind: Send + Sync + 'static {
     /// The parameters as a client sends them: a closed schema
-    /// (`#[serde(deny_unknown_fields)]`) that [`ReportKind::parse`] decodes
-    /// with [`decode_params`], and that the OpenAPI document shows under
-    /// the type's name, with its doc comments.
-    type Body: DeserializeOwned + ToSchema;
+    /// (`#[serde(deny_unknown_fields)]`) in `shared::report_params`, which
+    /// the Rust client sends too, and which the OpenAPI document shows
+    /// under the type's name, with its doc comments. Serialized, it is
+    /// what the job keeps.
+    type Body: DeserializeOwned + Serialize + ToSchema;
 
     /// The parameters once decoded and checked.
     type Params: Send + Sync;
@@ -171,10 +174,9 @@ pub trait ReportKind: Send + Sync + 'static {
         Duration::from_secs(300)
     }
 
-    /// Decodes and checks parameters: at submit (from the request's body),
-    /// where a refusal stores nothing, and again wherever stored
-    /// parameters are used.
-    fn parse(&self, params: RawParams<'_>) -> Result<Self::Params, ParamsError>;
+    /// Checks the decoded parameters' values: at submit, where a refusal
+    /// stores nothing, and again wherever stored parameters are used.
+    fn check(&self, body: &Self::Body) -> Result<Self::Params, ParamsError>;
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Self::Params) -> BoxFuture<'a, RunResult>;
 
@@ -234,8 +236,10 @@ pub trait AnyReportKind: Send + Sync + 'static {
 
     fn timeout(&self) -> Duration;
 
-    /// Checks parameters before anything is stored.
-    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError>;
+    /// Decodes parameters into [`ReportKind::Body`], once, and checks
+    /// them, before anything is stored: that body as JSON, which is what
+    /// the job keeps.
+    fn accept(&self, params: RawParams<'_>) -> Result<Value, ParamsError>;
 
     /// Runs on stored parameters; ones that no longer parse (the kind
     /// changed under its job) fail the job permanently.
@@ -294,13 +298,14 @@ impl<K: ReportKind> AnyReportKind for K {
         ReportKind::timeout(self)
     }
 
-    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError> {
-        self.parse(params).map(drop)
+    fn accept(&self, params: RawParams<'_>) -> Result<Value, ParamsError> {
+        let (body, _) = decode_and_check(self, params)?;
+        serde_json::to_value(&body).map_err(|e| ParamsError::Malformed(e.to_string()))
     }
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {
-        match self.parse(RawParams::Stored(&params)) {
-            Ok(params) => ReportKind::run(self, ctx, params),
+        match decode_and_check(self, RawParams::Stored(&params)) {
+            Ok((_, params)) => ReportKind::run(self, ctx, params),
             Err(error) => Box::pin(std::future::ready(Err(error.into()))),
         }
     }
@@ -323,8 +328,19 @@ impl<K: ReportKind> AnyReportKind for K {
         params: &Value,
         format: ResultFormat,
     ) -> Option<Box<dyn ChunkRenderer>> {
-        ReportKind::chunk_renderer(self, &self.parse(RawParams::Stored(params)).ok()?, format)
+        let (_, params) = decode_and_check(self, RawParams::Stored(params)).ok()?;
+        ReportKind::chunk_renderer(self, &params, format)
     }
+}
+
+/// Parameters decoded into the kind's body, and checked.
+fn decode_and_check<K: ReportKind>(
+    kind: &K,
+    params: RawParams<'_>,
+) -> Result<(K::Body, K::Params), ParamsError> {
+    let body: K::Body = decode_params(params)?;
+    let checked = kind.check(&body)?;
+    Ok((body, checked))
 }
 
 /// A kind's parameters as the OpenAPI document shows them.
@@ -347,17 +363,6 @@ pub enum RawParams<'a> {
     Stored(&'a Value),
 }
 
-impl RawParams<'_> {
-    /// The parameters as JSON, once [`ReportKind::parse`] accepted them
-    /// (so a request's body is known to be the kind's small object).
-    pub fn to_value(self) -> Result<Value, ParamsError> {
-        match self {
-            RawParams::Request(body) => serde_json::from_slice(body).map_err(malformed),
-            RawParams::Stored(value) => Ok(value.clone()),
-        }
-    }
-}
-
 fn malformed(error: serde_json::Error) -> ParamsError {
     ParamsError::Malformed(if error.is_syntax() || error.is_eof() {
         format!("the body is not valid JSON: {error}")
@@ -370,7 +375,7 @@ fn malformed(error: serde_json::Error) -> ParamsError {
 /// Fields are decoded only as far as their JSON type (a number as a
 /// [`Number`], a date as a string), so that a value of the right type that
 /// makes no sense is left for the kind's checks: a 422 naming the field.
-pub fn decode_params<T: DeserializeOwned>(params: RawParams<'_>) -> Result<T, ParamsError> {
+fn decode_params<T: DeserializeOwned>(params: RawParams<'_>) -> Result<T, ParamsError> {
     match params {
         RawParams::Request(body) => {
             let mut reader = serde_json::Deserializer::from_slice(body);

@@ -9,12 +9,12 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{
-    AnyReportKind, GstSummaryParams, JobFailure, ParamsError, RawParams,
+    JobFailure, ParamsError, ReportKind,
     gst_summary::{month_rows, summary},
 };
 use crate::saga::{Saga, Step, StepContext};
 use outbound::{ANSWER_LIMIT, Answer, SignedPost, signed_post};
-use shared::calendar::Month;
+use shared::{calendar::Month, report_params::GstSummaryParams};
 use store::{LockOutcome, Store};
 
 pub struct PeriodClose;
@@ -37,8 +37,8 @@ impl Saga for PeriodClose {
         "Closes a month and files its GST return with the tenant's filing endpoint: a saga of four steps (lock, summarise, file, record); when one fails for good, or a cancel comes, the steps done are undone, last first."
     }
 
-    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError> {
-        super::GstSummary.validate(params)
+    fn check(&self, params: &GstSummaryParams) -> Result<(), ParamsError> {
+        super::GstSummary.check(params).map(drop)
     }
 
     /// A month already closed, or being closed, is refused (409): closing

@@ -29,12 +29,12 @@ use std::{
 };
 
 use futures::{FutureExt, future::BoxFuture};
-use serde::de::DeserializeOwned;
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use tracing::{Instrument, error, info_span, warn};
 use utoipa::ToSchema;
 
-use crate::{JobContext, JobFailure, ParamsError, RawParams, ReportKind, RunResult};
+use crate::{JobContext, JobFailure, ParamsError, ReportKind, RunResult};
 use shared::{
     model::{CompensationObject, JobErrorObject, StepObject},
     retry::Retry,
@@ -76,7 +76,7 @@ pub trait Step: Send + Sync + 'static {
 /// A kind made of steps. Wrap it in [`SagaKind`] to register it.
 pub trait Saga: Send + Sync + 'static {
     /// The parameters as a client sends them ([`ReportKind::Body`]).
-    type Body: DeserializeOwned + ToSchema;
+    type Body: DeserializeOwned + Serialize + ToSchema;
 
     /// The stable name clients use in `POST /v1/reports/{kind}`.
     fn name(&self) -> &'static str;
@@ -90,9 +90,9 @@ pub trait Saga: Send + Sync + 'static {
         5
     }
 
-    /// Checks parameters before anything is stored: decodes
-    /// [`Saga::Body`], then its values.
-    fn validate(&self, params: RawParams<'_>) -> Result<(), ParamsError>;
+    /// Checks the decoded parameters' values before anything is stored
+    /// ([`ReportKind::check`]).
+    fn check(&self, body: &Self::Body) -> Result<(), ParamsError>;
 
     /// A refusal of a submit that depends on stored state (409 with this
     /// reason); `None` to accept.
@@ -143,10 +143,10 @@ impl<S: Saga> ReportKind for SagaKind<S> {
     }
 
     /// A saga's steps read the parameters as JSON (each takes what it
-    /// needs), so they are checked here and kept as they are.
-    fn parse(&self, params: RawParams<'_>) -> Result<Value, ParamsError> {
-        self.0.validate(params)?;
-        params.to_value()
+    /// needs), so they are checked here and kept as JSON.
+    fn check(&self, body: &S::Body) -> Result<Value, ParamsError> {
+        self.0.check(body)?;
+        serde_json::to_value(body).map_err(|e| ParamsError::Malformed(e.to_string()))
     }
 
     fn run<'a>(&'a self, ctx: &'a JobContext, params: Value) -> BoxFuture<'a, RunResult> {

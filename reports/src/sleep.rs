@@ -6,44 +6,15 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use serde_json::{Number, json};
-use utoipa::ToSchema;
+use shared::report_params::SleepParams;
 
-use super::{
-    JobContext, JobFailure, ParamsError, RawParams, ReportKind, RunResult, decode_params,
-    whole_number,
-};
+use super::{JobContext, JobFailure, ParamsError, ReportKind, RunResult, whole_number};
 
 pub struct Sleep;
 
 /// The longest sleep accepted; attempts time out after [`Sleep::timeout`].
 const MAX_MS: u64 = 600_000;
-
-/// The parameters of `sleep`, a diagnostic kind (served only with
-/// `ENABLE_DIAGNOSTIC_KINDS=true`).
-// Numbers are decoded as JSON numbers and checked after (`Sleep::parse`),
-// so `-1` or `1.5` is a 422 that names its field, not a 400.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SleepParams {
-    /// Milliseconds to sleep, 0 to 600000.
-    #[serde(default = "zero")]
-    #[schema(value_type = u64, default = 0, maximum = 600_000, example = 50)]
-    pub ms: Number,
-    /// How many of the first attempts fail.
-    #[serde(default = "zero")]
-    #[schema(value_type = u64, default = 0)]
-    pub fail_times: Number,
-    /// The failures are permanent (no retry).
-    #[serde(default)]
-    #[schema(default = false)]
-    pub permanent: bool,
-}
-
-fn zero() -> Number {
-    Number::from(0u8)
-}
 
 /// The parameters of `sleep` once checked.
 pub struct SleepPlan {
@@ -72,18 +43,30 @@ impl ReportKind for Sleep {
         Duration::from_secs(60)
     }
 
-    fn parse(&self, params: RawParams<'_>) -> Result<SleepPlan, ParamsError> {
-        let params: Self::Body = decode_params(params)?;
+    // Numbers are decoded as JSON numbers and checked here, so `-1` or
+    // `1.5` is a 422 that names its field, not a 400.
+    fn check(&self, params: &SleepParams) -> Result<SleepPlan, ParamsError> {
+        let zero = Number::from(0u8);
         let mut errors = Vec::new();
-        let ms = whole_number("ms", &params.ms, MAX_MS, &mut errors);
-        let fail_times = whole_number("fail_times", &params.fail_times, u64::MAX, &mut errors);
+        let ms = whole_number(
+            "ms",
+            params.ms.as_ref().unwrap_or(&zero),
+            MAX_MS,
+            &mut errors,
+        );
+        let fail_times = whole_number(
+            "fail_times",
+            params.fail_times.as_ref().unwrap_or(&zero),
+            u64::MAX,
+            &mut errors,
+        );
         if !errors.is_empty() {
             return Err(ParamsError::Invalid(errors));
         }
         Ok(SleepPlan {
             ms,
             fail_times,
-            permanent: params.permanent,
+            permanent: params.permanent.unwrap_or(false),
         })
     }
 

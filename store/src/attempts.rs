@@ -116,13 +116,14 @@ impl Store {
     /// one statement on Postgres, one transaction on SQLite, whose one
     /// writer would otherwise take a turn for each) or each kind apart.
     /// Apart on Postgres under caps (a capped claim is a function of its
-    /// own), and when the queue's fetches are statements of this same
-    /// database (`queue_in_database`): there a slot waits on Postgres three
-    /// times a job, and one stream of writes for both kinds kept slots
-    /// waiting longer than the commits it saved.
-    pub fn claims_commit_with_successes(&self, caps: &Caps, queue_in_database: bool) -> bool {
+    /// own), and where the job rows are the queue
+    /// ([`Store::queue_in_job_rows`]), its fetches statements of this
+    /// same database: there a slot waits on Postgres three times a job,
+    /// and one stream of writes for both kinds kept slots waiting longer
+    /// than the commits it saved.
+    pub fn claims_commit_with_successes(&self, caps: &Caps) -> bool {
         match self.dialect() {
-            crate::Dialect::Postgres => caps.is_none() && !queue_in_database,
+            crate::Dialect::Postgres => caps.is_none() && !self.queue_in_job_rows(),
             crate::Dialect::Sqlite => true,
         }
     }

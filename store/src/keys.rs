@@ -3,7 +3,7 @@
 //!
 //! Every change to which keys are valid bumps `api_key_generation` in the
 //! same transaction, so an api process learns of it by reading one row
-//! (see `api/src/auth.rs`).
+//! (see `api/src/api_keys.rs`).
 
 use std::collections::{HashMap, HashSet};
 

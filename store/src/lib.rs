@@ -52,7 +52,7 @@ use std::{
     str::FromStr,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -148,6 +148,9 @@ pub struct Store {
     priority_aging: Duration,
     /// See [`Store::events_committed`]; shared by the store's clones.
     events_committed: Arc<AtomicU64>,
+    /// Whether the job rows are the queue, as [`Store::record_queue`]
+    /// last recorded it; shared by the store's clones.
+    queue_in_job_rows: Arc<AtomicBool>,
     /// Postgres, not behind a pooler: connections that keep one generic
     /// plan per prepared statement (see [`Store::per_job_pool`]).
     generic_plans: Option<PgPool>,
@@ -428,6 +431,7 @@ impl Store {
             session_url,
             priority_aging: DEFAULT_PRIORITY_AGING,
             events_committed: Arc::default(),
+            queue_in_job_rows: Arc::default(),
             generic_plans,
             transaction_per_call,
             _clock_keeper: None,

@@ -1,7 +1,7 @@
 //! The outbox: one row per job the queue is to carry, written in the
 //! transaction that queues the job and leased by the relay that publishes it.
 
-use std::collections::HashSet;
+use std::{collections::HashSet, sync::atomic::Ordering};
 
 use shared::time::now_ms;
 
@@ -35,6 +35,7 @@ impl Store {
     /// themselves (no outbox row is written from now on, and those left
     /// are deleted: nothing reads them), or Redis (the outbox bridges the
     /// two). Every process records its own at start; a deployment runs one.
+    /// The store's clones remember it ([`Store::queue_in_job_rows`]).
     pub async fn record_queue(&self, in_job_rows: bool) -> Result<()> {
         let mut tx = self.begin_write().await?;
         match in_job_rows {
@@ -48,7 +49,14 @@ impl Store {
             ),
         }
         tx.commit().await?;
+        self.queue_in_job_rows.store(in_job_rows, Ordering::Release);
         Ok(())
+    }
+
+    /// Whether the job rows are the queue, as this store last recorded it
+    /// ([`Store::record_queue`]); `false` before it recorded any.
+    pub fn queue_in_job_rows(&self) -> bool {
+        self.queue_in_job_rows.load(Ordering::Acquire)
     }
 
     /// Leases up to `limit` due outbox rows and hands them to `publish`

@@ -305,11 +305,54 @@ fn wrong_columns(
     failures
 }
 
+/// What of a statement's result columns is held against its row struct.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Columns {
+    /// Names alone: SQLite gives an expression's column no type.
+    Names,
+    NamesAndTypes,
+}
+
+/// Prepares on `conn` each statement the finder found: the failures,
+/// each naming its statement.
+async fn prepare_each<C>(conn: &mut C, finder: &Finder, columns: Columns) -> Vec<String>
+where
+    C: Connection,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+{
+    let structs = row_structs();
+    let mut failures = Vec::new();
+    for statement in &finder.statements {
+        match conn
+            .prepare(sqlx::AssertSqlSafe(statement.text.clone()).into_sql_str())
+            .await
+        {
+            Err(error) => {
+                failures.push(format!("{}: {error}\n{}", statement.place, statement.text));
+            }
+            Ok(prepared) => {
+                let found = prepared
+                    .columns()
+                    .iter()
+                    .map(|c| {
+                        let type_name = match columns {
+                            Columns::NamesAndTypes => c.type_info().name().to_owned(),
+                            Columns::Names => String::new(),
+                        };
+                        (c.name().to_owned(), type_name)
+                    })
+                    .collect::<Vec<_>>();
+                let types = columns == Columns::NamesAndTypes;
+                failures.extend(wrong_columns(finder, &structs, statement, &found, types));
+            }
+        }
+    }
+    failures
+}
+
 #[tokio::test]
 async fn every_postgres_statement_prepares_on_a_migrated_database() {
     let finder = found_in(&["postgres", "portable"]);
-    let structs = row_structs();
-    let statements = &finder.statements;
     let name = format!("receipt_statements_{}", uuid::Uuid::now_v7().simple());
     let mut admin = PgConnection::connect(POSTGRES_ADMIN)
         .await
@@ -332,25 +375,7 @@ async fn every_postgres_statement_prepares_on_a_migrated_database() {
     )
     .await
     .expect("apalis's table");
-    let mut failures = Vec::new();
-    for statement in statements {
-        match conn
-            .prepare(sqlx::AssertSqlSafe(statement.text.clone()).into_sql_str())
-            .await
-        {
-            Err(error) => {
-                failures.push(format!("{}: {error}\n{}", statement.place, statement.text));
-            }
-            Ok(prepared) => {
-                let columns = prepared
-                    .columns()
-                    .iter()
-                    .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
-                    .collect::<Vec<_>>();
-                failures.extend(wrong_columns(&finder, &structs, statement, &columns, true));
-            }
-        }
-    }
+    let failures = prepare_each(&mut conn, &finder, Columns::NamesAndTypes).await;
     conn.close().await.expect("close");
     admin
         .execute(sqlx::AssertSqlSafe(format!(
@@ -364,8 +389,6 @@ async fn every_postgres_statement_prepares_on_a_migrated_database() {
 #[tokio::test]
 async fn every_sqlite_statement_prepares_on_a_migrated_database() {
     let finder = found_in(&["sqlite", "portable"]);
-    let structs = row_structs();
-    let statements = &finder.statements;
     let dir = tempfile::tempdir().expect("a temporary folder");
     let url = format!("sqlite://{}/jobs.db", dir.path().display());
     let store = store::Store::connect(&url).await.expect("open");
@@ -373,26 +396,7 @@ async fn every_sqlite_statement_prepares_on_a_migrated_database() {
     store.close().await;
 
     let mut conn = SqliteConnection::connect(&url).await.expect("open");
-    let mut failures = Vec::new();
-    for statement in statements {
-        match conn
-            .prepare(sqlx::AssertSqlSafe(statement.text.clone()).into_sql_str())
-            .await
-        {
-            Err(error) => {
-                failures.push(format!("{}: {error}\n{}", statement.place, statement.text));
-            }
-            Ok(prepared) => {
-                // SQLite gives an expression's column no type: names only.
-                let columns = prepared
-                    .columns()
-                    .iter()
-                    .map(|c| (c.name().to_owned(), String::new()))
-                    .collect::<Vec<_>>();
-                failures.extend(wrong_columns(&finder, &structs, statement, &columns, false));
-            }
-        }
-    }
+    let failures = prepare_each(&mut conn, &finder, Columns::Names).await;
     conn.close().await.expect("close");
     report(failures, "SQLite");
 }

@@ -7,7 +7,11 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode, header::HeaderMap};
 use serde_json::{Value, json};
 
-use crate::{env::KEY_A, env::KEY_B, process::Process, wait};
+use crate::{
+    process::Process,
+    tenants::{KEY_A, KEY_B},
+    wait,
+};
 
 /// A client of one running api.
 pub struct Api {

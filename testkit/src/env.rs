@@ -10,16 +10,13 @@ use crate::{
     client::Api,
     process::{self, Finished, Process, Stderr, Survivor},
     servers::{PrivatePgBouncer, PrivatePostgres},
+    tenants::{KEY_A, KEY_B},
 };
 
 /// The machine's Postgres, as `scripts/test` starts it.
 pub const PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// The machine's Redis, as `scripts/test` starts it.
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
-
-/// The keys of the tests' two tenants, `tenant-a` and `tenant-b`.
-pub const KEY_A: &str = "test-key-tenant-a";
-pub const KEY_B: &str = "test-key-tenant-b";
 
 /// What every process of a test gets unless the test says otherwise: two
 /// tenants, the diagnostic kinds, quick retries, leases and shutdowns, and

@@ -17,15 +17,17 @@ pub mod env;
 pub mod process;
 pub mod receiver;
 pub mod servers;
+pub mod tenants;
 pub mod tools;
 pub mod wait;
 
 pub use announcements::{Announcement, Announcements};
 pub use client::{Api, Reply, is_final};
 pub use env::{
-    Backend, KEY_A, KEY_B, PG_ADMIN_URL, REDIS_URL, TestEnv, admin_sql, count_at, execute_at,
-    redis_at, test_settings, through_pgbouncer,
+    Backend, PG_ADMIN_URL, REDIS_URL, TestEnv, admin_sql, count_at, execute_at, redis_at,
+    test_settings, through_pgbouncer,
 };
 pub use process::{Finished, Process, Stderr, binary, peak_rss_bytes, peak_rss_mib};
 pub use receiver::{headers_of, serve_on_loopback};
+pub use tenants::{KEY_A, KEY_B};
 pub use wait::Record;

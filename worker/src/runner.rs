@@ -116,7 +116,7 @@ impl SlotWrites {
     /// Must be called inside the tokio runtime (it spawns the batchers).
     fn spawn(store: &Store, settings: &Settings, worker_id: &str) -> Self {
         let (lease, caps) = (settings.job_lease, settings.caps());
-        let together = store.claims_commit_with_successes(&caps, settings.redis_url.is_none());
+        let together = store.claims_commit_with_successes(&caps);
         let write = {
             let (store, worker_id, caps) = (store.clone(), worker_id.to_owned(), Arc::new(caps));
             move |job_ids: Vec<String>, successes: Vec<SuccessWrite>| {

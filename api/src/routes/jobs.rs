@@ -10,23 +10,99 @@ use reports::{ChunkRenderer, ResultFormat};
 use serde::Serialize;
 use shared::{
     ids::new_job_id,
-    model::{Job, JobObject, JobStatus},
+    model::{Job, JobObject, JobStatus, WaitReason},
 };
 use store::{CancelOutcome, JobFilter, RetryOutcome, Store, StoredResult};
 use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
 
-use super::{
-    POLL_AFTER_SECS, job_object, job_response,
-    paging::{cut, is_id, limit_and_cursor},
-    reports::accepted,
-};
+use super::paging::{cut, is_id, limit_and_cursor};
 use crate::{
     auth::Tenant,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
+    idempotency::{Answer, IdempotencyKey, RequestBody, execute},
     state::AppState,
 };
+
+/// `Retry-After` while a job is not final and nothing says it will wait
+/// longer, in seconds.
+pub const POLL_AFTER_SECS: &str = "1";
+/// The longest `Retry-After` of a job that waits for a known time.
+const MOST_POLL_AFTER_SECS: i64 = 300;
+
+/// Seconds until a poll of a job that is not final is worth making: until
+/// the end of the wait Receipt knows of (a delayed start, a backoff), at
+/// least 1 and at most `MOST_POLL_AFTER_SECS`.
+pub fn poll_after(job: &Job) -> i64 {
+    let now = shared::time::now_ms();
+    match job.waiting_at(now) {
+        Some((_, Some(until))) => ((until - now + 999) / 1000).clamp(1, MOST_POLL_AFTER_SECS),
+        _ => 1,
+    }
+}
+
+/// A job object answer, with `Retry-After` while the job is not final.
+pub fn job_response(
+    mut builder: actix_web::HttpResponseBuilder,
+    job: &Job,
+    object: &JobObject,
+) -> HttpResponse {
+    if !job.status.is_final() {
+        builder.insert_header((header::RETRY_AFTER, poll_after(job)));
+    }
+    builder.json(object)
+}
+
+/// The job object, with a saga's `phase` and `steps` (`docs/api.md`),
+/// and, for a job parked at a cap, how many jobs hold it there.
+pub async fn job_object(state: &AppState, job: &Job) -> ApiResult<JobObject> {
+    let mut object = job.to_object();
+    if let Some(waiting) = object.waiting.as_mut() {
+        let limit = match waiting.reason {
+            WaitReason::TenantConcurrencyLimit => Some(state.caps.per_tenant),
+            WaitReason::KindConcurrencyLimit => state.caps.of_kind(&job.kind),
+            _ => None,
+        };
+        if limit.is_some() {
+            let (tenant, kind) = state
+                .store
+                .running_counts(&job.tenant_id, &job.kind)
+                .await?;
+            waiting.running = Some(match waiting.reason {
+                WaitReason::KindConcurrencyLimit => kind,
+                _ => tenant,
+            });
+            waiting.limit = limit.map(i64::from);
+        }
+    }
+    let names = state
+        .registry
+        .get(&job.kind)
+        .map(|kind| kind.step_names())
+        .unwrap_or_default();
+    if !names.is_empty() {
+        let (run, records) = state.store.saga_state(&job.job_id).await?;
+        let (phase, steps) = ::reports::saga::job_view(&names, run.as_ref(), &records);
+        object.phase = Some(phase);
+        object.steps = Some(steps);
+    }
+    Ok(object)
+}
+
+/// The 202 of a submit (and of a retry).
+pub fn accepted(job: &Job) -> ApiResult<Answer> {
+    Answer::json(
+        StatusCode::ACCEPTED,
+        &job.to_object(),
+        vec![
+            (
+                header::LOCATION.to_string(),
+                format!("/v1/jobs/{}", job.job_id),
+            ),
+            (header::RETRY_AFTER.to_string(), poll_after(job).to_string()),
+        ],
+    )
+}
 
 /// The longest `?wait=` honoured, in seconds.
 const MAX_WAIT_SECS: u64 = 60;
@@ -367,27 +443,30 @@ pub async fn cancel_job(
         return Err(not_found(job_id));
     }
     // A cancel has no body: its fingerprint is its method and path.
-    let response = execute(state, tenant_id, key, request, &[], async |tx| match state
-        .store
-        .cancel_job(tx, tenant_id, job_id)
-        .await?
-    {
-        CancelOutcome::Done(job) => {
-            let mut headers = Vec::new();
-            if !job.status.is_final() {
-                headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
+    let response = execute(
+        state,
+        tenant_id,
+        key,
+        request,
+        RequestBody::Sent(&[]),
+        async |tx| match state.store.cancel_job(tx, tenant_id, job_id).await? {
+            CancelOutcome::Done(job) => {
+                let mut headers = Vec::new();
+                if !job.status.is_final() {
+                    headers.push((header::RETRY_AFTER.to_string(), POLL_AFTER_SECS.to_owned()));
+                }
+                Answer::json(StatusCode::OK, &job.to_object(), headers)
             }
-            Answer::json(StatusCode::OK, &job.to_object(), headers)
-        }
-        CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
-            detail: format!(
-                "job {job_id} already {}; it cannot be cancelled",
-                job.status.as_str()
-            ),
-            ids: None,
-        }),
-        CancelOutcome::NotFound => Err(not_found(job_id)),
-    })
+            CancelOutcome::Conflict(job) => Err(ApiError::Conflict {
+                detail: format!(
+                    "job {job_id} already {}; it cannot be cancelled",
+                    job.status.as_str()
+                ),
+                ids: None,
+            }),
+            CancelOutcome::NotFound => Err(not_found(job_id)),
+        },
+    )
     .await?;
     // Wakes this process's long polls; other processes hear the NOTIFY.
     state.signals.job_finished(job_id);
@@ -446,35 +525,42 @@ pub async fn retry_job(
     let max_attempts = |kind: &str| state.registry.get(kind).map(|kind| kind.max_attempts());
     // The new job's attempts join this request's trace.
     let traceparent = telemetry::trace::traceparent(&tracing::Span::current());
-    let response = execute(state, tenant_id, key, request, &[], async |tx| match state
-        .store
-        .retry_job(
-            tx,
-            tenant_id,
-            job_id,
-            &retry_id,
-            max_attempts,
-            traceparent.as_deref(),
-        )
-        .await?
-    {
-        RetryOutcome::Created(job) => accepted(&job),
-        RetryOutcome::NotRetryable(job) => Err(ApiError::Conflict {
-            detail: format!(
-                "job {job_id} is {}; only a FAILED or CANCELLED job can be retried",
-                job.status.as_str()
-            ),
-            ids: None,
-        }),
-        RetryOutcome::UnknownKind(job) => Err(ApiError::Conflict {
-            detail: format!(
-                "job {job_id} is of kind {:?}, which this service does not run now",
-                job.kind
-            ),
-            ids: None,
-        }),
-        RetryOutcome::NotFound => Err(not_found(job_id)),
-    })
+    let response = execute(
+        state,
+        tenant_id,
+        key,
+        request,
+        RequestBody::Sent(&[]),
+        async |tx| match state
+            .store
+            .retry_job(
+                tx,
+                tenant_id,
+                job_id,
+                &retry_id,
+                max_attempts,
+                traceparent.as_deref(),
+            )
+            .await?
+        {
+            RetryOutcome::Created(job) => accepted(&job),
+            RetryOutcome::NotRetryable(job) => Err(ApiError::Conflict {
+                detail: format!(
+                    "job {job_id} is {}; only a FAILED or CANCELLED job can be retried",
+                    job.status.as_str()
+                ),
+                ids: None,
+            }),
+            RetryOutcome::UnknownKind(job) => Err(ApiError::Conflict {
+                detail: format!(
+                    "job {job_id} is of kind {:?}, which this service does not run now",
+                    job.kind
+                ),
+                ids: None,
+            }),
+            RetryOutcome::NotFound => Err(not_found(job_id)),
+        },
+    )
     .await?;
     // The new job's outbox row is due now: the relay publishes it (a
     // replayed retry only costs the relay one pass).

@@ -22,7 +22,7 @@ use crate::{
     auth::Tenant,
     body::json_media_type,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
+    idempotency::{Answer, IdempotencyKey, RequestBody, execute},
     state::AppState,
 };
 
@@ -58,9 +58,14 @@ pub async fn import(
 ) -> ApiResult<HttpResponse> {
     json_media_type(&request)?;
     let import = read_import(&body)?;
-    let response = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
-        import_validated(&state, tx, &tenant.0, &import).await
-    })
+    let response = execute(
+        &state,
+        &tenant.0,
+        &key,
+        &request,
+        RequestBody::Sent(&body),
+        async |tx| import_validated(&state, tx, &tenant.0, &import).await,
+    )
     .await?;
     Ok(response)
 }

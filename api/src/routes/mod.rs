@@ -7,10 +7,7 @@ pub mod schedules;
 pub mod service;
 pub mod webhooks;
 
-use actix_web::{HttpResponse, http::header, web};
-use shared::model::{Job, JobObject, WaitReason};
-
-use crate::{error::ApiResult, state::AppState};
+use actix_web::web;
 
 /// Body limit of every route but the ledger import (`docs/api.md`).
 const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -82,69 +79,4 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                         .post(ledger::import),
                 ),
         );
-}
-
-/// `Retry-After` while a job is not final and nothing says it will wait
-/// longer, in seconds.
-pub const POLL_AFTER_SECS: &str = "1";
-/// The longest `Retry-After` of a job that waits for a known time.
-const MOST_POLL_AFTER_SECS: i64 = 300;
-
-/// Seconds until a poll of a job that is not final is worth making: until
-/// the end of the wait Receipt knows of (a delayed start, a backoff), at
-/// least 1 and at most `MOST_POLL_AFTER_SECS`.
-pub fn poll_after(job: &Job) -> i64 {
-    let now = shared::time::now_ms();
-    match job.waiting_at(now) {
-        Some((_, Some(until))) => ((until - now + 999) / 1000).clamp(1, MOST_POLL_AFTER_SECS),
-        _ => 1,
-    }
-}
-
-/// A job object answer, with `Retry-After` while the job is not final.
-pub fn job_response(
-    mut builder: actix_web::HttpResponseBuilder,
-    job: &Job,
-    object: &JobObject,
-) -> HttpResponse {
-    if !job.status.is_final() {
-        builder.insert_header((header::RETRY_AFTER, poll_after(job)));
-    }
-    builder.json(object)
-}
-
-/// The job object, with a saga's `phase` and `steps` (`docs/api.md`),
-/// and, for a job parked at a cap, how many jobs hold it there.
-pub async fn job_object(state: &AppState, job: &Job) -> ApiResult<JobObject> {
-    let mut object = job.to_object();
-    if let Some(waiting) = object.waiting.as_mut() {
-        let limit = match waiting.reason {
-            WaitReason::TenantConcurrencyLimit => Some(state.caps.per_tenant),
-            WaitReason::KindConcurrencyLimit => state.caps.of_kind(&job.kind),
-            _ => None,
-        };
-        if limit.is_some() {
-            let (tenant, kind) = state
-                .store
-                .running_counts(&job.tenant_id, &job.kind)
-                .await?;
-            waiting.running = Some(match waiting.reason {
-                WaitReason::KindConcurrencyLimit => kind,
-                _ => tenant,
-            });
-            waiting.limit = limit.map(i64::from);
-        }
-    }
-    let names = state
-        .registry
-        .get(&job.kind)
-        .map(|kind| kind.step_names())
-        .unwrap_or_default();
-    if !names.is_empty() {
-        let (run, records) = state.store.saga_state(&job.job_id).await?;
-        let (phase, steps) = ::reports::saga::job_view(&names, run.as_ref(), &records);
-        object.phase = Some(phase);
-        object.steps = Some(steps);
-    }
-    Ok(object)
 }

@@ -14,7 +14,7 @@ use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
+    idempotency::{Answer, IdempotencyKey, RequestBody, execute},
     state::AppState,
 };
 
@@ -166,7 +166,7 @@ pub async fn reopen_period(
         &tenant.0,
         &key,
         &request,
-        &[],
+        RequestBody::Sent(&[]),
         async |tx| match state.store.reopen_period(tx, &tenant.0, month).await? {
             ReopenOutcome::Open => {
                 Answer::json(StatusCode::OK, &period_object(month, None), Vec::new())

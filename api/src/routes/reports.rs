@@ -1,32 +1,31 @@
 use std::{collections::HashMap, time::Duration};
 
-use actix_web::{
-    HttpRequest, HttpResponse,
-    http::{StatusCode, header},
-    web,
-};
-use reports::{ParamsError, RawParams};
+use actix_web::{HttpRequest, HttpResponse, web};
+use reports::{AnyReportKind, ParamsError, RawParams, Registry};
 use serde_json::Value;
 use shared::{
     ids::new_job_id,
-    model::{Job, JobObject, Priority},
+    model::{JobObject, Priority},
 };
 use store::{NewJob, Submission};
+use utoipa::{
+    PartialSchema, ToSchema,
+    openapi::{OneOfBuilder, Ref, RefOr, Schema},
+};
 
-use super::poll_after;
+use super::jobs::accepted;
 use crate::{
     auth::Tenant,
     body::json_media_type,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
-    openapi::ReportParams,
+    idempotency::{IdempotencyKey, RequestBody, canonical_json, execute},
     state::AppState,
     submits,
 };
 
 // What depends on the kinds (the body's schemas, the kinds in the path,
 // what each does, their refusals in the 409) comes from the registry:
-// `crate::openapi::{ReportParams, ReportKinds}`.
+// [`ReportParams`] here, and `crate::openapi`'s modifier of this operation.
 /// Submit a report job. The body is the kind's parameters.
 #[utoipa::path(
     post, path = "/v1/reports/{kind}", tag = "jobs", operation_id = "submitReport",
@@ -77,16 +76,17 @@ pub async fn submit(
             errors,
         },
     };
-    // Into the kind's schema first; only a body that fits it, a small
-    // object, is read as JSON to be stored.
-    let raw = RawParams::Request(&body);
-    kind.validate(raw).map_err(refused)?;
-    let params: Value = raw.to_value().map_err(refused)?;
+    // The body is read once, straight into the kind's schema: what the job
+    // keeps, and what the Idempotency-Key's fingerprint reads, is that
+    // typed value written as canonical JSON.
+    let params: Value = kind.accept(RawParams::Request(&body)).map_err(refused)?;
+    let params_text = canonical_json(&params);
     if let Some(reason) = kind.refuse_submit(&state.store, &tenant.0, &params).await? {
         // Through the key's layer all the same: a retry of the submit that
         // made the job (which then closed the month) replays its 202, and
         // a new key stores this 409 like any answer of a request that ran.
-        return execute(&state, &tenant.0, &key, &request, &body, async |_| {
+        let body = RequestBody::Canonical(&params_text);
+        return execute(&state, &tenant.0, &key, &request, body, async |_| {
             Err(ApiError::Conflict {
                 detail: reason,
                 ids: None,
@@ -99,7 +99,7 @@ pub async fn submit(
         job_id: new_job_id(),
         tenant_id: tenant.0.clone(),
         kind: kind_name,
-        params: params.to_string(),
+        params: params_text,
         max_attempts: kind.max_attempts(),
         priority,
     };
@@ -110,7 +110,7 @@ pub async fn submit(
         ..Submission::at_once(new_job, created_at)
     };
     let answer = accepted(&submission.queued())?;
-    submits::submit(&state, &key, &request, &body, submission, answer).await
+    submits::submit(&state, &key, &request, submission, answer).await
 }
 
 /// How far ahead a submit may ask its job to start.
@@ -179,17 +179,65 @@ fn first_run(query: &HashMap<String, String>, now: i64) -> ApiResult<i64> {
     Ok(at.max(now))
 }
 
-/// The 202 of a submit (and of a retry).
-pub fn accepted(job: &Job) -> ApiResult<Answer> {
-    Answer::json(
-        StatusCode::ACCEPTED,
-        &job.to_object(),
-        vec![
-            (
-                header::LOCATION.to_string(),
-                format!("/v1/jobs/{}", job.job_id),
-            ),
-            (header::RETRY_AFTER.to_string(), poll_after(job).to_string()),
-        ],
-    )
+/// The body of `POST /v1/reports/{kind}`: one of the parameter schemas of
+/// the registry's kinds (diagnostic ones included), each a closed schema,
+/// so exactly one fits a valid body. Each kind's schema comes from the kind
+/// itself ([`AnyReportKind::params_schema`]): a kind added to the registry
+/// reaches the document with nothing written here.
+pub struct ReportParams;
+
+impl PartialSchema for ReportParams {
+    fn schema() -> RefOr<Schema> {
+        let bodies = bodies(&Registry::all());
+        let described = bodies.iter().map(|(name, takers)| {
+            let names: Vec<&str> = takers.iter().map(|kind| kind.name()).collect();
+            let diagnostic = if takers.iter().all(|kind| kind.diagnostic()) {
+                "; diagnostic"
+            } else {
+                ""
+            };
+            format!("{} ({name}{diagnostic})", names.join(" and "))
+        });
+        let mut one_of = OneOfBuilder::new().description(Some(format!(
+            "the parameters of the kind named in the path: {}",
+            or_list(described)
+        )));
+        for (name, _) in &bodies {
+            one_of = one_of.item(Ref::from_schema_name(name));
+        }
+        one_of.into()
+    }
+}
+
+impl ToSchema for ReportParams {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        for kind in Registry::all().kinds() {
+            schemas.extend(kind.params_schema().schemas);
+        }
+    }
+}
+
+/// The kinds' parameter schemas by name, each once, with the kinds that
+/// take it, in the kinds' order.
+fn bodies(registry: &Registry) -> Vec<(String, Vec<&'static dyn AnyReportKind>)> {
+    let mut bodies: Vec<(String, Vec<&'static dyn AnyReportKind>)> = Vec::new();
+    for kind in registry.kinds() {
+        let name = kind.params_schema().name;
+        match bodies.iter_mut().find(|(taken, _)| *taken == name) {
+            Some((_, takers)) => takers.push(kind),
+            None => bodies.push((name, vec![kind])),
+        }
+    }
+    bodies
+}
+
+/// `a, b, or c`; `a or b`; `a`.
+fn or_list(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    match items.as_slice() {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first, second] => format!("{first} or {second}"),
+        [rest @ .., last] => format!("{}, or {last}", rest.join(", ")),
+    }
 }

@@ -27,7 +27,7 @@ use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
+    idempotency::{Answer, IdempotencyKey, RequestBody, execute},
     state::AppState,
 };
 
@@ -174,8 +174,8 @@ fn check(state: &AppState, schedule: &mut Schedule, now: i64) -> ApiResult<()> {
     if let (Some(kind), Some(cron), true, true) = (kind, &cron, template_ok, template.is_object()) {
         let fire = first_fire(cron, schedule.starts_at, schedule.ends_at, now).unwrap_or(now);
         let params = render(&template, fire, cron.zone());
-        match kind.validate(RawParams::Stored(&params)) {
-            Ok(()) => {}
+        match kind.accept(RawParams::Stored(&params)) {
+            Ok(_) => {}
             Err(ParamsError::Malformed(detail)) => errors.push(FieldError::new(
                 "params",
                 format!(
@@ -306,12 +306,19 @@ pub async fn create(
         updated_at: now,
     };
     check(&state, &mut schedule, now)?;
-    execute(&state, &tenant.0, &key, &request, &body, async |tx| {
-        let count = state.store.count_schedules(tx, &tenant.0).await?;
-        state.limits.admit_schedule(count)?;
-        state.store.create_schedule(tx, &schedule).await?;
-        answer(StatusCode::CREATED, &schedule)
-    })
+    execute(
+        &state,
+        &tenant.0,
+        &key,
+        &request,
+        RequestBody::Sent(&body),
+        async |tx| {
+            let count = state.store.count_schedules(tx, &tenant.0).await?;
+            state.limits.admit_schedule(count)?;
+            state.store.create_schedule(tx, &schedule).await?;
+            answer(StatusCode::CREATED, &schedule)
+        },
+    )
     .await
 }
 
@@ -484,37 +491,43 @@ pub async fn change_schedule(
     if !is_id(schedule_id, "sch_") {
         return Err(not_found(schedule_id));
     }
-    execute(state, tenant_id, key, request, body, async |tx| {
-        let mut schedule = state
-            .store
-            .lock_schedule(tx, tenant_id, schedule_id)
-            .await?
-            .ok_or_else(|| not_found(schedule_id))?;
-        let now = now_ms();
-        match &change {
-            Change::Edit(edit) => edit.apply(state, &mut schedule, now)?,
-            Change::Pause => schedule.paused = true,
-            Change::Resume => {
-                if schedule.paused {
-                    schedule.paused = false;
-                    // Fires while paused are not missed: it goes on from now.
-                    let cron = CronSchedule::parse(&schedule.cron, &schedule.timezone).map_err(
-                        |errors| ApiError::Validation {
-                            detail: "the stored schedule no longer parses".into(),
-                            errors,
-                        },
-                    )?;
-                    schedule.next_fire_at =
-                        first_fire(&cron, schedule.starts_at, schedule.ends_at, now);
+    execute(
+        state,
+        tenant_id,
+        key,
+        request,
+        RequestBody::Sent(body),
+        async |tx| {
+            let mut schedule = state
+                .store
+                .lock_schedule(tx, tenant_id, schedule_id)
+                .await?
+                .ok_or_else(|| not_found(schedule_id))?;
+            let now = now_ms();
+            match &change {
+                Change::Edit(edit) => edit.apply(state, &mut schedule, now)?,
+                Change::Pause => schedule.paused = true,
+                Change::Resume => {
+                    if schedule.paused {
+                        schedule.paused = false;
+                        // Fires while paused are not missed: it goes on from now.
+                        let cron = CronSchedule::parse(&schedule.cron, &schedule.timezone)
+                            .map_err(|errors| ApiError::Validation {
+                                detail: "the stored schedule no longer parses".into(),
+                                errors,
+                            })?;
+                        schedule.next_fire_at =
+                            first_fire(&cron, schedule.starts_at, schedule.ends_at, now);
+                    }
                 }
             }
-        }
-        schedule.updated_at = now;
-        if !state.store.replace_schedule(tx, &schedule).await? {
-            return Err(not_found(schedule_id));
-        }
-        answer(StatusCode::OK, &schedule)
-    })
+            schedule.updated_at = now;
+            if !state.store.replace_schedule(tx, &schedule).await? {
+                return Err(not_found(schedule_id));
+            }
+            answer(StatusCode::OK, &schedule)
+        },
+    )
     .await
 }
 

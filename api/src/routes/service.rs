@@ -1,9 +1,9 @@
 use actix_web::{HttpResponse, http::header, web};
 use serde::Serialize;
 use serde_json::json;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
-use crate::{error::ApiError, openapi::ApiDoc, state::AppState};
+use crate::{error::ApiError, state::AppState};
 
 /// The answer of `/healthz`.
 #[derive(Serialize, ToSchema)]
@@ -86,6 +86,8 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "service", operation_id = "openapi",
     responses((status = 200, body = Object, description = "the OpenAPI 3.1 document")))]
-pub async fn openapi() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+pub async fn openapi(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "application/json"))
+        .body(state.openapi.clone())
 }

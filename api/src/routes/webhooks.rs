@@ -19,7 +19,7 @@ use crate::{
     auth::Tenant,
     body::json_body,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, execute},
+    idempotency::{Answer, IdempotencyKey, RequestBody, execute},
     limits::Limits,
     state::AppState,
 };
@@ -151,35 +151,42 @@ pub async fn register(
         events,
         job_id: registration.job_id.clone(),
     };
-    let response = execute(&state, &tenant.0, &key, &request, &body, async |tx| {
-        if new.job_id.as_deref().is_some_and(|id| !is_id(id, "job_")) {
-            return Err(ApiError::NotFound(format!(
-                "there is no job {}",
-                new.job_id.as_deref().unwrap_or_default()
-            )));
-        }
-        let registration = state
-            .store
-            .register_webhook(tx, &new, state.limits.webhook_caps())
-            .await?;
-        if let Some(refusal) = Limits::refuse_webhook(&registration) {
-            return Err(refusal);
-        }
-        let Registration::Registered(webhook) = registration else {
-            return Err(ApiError::NotFound(format!(
-                "there is no job {}",
-                new.job_id.as_deref().unwrap_or_default()
-            )));
-        };
-        Answer::json(
-            StatusCode::CREATED,
-            &webhook_object(&webhook, true),
-            vec![(
-                header::LOCATION.to_string(),
-                format!("/v1/webhooks/{}", webhook.webhook_id),
-            )],
-        )
-    })
+    let response = execute(
+        &state,
+        &tenant.0,
+        &key,
+        &request,
+        RequestBody::Sent(&body),
+        async |tx| {
+            if new.job_id.as_deref().is_some_and(|id| !is_id(id, "job_")) {
+                return Err(ApiError::NotFound(format!(
+                    "there is no job {}",
+                    new.job_id.as_deref().unwrap_or_default()
+                )));
+            }
+            let registration = state
+                .store
+                .register_webhook(tx, &new, state.limits.webhook_caps())
+                .await?;
+            if let Some(refusal) = Limits::refuse_webhook(&registration) {
+                return Err(refusal);
+            }
+            let Registration::Registered(webhook) = registration else {
+                return Err(ApiError::NotFound(format!(
+                    "there is no job {}",
+                    new.job_id.as_deref().unwrap_or_default()
+                )));
+            };
+            Answer::json(
+                StatusCode::CREATED,
+                &webhook_object(&webhook, true),
+                vec![(
+                    header::LOCATION.to_string(),
+                    format!("/v1/webhooks/{}", webhook.webhook_id),
+                )],
+            )
+        },
+    )
     .await?;
     // A per-job webhook of a finished job has its event already.
     state.signals.events_changed();
@@ -385,24 +392,31 @@ pub async fn change_webhook(
     if !is_id(webhook_id, "wh_") {
         return Err(not_found(webhook_id));
     }
-    let response = execute(state, tenant_id, key, request, &[], async |tx| {
-        let store = &state.store;
-        let webhook = match change {
-            WebhookChange::Enable => store.enable_webhook(tx, tenant_id, webhook_id).await?,
-            WebhookChange::RotateSecret => {
-                store
-                    .rotate_webhook_secret(tx, tenant_id, webhook_id)
-                    .await?
+    let response = execute(
+        state,
+        tenant_id,
+        key,
+        request,
+        RequestBody::Sent(&[]),
+        async |tx| {
+            let store = &state.store;
+            let webhook = match change {
+                WebhookChange::Enable => store.enable_webhook(tx, tenant_id, webhook_id).await?,
+                WebhookChange::RotateSecret => {
+                    store
+                        .rotate_webhook_secret(tx, tenant_id, webhook_id)
+                        .await?
+                }
             }
-        }
-        .ok_or_else(|| not_found(webhook_id))?;
-        let with_secret = change == WebhookChange::RotateSecret;
-        Answer::json(
-            StatusCode::OK,
-            &webhook_object(&webhook, with_secret),
-            vec![],
-        )
-    })
+            .ok_or_else(|| not_found(webhook_id))?;
+            let with_secret = change == WebhookChange::RotateSecret;
+            Answer::json(
+                StatusCode::OK,
+                &webhook_object(&webhook, with_secret),
+                vec![],
+            )
+        },
+    )
     .await?;
     Ok(response)
 }

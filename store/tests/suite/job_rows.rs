@@ -10,12 +10,15 @@ use shared::{
     settings::Caps,
     time::now_ms,
 };
-use store::{Claim, Publishing, Submission};
+use store::{Claim, Dialect, Publishing, Submission};
 use tokio::sync::Notify;
 
 use crate::{harness::TestDb, lifecycle::new_job, on_both_databases};
 
-on_both_databases!(jobs_that_come_due_later_get_an_outbox_row_only_where_redis_is_the_queue);
+on_both_databases!(
+    jobs_that_come_due_later_get_an_outbox_row_only_where_redis_is_the_queue,
+    claims_and_successes_commit_apart_on_postgres_where_the_job_rows_are_the_queue,
+);
 
 /// Far past any wait of these tests: a wait that ends in time was woken.
 const LONG_IDLE_LOOK: Duration = Duration::from_secs(600);
@@ -148,6 +151,23 @@ async fn jobs_that_come_due_later_get_an_outbox_row_only_where_redis_is_the_queu
         assert!(claimed.contains(job_id), "{job_id} is claimable");
     }
     assert_eq!(claimed.len(), 6, "both rounds' jobs due now, no other");
+}
+
+async fn claims_and_successes_commit_apart_on_postgres_where_the_job_rows_are_the_queue(
+    db: &TestDb,
+) {
+    db.store.record_queue(false).await.unwrap();
+    assert!(
+        db.store.claims_commit_with_successes(&no_caps()),
+        "with Redis, claims and successes share their group commits"
+    );
+
+    db.store.record_queue(true).await.unwrap();
+    assert_eq!(
+        db.store.claims_commit_with_successes(&no_caps()),
+        db.store.dialect() == Dialect::Sqlite,
+        "where the job rows are the queue, only SQLite's one writer keeps them together"
+    );
 }
 
 /// Waits as an idle worker on Postgres does; panics unless woken in time.
