@@ -19,6 +19,7 @@ use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
 mod backlog;
+mod graphile;
 mod offered;
 mod peer;
 mod plot;
@@ -35,7 +36,8 @@ struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
     /// offered (not run by default: 10 minutes per rate and shape), peer and peer-offered (not
     /// run by default: Receipt's production shape beside the usual stack, bench/peers/usual-stack,
-    /// in e2e and offered),
+    /// in e2e and offered), graphile (not run by default: e2e beside graphile-worker on Postgres
+    /// alone, bench/peers/graphile-worker),
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
     /// default: they wait for jobs' starts and for fires), priority and caps (not run by
     /// default: they drain a backlog), backlog (not run by default: a closed-loop run, then
@@ -124,7 +126,7 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     caps_limit: usize,
     /// Alternating rounds of Receipt and the peer in each side by side
-    /// (bullmq, peer).
+    /// (bullmq, peer, graphile).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Worker processes in the production shape.
@@ -420,7 +422,7 @@ struct Target<'a> {
 struct Watched<'a> {
     /// The Postgres database's name, whose backends' CPU is counted.
     pg_database: Option<&'a str>,
-    /// Each process of the system: its role (`api`, `worker`)
+    /// Each process of the system: its role (`api`, `worker`, `producers`)
     /// and pid.
     processes: Vec<(&'static str, u32)>,
     /// Whether Redis's CPU is the system's.
@@ -685,7 +687,7 @@ fn ms_per_job(seconds: f64, jobs: usize) -> f64 {
 /// `api 0.16 + worker 0.43 + postgres 0.72 + redis 0.22 = 1.53 (bench client 0.07)`
 fn cpu_summary(cpu: &Value) -> String {
     let ms = |name: &str| cpu[name].as_f64().unwrap_or(f64::NAN);
-    let parts: Vec<String> = ["api", "worker", "postgres", "redis"]
+    let parts: Vec<String> = ["api", "producers", "worker", "postgres", "redis"]
         .into_iter()
         .filter(|name| ms(name) > 0.0)
         .map(|name| format!("{name} {:.2}", ms(name)))
@@ -1958,6 +1960,26 @@ async fn main() -> Result<()> {
             rounds.peer.push(run);
         }
         rounds.print("peer", "usual_stack", "the usual stack", &args, clients);
+    }
+    if wants("graphile") {
+        // The same rounds beside graphile-worker: the same jobs, added by
+        // as many producers as Receipt has clients, on as many slots.
+        let clients = args.clients.unwrap_or(args.concurrency);
+        let mut rounds = SideBySide::default();
+        for _ in 0..args.rounds {
+            rounds.receipt(&args, clients).await?;
+            let peer = graphile::Peer::start(&args).await?;
+            let run = peer.end_to_end(args.jobs, clients).await?;
+            peer.stop();
+            rounds.peer.push(run);
+        }
+        rounds.print(
+            "graphile",
+            "graphile_worker",
+            graphile::LABEL,
+            &args,
+            clients,
+        );
     }
     if wants("peer-offered") {
         for rate in args.rates.split(',').map(str::trim) {
