@@ -32,9 +32,9 @@ pub(crate) async fn backlog(service: &mut Service, args: &Args) -> Result<Value>
     let started = Instant::now();
     start_pools(service, args).await?;
     let target = service.target();
-    let meter = CpuMeter::start(&target, &pool).await?;
+    let meter = CpuMeter::start(&target.watched, &pool).await?;
     let drained = until_none_waiting(&target, &pool, &first_id, args.backlog_jobs, started).await?;
-    let cpu = meter.per_job(&target, &pool, args.backlog_jobs).await?;
+    let cpu = meter.per_job(&pool, args.backlog_jobs).await?;
     pool.close().await;
     let drain_per_s = args.backlog_jobs as f64 / drained.as_secs_f64();
     println!("# backlog: drained in {:.1} s", drained.as_secs_f64());

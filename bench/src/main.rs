@@ -19,6 +19,7 @@ use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
 mod backlog;
+mod graphile;
 mod offered;
 mod peer;
 mod plot;
@@ -35,7 +36,8 @@ struct Args {
     /// Scenarios, comma-separated: e2e, submit, pickup, fairness, scale, prune, report, bullmq,
     /// offered (not run by default: 10 minutes per rate and shape), peer and peer-offered (not
     /// run by default: Receipt's production shape beside the usual stack, bench/peers/usual-stack,
-    /// in e2e and offered),
+    /// in e2e and offered), graphile (not run by default: e2e beside graphile-worker on Postgres
+    /// alone, bench/peers/graphile-worker),
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
     /// default: they wait for jobs' starts and for fires), priority and caps (not run by
     /// default: they drain a backlog), backlog (not run by default: a closed-loop run, then
@@ -123,7 +125,8 @@ struct Args {
     caps_jobs: usize,
     #[arg(long, default_value_t = 2)]
     caps_limit: usize,
-    /// Alternating rounds of Receipt and BullMQ in the side-by-side run.
+    /// Alternating rounds of Receipt and the peer in each side by side
+    /// (bullmq, peer, graphile).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Worker processes in the production shape.
@@ -409,14 +412,21 @@ struct Target<'a> {
     database_url: &'a str,
     /// Which SQL the database speaks.
     dialect: Shape,
-    /// The Postgres database's name, whose backends' CPU is counted.
-    pg_database: Option<&'a str>,
-    /// Each process of the service: its role (`api`, `worker`) and pid.
-    processes: Vec<(&'static str, u32)>,
-    /// Whether Redis's CPU is the service's.
-    redis: bool,
+    /// Whose CPU is the service's.
+    watched: Watched<'a>,
     /// Worker slots in all.
     slots: usize,
+}
+
+/// Where a system under test spends its CPU (see [`CpuMeter`]).
+struct Watched<'a> {
+    /// The Postgres database's name, whose backends' CPU is counted.
+    pg_database: Option<&'a str>,
+    /// Each process of the system: its role (`api`, `worker`, `producers`)
+    /// and pid.
+    processes: Vec<(&'static str, u32)>,
+    /// Whether Redis's CPU is the system's.
+    redis: bool,
 }
 
 impl Target<'_> {
@@ -429,6 +439,7 @@ impl Target<'_> {
     /// runs them).
     fn layout(&self) -> String {
         let workers = self
+            .watched
             .processes
             .iter()
             .filter(|(role, _)| *role == "worker")
@@ -449,9 +460,11 @@ impl Service {
             tenant: "bench",
             database_url: &self.env.database_url,
             dialect: self.shape,
-            pg_database: self.pg_database(),
-            processes,
-            redis: self.uses_redis(),
+            watched: Watched {
+                pg_database: self.pg_database(),
+                processes,
+                redis: self.uses_redis(),
+            },
             slots: self.slots,
         }
     }
@@ -467,11 +480,18 @@ impl Service {
 async fn warm_up(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<()> {
     end_to_end(target, jobs, concurrency).await?;
     if target.dialect == Shape::Production {
-        let pool = target.pool().await?;
-        sqlx::query("ANALYZE").execute(&pool).await?;
-        pool.close().await;
+        take_statistics(target.database_url).await?;
     }
     println!("# warmed up with {jobs} jobs");
+    Ok(())
+}
+
+/// Has Postgres take its planner statistics of the database at `url`
+/// (`ANALYZE`), for the reason [`warm_up`] gives.
+async fn take_statistics(url: &str) -> Result<()> {
+    let pool = watcher_pool(url).await?;
+    sqlx::query("ANALYZE").execute(&pool).await?;
+    pool.close().await;
     Ok(())
 }
 
@@ -495,7 +515,7 @@ struct Run {
 /// the database counts all N SUCCEEDED.
 async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<Run> {
     let pool = target.pool().await?;
-    let meter = CpuMeter::start(target, &pool).await?;
+    let meter = CpuMeter::start(&target.watched, &pool).await?;
     let started = Instant::now();
     let first_id = submit_all(target.client, jobs, concurrency).await?;
     println!(
@@ -503,7 +523,7 @@ async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Res
         started.elapsed().as_secs_f64()
     );
     let elapsed = until_none_waiting(target, &pool, &first_id, jobs, started).await?;
-    let cpu_ms_per_job = meter.per_job(target, &pool, jobs).await?;
+    let cpu_ms_per_job = meter.per_job(&pool, jobs).await?;
     pool.close().await;
     Ok(Run {
         jobs_per_s: jobs as f64 / elapsed.as_secs_f64(),
@@ -574,14 +594,16 @@ async fn until_none_waiting(
     Ok(elapsed)
 }
 
-/// CPU time used while a run lasts, by process: the service's processes
-/// (Receipt's `api` and `worker`s), the Postgres backends serving the run's
-/// database, Redis when the service uses it, and this client. Unlike
-/// jobs/s, CPU per job hardly moves when the machine is busy with something
-/// else: it says where the work goes.
+/// CPU time used while a run lasts, by process: the system's processes
+/// (Receipt's `api` and `worker`s, a peer's own), the Postgres backends
+/// serving the run's database, Redis when the system uses it, and this
+/// client. Unlike jobs/s, CPU per job hardly moves when the machine is busy
+/// with something else: it says where the work goes.
 struct CpuMeter {
     /// Role, pid and CPU seconds at the start, of each process.
     processes: Vec<(&'static str, u32, f64)>,
+    /// The database whose backends are counted.
+    pg_database: Option<String>,
     /// Per backend pid at the start (backends started later count from 0).
     postgres: std::collections::HashMap<u32, f64>,
     redis: Option<(u32, f64)>,
@@ -589,8 +611,8 @@ struct CpuMeter {
 }
 
 impl CpuMeter {
-    async fn start(target: &Target<'_>, pool: &AnyPool) -> Result<Self> {
-        let postgres = match target.pg_database {
+    async fn start(watched: &Watched<'_>, pool: &AnyPool) -> Result<Self> {
+        let postgres = match watched.pg_database {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -598,18 +620,19 @@ impl CpuMeter {
                 .collect(),
             None => Default::default(),
         };
-        let redis = if target.redis {
+        let redis = if watched.redis {
             let pid = redis_pid().await?;
             Some((pid, cpu_seconds(pid).unwrap_or(0.0)))
         } else {
             None
         };
         Ok(CpuMeter {
-            processes: target
+            processes: watched
                 .processes
                 .iter()
                 .map(|&(role, pid)| (role, pid, cpu_seconds(pid).unwrap_or(0.0)))
                 .collect(),
+            pg_database: watched.pg_database.map(str::to_owned),
             postgres,
             redis,
             client: cpu_seconds(std::process::id()).unwrap_or(0.0),
@@ -619,7 +642,7 @@ impl CpuMeter {
     /// CPU milliseconds per job since the start, by role (each role's
     /// processes summed), `postgres`, `redis`, their `total`, and the
     /// `bench_client`.
-    async fn per_job(&self, target: &Target<'_>, pool: &AnyPool, jobs: usize) -> Result<Value> {
+    async fn per_job(&self, pool: &AnyPool, jobs: usize) -> Result<Value> {
         let ms_per_job = |seconds: f64| ms_per_job(seconds, jobs);
         let used = |pid: u32, before: f64| cpu_seconds(pid).map_or(0.0, |now| now - before);
         let mut by_role = serde_json::Map::new();
@@ -630,7 +653,7 @@ impl CpuMeter {
             let sum = by_role.get(role).and_then(Value::as_f64).unwrap_or(0.0) + seconds;
             by_role.insert(role.to_owned(), json!(sum));
         }
-        let postgres: f64 = match target.pg_database {
+        let postgres: f64 = match &self.pg_database {
             Some(db) => backends(pool, db)
                 .await?
                 .into_iter()
@@ -664,7 +687,7 @@ fn ms_per_job(seconds: f64, jobs: usize) -> f64 {
 /// `api 0.16 + worker 0.43 + postgres 0.72 + redis 0.22 = 1.53 (bench client 0.07)`
 fn cpu_summary(cpu: &Value) -> String {
     let ms = |name: &str| cpu[name].as_f64().unwrap_or(f64::NAN);
-    let parts: Vec<String> = ["api", "worker", "postgres", "redis"]
+    let parts: Vec<String> = ["api", "producers", "worker", "postgres", "redis"]
         .into_iter()
         .filter(|name| ms(name) > 0.0)
         .map(|name| format!("{name} {:.2}", ms(name)))
@@ -1469,6 +1492,71 @@ fn bullmq(jobs: usize, concurrency: usize) -> Result<f64> {
     line["jobs_per_s"].as_f64().context("jobs_per_s")
 }
 
+/// Alternating e2e rounds of Receipt's production shape (`--queue`) and a
+/// peer, and their result line.
+#[derive(Default)]
+struct SideBySide {
+    receipt: Vec<Run>,
+    peer: Vec<Run>,
+}
+
+impl SideBySide {
+    /// Receipt's round: a new service, e2e, stopped.
+    async fn receipt(&mut self, args: &Args, clients: usize) -> Result<()> {
+        let service = Service::start(Shape::Production, args).await?;
+        let run = end_to_end(&service.target(), args.jobs, clients).await?;
+        service.stop().await?;
+        self.receipt.push(run);
+        Ok(())
+    }
+
+    /// Jobs/s of each side (median and range), CPU per job (median total,
+    /// and the last round's parts); the JSON line's fields of the peer
+    /// start with `key`, its summary names it `name`.
+    fn print(&self, scenario: &str, key: &str, name: &str, args: &Args, clients: usize) {
+        let rates = |runs: &[Run]| runs.iter().map(|run| run.jobs_per_s).collect::<Vec<_>>();
+        let cpu = |runs: &[Run]| {
+            runs.iter()
+                .map(|run| run.cpu_ms_per_job.clone())
+                .collect::<Vec<_>>()
+        };
+        let total = |runs: &[Run]| {
+            median_and_range(
+                runs.iter()
+                    .map(|run| run.cpu_ms_per_job["total"].as_f64().unwrap_or(f64::NAN))
+                    .collect(),
+            )
+        };
+        let (r, r_lo, r_hi) = median_and_range(rates(&self.receipt));
+        let (p, p_lo, p_hi) = median_and_range(rates(&self.peer));
+        let ((rc, _, _), (pc, _, _)) = (total(&self.receipt), total(&self.peer));
+        let last = |runs: &[Run]| {
+            runs.last()
+                .map(|run| cpu_summary(&run.cpu_ms_per_job))
+                .unwrap_or_default()
+        };
+        let label = Shape::Production.label(args.queue);
+        let mut line = json!({"jobs": args.jobs, "clients": clients, "workers": args.workers, "concurrency": args.concurrency,
+               "receipt_jobs_per_s": rates(&self.receipt), "receipt_median": r,
+               "receipt_cpu_ms_per_job": cpu(&self.receipt), "ratio": r / p, "cpu_ratio": rc / pc});
+        line[format!("{key}_jobs_per_s")] = json!(rates(&self.peer));
+        line[format!("{key}_median")] = json!(p);
+        line[format!("{key}_cpu_ms_per_job")] = json!(cpu(&self.peer));
+        print_result(
+            scenario,
+            label,
+            line,
+            &format!(
+                "Receipt ({label}) {r:.0} ({r_lo:.0}-{r_hi:.0}) vs {name} {p:.0} ({p_lo:.0}-{p_hi:.0}) jobs/s: ratio {:.2}\n{:>25}CPU ms per job (median total), Receipt {rc:.2} vs {name} {pc:.2}; last round: {} | {}",
+                r / p,
+                "",
+                last(&self.receipt),
+                last(&self.peer),
+            ),
+        );
+    }
+}
+
 /// The offered scenario at `rate` (jobs/s, or `max`), its plot written
 /// when `--plot-dir` is set; its result line, labelled.
 async fn offered_at(target: &Target<'_>, rate: &str, args: &Args) -> Result<Value> {
@@ -1862,46 +1950,35 @@ async fn main() -> Result<()> {
     if wants("peer") {
         // Alternating rounds, like the BullMQ side by side: Receipt's
         // production shape (`--queue`), then the usual stack, each e2e.
-        let (mut receipt, mut usual) = (Vec::new(), Vec::new());
-        let (mut receipt_cpu, mut usual_cpu) = (Vec::new(), Vec::new());
         let clients = args.clients.unwrap_or(args.concurrency);
+        let mut rounds = SideBySide::default();
         for _ in 0..args.rounds {
-            let service = Service::start(Shape::Production, &args).await?;
-            let run = end_to_end(&service.target(), args.jobs, clients).await?;
-            service.stop().await?;
-            receipt.push(run.jobs_per_s);
-            receipt_cpu.push(run.cpu_ms_per_job);
+            rounds.receipt(&args, clients).await?;
             let peer = peer::Peer::start(&args).await?;
             let run = end_to_end(&peer.target(), args.jobs, clients).await?;
             peer.stop();
-            usual.push(run.jobs_per_s);
-            usual_cpu.push(run.cpu_ms_per_job);
+            rounds.peer.push(run);
         }
-        let total = |cpu: &[Value]| {
-            median_and_range(
-                cpu.iter()
-                    .map(|c| c["total"].as_f64().unwrap_or(f64::NAN))
-                    .collect(),
-            )
-        };
-        let (r, r_lo, r_hi) = median_and_range(receipt.clone());
-        let (u, u_lo, u_hi) = median_and_range(usual.clone());
-        let ((rc, _, _), (uc, _, _)) = (total(&receipt_cpu), total(&usual_cpu));
-        let label = Shape::Production.label(args.queue);
-        print_result(
-            "peer",
-            label,
-            json!({"jobs": args.jobs, "clients": clients, "workers": args.workers, "concurrency": args.concurrency,
-                   "receipt_jobs_per_s": receipt, "usual_stack_jobs_per_s": usual, "receipt_median": r, "usual_stack_median": u,
-                   "ratio": r / u, "receipt_cpu_ms_per_job": receipt_cpu, "usual_stack_cpu_ms_per_job": usual_cpu,
-                   "cpu_ratio": rc / uc}),
-            &format!(
-                "Receipt ({label}) {r:.0} ({r_lo:.0}-{r_hi:.0}) vs the usual stack {u:.0} ({u_lo:.0}-{u_hi:.0}) jobs/s: ratio {:.2}\n{:>25}CPU ms per job (median total), Receipt {rc:.2} vs the usual stack {uc:.2}; last round: {} | {}",
-                r / u,
-                "",
-                receipt_cpu.last().map(cpu_summary).unwrap_or_default(),
-                usual_cpu.last().map(cpu_summary).unwrap_or_default(),
-            ),
+        rounds.print("peer", "usual_stack", "the usual stack", &args, clients);
+    }
+    if wants("graphile") {
+        // The same rounds beside graphile-worker: the same jobs, added by
+        // as many producers as Receipt has clients, on as many slots.
+        let clients = args.clients.unwrap_or(args.concurrency);
+        let mut rounds = SideBySide::default();
+        for _ in 0..args.rounds {
+            rounds.receipt(&args, clients).await?;
+            let peer = graphile::Peer::start(&args).await?;
+            let run = peer.end_to_end(args.jobs, clients).await?;
+            peer.stop();
+            rounds.peer.push(run);
+        }
+        rounds.print(
+            "graphile",
+            "graphile_worker",
+            graphile::LABEL,
+            &args,
+            clients,
         );
     }
     if wants("peer-offered") {

@@ -79,7 +79,7 @@ pub async fn run(target: &Target<'_>, rate: f64, secs: u64, options: &Options) -
         bail!("a rate must be a positive number of jobs per second, not {rate}");
     }
     let pool = target.pool().await?;
-    let meter = CpuMeter::start(target, &pool).await?;
+    let meter = CpuMeter::start(&target.watched, &pool).await?;
     let total = (rate * secs as f64).round() as usize;
     // The scheduled times in both clocks: the monotonic one to send by,
     // the wall clock (the one the service stamps its jobs with, on the
@@ -163,7 +163,7 @@ pub async fn run(target: &Target<'_>, rate: f64, secs: u64, options: &Options) -
         .iter()
         .filter_map(|s| s.answer.as_ref().ok().map(|id| (s, id)))
         .collect();
-    let cpu = meter.per_job(target, &pool, accepted.len().max(1)).await?;
+    let cpu = meter.per_job(&pool, accepted.len().max(1)).await?;
     let times = read_times(&pool, target, accepted.iter().map(|(_, id)| id.as_str())).await?;
     pool.close().await;
 

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use receipt_client::Client;
 use testkit::{Api, Backend, Process, REDIS_URL, Stderr, TestEnv};
 
-use crate::{Args, KEY, QUIET_KEY, Shape, Target, bench_client, warm_up, workspace_dir};
+use crate::{Args, KEY, QUIET_KEY, Shape, Target, Watched, bench_client, warm_up, workspace_dir};
 
 /// The peer's label in results.
 pub const LABEL: &str = "usual-stack";
@@ -94,9 +94,11 @@ impl Peer {
             tenant: "bench",
             database_url: &self.env.database_url,
             dialect: Shape::Production,
-            pg_database: self.env.database_name(),
-            processes,
-            redis: true,
+            watched: Watched {
+                pg_database: self.env.database_name(),
+                processes,
+                redis: true,
+            },
             slots: self.slots,
         }
     }
