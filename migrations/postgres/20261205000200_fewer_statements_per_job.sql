@@ -11,13 +11,16 @@ ALTER TABLE job_results DROP CONSTRAINT job_results_job_id_fkey;
 
 -- Whether a tenant has a claimable job that is due, as a one-row table so
 -- that the planner inlines it into the claim (a scalar SQL function with a
--- subquery is run as a statement of its own, once per tenant walked).
+-- subquery is run as a statement of its own, once per tenant walked). The
+-- tenant's first claimable job by rank, not EXISTS: inlined, an EXISTS can
+-- become a join that reads every queued job of every tenant, where the
+-- first by rank is one probe of `jobs_claimable`, bounded by `rank_before`.
 CREATE FUNCTION tenant_due(tenant TEXT, now_at timestamptz, rank_before timestamptz)
 RETURNS TABLE (due boolean) LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (
-        SELECT 1 FROM jobs d
-        WHERE d.status = 'QUEUED' AND d.capped IS NULL AND d.tenant_id COLLATE "C" = tenant
-          AND d.rank_at <= rank_before AND d.run_after <= now_at)
+    SELECT (SELECT d.rank_at FROM jobs d
+            WHERE d.status = 'QUEUED' AND d.capped IS NULL AND d.tenant_id COLLATE "C" = tenant
+              AND d.rank_at <= rank_before AND d.run_after <= now_at
+            ORDER BY d.rank_at LIMIT 1) IS NOT NULL
 $$;
 
 -- The claim of up to `most` due jobs (`Store::claim_due`), as before: the
@@ -27,6 +30,11 @@ $$;
 -- caps the walk hands the jobs it chose to `claim_jobs`, which claims or
 -- parks each in rank order. Either way the claimed jobs come back in the
 -- order the walk took them, as on SQLite.
+--
+-- Its plans are generic, made once per session: Postgres would otherwise
+-- plan the walk afresh at every call, as its estimate of the generic plan
+-- is no better than a custom one's, and planning the walk costs many times
+-- what running it does for a claim of a few jobs.
 CREATE OR REPLACE FUNCTION claim_due_jobs(
     most BIGINT, after_tenant TEXT, now_at timestamptz, rank_before timestamptz,
     lease_until timestamptz, worker TEXT, tenant_cap BIGINT, capped_kinds TEXT[],
@@ -35,7 +43,8 @@ CREATE OR REPLACE FUNCTION claim_due_jobs(
 RETURNS TABLE (
     job_id TEXT, tenant_id TEXT, kind TEXT, params jsonb, attempts BIGINT, handbacks BIGINT,
     max_attempts BIGINT, created_at timestamptz, traceparent TEXT
-) LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+) LANGUAGE plpgsql SET enable_seqscan = off SET jit = off
+  SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     uncapped CONSTANT BOOLEAN := tenant_cap = 0 AND cardinality(capped_kinds) = 0;

@@ -224,6 +224,8 @@ fn claimable_jobs(tenant: &str, prefix: &str, count: i64) -> String {
 const EARLY_CLAIMS: i64 = 40;
 
 const JOBS_SCANNED: &str = "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'jobs'";
+const JOBS_INDEX_READ: &str =
+    "SELECT sum(idx_tup_read)::bigint FROM pg_stat_user_indexes WHERE relname = 'jobs'";
 
 #[tokio::test]
 async fn a_claim_of_due_jobs_behind_a_backlog_reads_jobs_by_key() {
@@ -268,6 +270,7 @@ async fn a_claim_of_due_jobs_behind_a_backlog_reads_jobs_by_key() {
     env.execute_sql(&claimable_jobs("tenant-c", "backlog", BACKLOG))
         .await;
     let before = statistic_after(&env, JOBS_UPDATED, EARLY_CLAIMS * 4, JOBS_SCANNED).await;
+    let index_before = statistic_after(&env, JOBS_UPDATED, EARLY_CLAIMS * 4, JOBS_INDEX_READ).await;
 
     let taken = claim(&after).await;
 
@@ -285,6 +288,15 @@ async fn a_claim_of_due_jobs_behind_a_backlog_reads_jobs_by_key() {
     assert!(
         read < BACKLOG,
         "one claim read {read} jobs by sequential scan, behind a backlog of {BACKLOG}"
+    );
+    // Each tenant's probe and share are a few entries of `jobs_claimable`,
+    // whatever waits behind them.
+    let index_read = statistic_after(&env, JOBS_UPDATED, EARLY_CLAIMS * 4 + 4, JOBS_INDEX_READ)
+        .await
+        - index_before;
+    assert!(
+        index_read < BACKLOG / 10,
+        "one claim read {index_read} index entries of jobs, behind a backlog of {BACKLOG}"
     );
     store.close().await;
 }
