@@ -106,11 +106,13 @@ BEGIN
             FROM candidates c ORDER BY c.n, c.turn LIMIT most
         ), claimed AS (
             -- Requiring QUEUED and due is the guard, as in `claim_jobs`.
+            -- The chosen ids as an array, so that only `jobs_pkey` serves
+            -- them: as a join, a plan could read every job's key.
             UPDATE jobs AS j
             SET status = 'RUNNING', attempts = j.attempts + 1, capped = NULL,
                 started_at = COALESCE(j.started_at, now_at), lease_expires_at = lease_until,
                 worker_id = worker
-            WHERE uncapped AND j.job_id IN (SELECT ch.job_id FROM chosen ch)
+            WHERE uncapped AND j.job_id = ANY (ARRAY(SELECT ch.job_id FROM chosen ch))
               AND CASE WHEN j.status = 'QUEUED' AND j.run_after <= now_at THEN true ELSE false END
             RETURNING j.job_id, j.tenant_id, j.kind, j.params, j.attempts, j.handbacks,
                       j.max_attempts, j.created_at, j.traceparent
@@ -227,3 +229,13 @@ $$;
 CREATE TRIGGER jobs_updated AFTER UPDATE ON jobs
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION jobs_updated_statement();
+
+-- The queue gauges' index names `kind` in its predicate, which the claim's
+-- walk never does, so that no plan of the walk can read it. Both serve
+-- the queued jobs; with statistics taken while nothing waited, Postgres
+-- counted them equally cheap and took the gauges' index, which gives the
+-- walk's probes no order by tenant and rank: each read the backlog whole.
+-- The gauges name a kind or say `kind IS NOT NULL`.
+DROP INDEX jobs_queued_by_kind;
+CREATE INDEX jobs_queued_by_kind ON jobs (kind, run_after)
+    WHERE status = 'QUEUED' AND kind IS NOT NULL;

@@ -80,7 +80,8 @@ pub(crate) async fn queued_unclaimed(
 ) -> sqlx::Result<Vec<SweptRow>> {
     sqlx::query_as(sql!(
         "SELECT j.job_id, j.tenant_id, j.rank_at, j.kind, j.run_after FROM jobs j
-         WHERE j.status = 'QUEUED' AND (j.kind, j.run_after, j.job_id) > ($1, $2, $3)
+         WHERE j.status = 'QUEUED' AND j.kind IS NOT NULL
+           AND (j.kind, j.run_after, j.job_id) > ($1, $2, $3)
            AND j.run_after <= $4 AND j.capped IS NULL
            AND NOT EXISTS (
                SELECT 1 FROM outbox o WHERE o.job_id = j.job_id
