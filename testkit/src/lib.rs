@@ -14,6 +14,7 @@ pub mod announcements;
 pub mod client;
 pub mod clock;
 pub mod env;
+pub mod ledger;
 pub mod process;
 pub mod receiver;
 pub mod servers;
