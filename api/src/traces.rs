@@ -63,7 +63,9 @@ pub async fn trace_requests(
         Ok(response) => response.status(),
         Err(error) => error.as_response_error().status_code(),
     };
-    span.record("http.response.status_code", status.as_u16());
+    // An integer, as OpenTelemetry's conventions type it: a `u16` would
+    // reach the exporter as a string.
+    span.record("http.response.status_code", i64::from(status.as_u16()));
     // Only a 5xx is the server's failure; a 4xx is the client's.
     if status.is_server_error() {
         span.record("otel.status_code", "error");

@@ -333,7 +333,9 @@ pub async fn signed_post(post: SignedPost<'_>) -> Result<Answer, String> {
         if let Ok(url) = url::Url::parse(post.url) {
             span.record("url.full", url_in_span(&url));
             span.record("server.address", url.host_str().unwrap_or_default());
-            span.record("server.port", url.port_or_known_default());
+            // Integers, as OpenTelemetry's conventions type them: a `u16`
+            // would reach the exporter as a string.
+            span.record("server.port", url.port_or_known_default().map(i64::from));
         }
         if let Some(parent) = post.parent {
             let fields = HashMap::from([("traceparent".to_owned(), parent.to_owned())]);
@@ -343,7 +345,7 @@ pub async fn signed_post(post: SignedPost<'_>) -> Result<Answer, String> {
     let answer = send_signed(post, &span).instrument(span.clone()).await;
     match &answer {
         Ok(answer) => {
-            span.record("http.response.status_code", answer.status);
+            span.record("http.response.status_code", i64::from(answer.status));
             if answer.status >= 400 {
                 span.record("error.type", tracing::field::display(answer.status));
                 span.record("otel.status_code", "error");

@@ -32,6 +32,8 @@ pub struct Seen {
     pub name: String,
     pub kind: span::SpanKind,
     pub attributes: HashMap<String, String>,
+    /// Each attribute's OTLP type: `string`, `int`, `bool` or `double`.
+    pub attribute_types: HashMap<String, &'static str>,
     /// `(trace_id, span_id)` of each link.
     pub links: Vec<(String, String)>,
 }
@@ -39,6 +41,10 @@ pub struct Seen {
 impl Seen {
     pub fn attribute(&self, key: &str) -> Option<&str> {
         self.attributes.get(key).map(String::as_str)
+    }
+
+    pub fn attribute_type(&self, key: &str) -> Option<&str> {
+        self.attribute_types.get(key).copied()
     }
 
     pub fn is_child_of(&self, parent: &Seen) -> bool {
@@ -60,6 +66,16 @@ pub struct Collector {
 struct Shared {
     spans: Arc<Record<Seen>>,
     refused: Arc<Record<String>>,
+}
+
+fn type_of(value: Option<&any_value::Value>) -> &'static str {
+    match value {
+        Some(any_value::Value::StringValue(_)) => "string",
+        Some(any_value::Value::IntValue(_)) => "int",
+        Some(any_value::Value::BoolValue(_)) => "bool",
+        Some(any_value::Value::DoubleValue(_)) => "double",
+        _ => "other",
+    }
 }
 
 fn text(value: Option<&any_value::Value>) -> String {
@@ -111,6 +127,14 @@ async fn export(shared: web::Data<Shared>, request: HttpRequest, body: web::Byte
                         .map(|kv| {
                             let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
                             (kv.key.clone(), text(value))
+                        })
+                        .collect(),
+                    attribute_types: span
+                        .attributes
+                        .iter()
+                        .map(|kv| {
+                            let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
+                            (kv.key.clone(), type_of(value))
                         })
                         .collect(),
                     links: span
@@ -268,6 +292,11 @@ async fn one_trace_runs_from_the_submit_to_the_webhook_delivery(backend: Backend
     assert_eq!(submit.attribute("http.route"), Some("/v1/reports/{kind}"));
     assert_eq!(submit.attribute("url.path"), Some("/v1/reports/sleep"));
     assert_eq!(submit.attribute("http.response.status_code"), Some("202"));
+    assert_eq!(
+        submit.attribute_type("http.response.status_code"),
+        Some("int"),
+        "OpenTelemetry's conventions type a status code as an integer"
+    );
 
     let attempt = collector.attempt(job_id).await;
     let process = &attempt.process;
@@ -303,6 +332,11 @@ async fn one_trace_runs_from_the_submit_to_the_webhook_delivery(backend: Backend
     assert_eq!(delivery.name, "POST");
     assert_eq!(delivery.attribute("http.request.method"), Some("POST"));
     assert_eq!(delivery.attribute("http.response.status_code"), Some("200"));
+    assert_eq!(
+        delivery.attribute_type("http.response.status_code"),
+        Some("int")
+    );
+    assert_eq!(delivery.attribute_type("server.port"), Some("int"));
     assert_eq!(delivery.attribute("url.full"), Some(receiver.url.as_str()));
     assert_eq!(delivery.attribute("server.address"), Some("127.0.0.1"));
 
