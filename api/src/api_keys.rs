@@ -15,7 +15,7 @@ use std::{
 };
 
 use shared::time::now_ms;
-use store::{Store, TokenCheck, check_session_token, hash_key};
+use store::{KeyScope, Store, TokenCheck, check_session_token, hash_key};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -44,6 +44,15 @@ struct ValidKeys {
 struct KeyOwner {
     key_id: String,
     tenant_id: String,
+    scope: KeyScope,
+}
+
+/// Whom a valid key belongs to, and what it may do.
+#[derive(Debug, Clone)]
+pub struct KeyHolder {
+    pub key_id: String,
+    pub tenant_id: String,
+    pub scope: KeyScope,
 }
 
 impl ApiKeys {
@@ -67,16 +76,19 @@ impl ApiKeys {
             .iter()
             .map(|key| (key.key_id.clone(), key.key_hash.clone()))
             .collect();
+        // A key whose stored scope this build does not know opens nothing.
         let by_hash = keys
             .into_iter()
-            .map(|key| {
-                (
+            .filter_map(|key| {
+                let scope = key.scope()?;
+                Some((
                     key.key_hash,
                     KeyOwner {
                         key_id: key.key_id,
                         tenant_id: key.tenant_id,
+                        scope,
                     },
-                )
+                ))
             })
             .collect();
         *self.valid.write().unwrap_or_else(|e| e.into_inner()) = ValidKeys {
@@ -102,18 +114,26 @@ impl ApiKeys {
         Ok(())
     }
 
-    /// The tenant of a valid key, noting the use; no database query.
-    pub fn tenant(&self, key: &str) -> Option<String> {
-        self.tenant_of_hash(&hash_key(key))
+    /// Whom a valid key belongs to and what it may do, noting the use;
+    /// no database query.
+    pub fn holder(&self, key: &str) -> Option<KeyHolder> {
+        let hash = hash_key(key);
+        let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
+        let owner = valid.by_hash.get(&hash)?;
+        self.note_use(&owner.key_id);
+        Some(KeyHolder {
+            key_id: owner.key_id.clone(),
+            tenant_id: owner.tenant_id.clone(),
+            scope: owner.scope.clone(),
+        })
     }
 
-    /// The id and tenant of a valid key, noting the use; no query.
+    /// The id and tenant of a valid key of full rights (one that may open
+    /// the dashboard), noting the use; no query.
     pub fn owner(&self, key: &str) -> Option<(String, String)> {
-        let hash = hash_key(key);
-        let tenant = self.tenant_of_hash(&hash)?;
-        let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
-        let key_id = valid.by_hash.get(&hash)?.key_id.clone();
-        Some((key_id, tenant))
+        self.holder(key)
+            .filter(|holder| holder.scope == KeyScope::Full)
+            .map(|holder| (holder.key_id, holder.tenant_id))
     }
 
     /// Whether a dashboard session token could have been issued for one
@@ -128,16 +148,23 @@ impl ApiKeys {
     /// session's), noting the use.
     pub fn tenant_of_hash(&self, hash: &str) -> Option<String> {
         let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
-        let owner = valid.by_hash.get(hash)?;
+        let owner = valid
+            .by_hash
+            .get(hash)
+            .filter(|owner| owner.scope == KeyScope::Full)?;
+        self.note_use(&owner.key_id);
+        Some(owner.tenant_id.clone())
+    }
+
+    fn note_use(&self, key_id: &str) {
         let now = now_ms();
         let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
-        match uses.get_mut(&owner.key_id) {
+        match uses.get_mut(key_id) {
             Some(used_at) => *used_at = now,
             None => {
-                uses.insert(owner.key_id.clone(), now);
+                uses.insert(key_id.to_owned(), now);
             }
         }
-        Some(owner.tenant_id.clone())
     }
 
     /// Writes the uses noted since the last write; on failure they are

@@ -30,6 +30,9 @@ pub enum ApiError {
     /// 401, with `WWW-Authenticate: Bearer`.
     #[error("{0}")]
     Unauthorized(String),
+    /// 403: the key is valid but its scope does not allow this.
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: unknown job or kind, or another tenant's resource.
     #[error("{0}")]
     NotFound(String),
@@ -40,12 +43,24 @@ pub enum ApiError {
         detail: String,
         ids: Option<Vec<String>>,
     },
+    /// 409: a call on an attempt that its fence refused, changing nothing;
+    /// the problem's type names why (`/problems/attempt-superseded`,
+    /// `/problems/job-cancelled`, `/problems/attempt-ended`,
+    /// `/problems/attempt-timed-out`).
+    #[error("{detail}")]
+    Fenced {
+        reason: &'static str,
+        detail: String,
+    },
     /// 409, with `Retry-After: 1`: the first request under this
     /// `Idempotency-Key` is still being processed. Unlike a conflict with
     /// the resource's state, sending the same request again will succeed,
     /// and the header is how a client tells the two apart.
     #[error("{0}")]
     InProgress(String),
+    /// 413: a body over its route's limit, found while it streams in.
+    #[error("{0}")]
+    PayloadTooLarge(String),
     /// 415: the body is not `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -85,8 +100,11 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => "malformed-request",
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not-found",
             ApiError::Conflict { .. } | ApiError::InProgress(_) => "conflict",
+            ApiError::Fenced { reason, .. } => reason,
+            ApiError::PayloadTooLarge(_) => "payload-too-large",
             ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
             ApiError::Validation { .. } => "validation-error",
             ApiError::TooManyRequests { .. } => "too-many-requests",
@@ -129,8 +147,12 @@ impl ResponseError for ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict { .. } | ApiError::InProgress(_) => StatusCode::CONFLICT,
+            ApiError::Conflict { .. } | ApiError::InProgress(_) | ApiError::Fenced { .. } => {
+                StatusCode::CONFLICT
+            }
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,

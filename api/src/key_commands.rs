@@ -6,7 +6,7 @@
 use crate::{api_keys::KEY_REFRESH, error::BoxError};
 use chrono::{DateTime, SecondsFormat, Utc};
 use shared::settings::{Settings, check_tenant};
-use store::{ApiKeyRecord, KeySync, Revocation, RevokeOutcome, Store};
+use store::{ApiKeyRecord, KeyScope, KeySync, Revocation, RevokeOutcome, Store};
 use tracing::info;
 
 async fn store(settings: &Settings) -> Result<Store, BoxError> {
@@ -15,16 +15,24 @@ async fn store(settings: &Settings) -> Result<Store, BoxError> {
     Ok(store)
 }
 
-/// Makes a key for the tenant and prints it, with its id.
-pub async fn create(settings: &Settings, tenant: &str) -> Result<(), BoxError> {
+/// Makes a key of `scope` for the tenant and prints it, with its id.
+pub async fn create(settings: &Settings, tenant: &str, scope: &KeyScope) -> Result<(), BoxError> {
     check_tenant(tenant)?;
+    if let KeyScope::Work { kinds: Some(kinds) } = scope {
+        for kind in kinds {
+            reports::registered::check_name(kind)
+                .map_err(|e| format!("--kinds: {kind:?}: {}", e.message))?;
+        }
+    }
     let store = store(settings).await?;
-    let created = store.create_api_key(tenant).await?;
+    let created = store.create_scoped_api_key(tenant, scope).await?;
     store.close().await;
     println!("API key: {}", created.key);
     println!(
-        "Key id: {} (tenant {tenant}, shown as {}…). The key is not shown again.",
-        created.key_id, created.key_prefix
+        "Key id: {} (tenant {tenant}, scope {}, shown as {}…). The key is not shown again.",
+        created.key_id,
+        scope.name(),
+        created.key_prefix
     );
     if settings
         .api_keys
@@ -126,17 +134,25 @@ fn key_table(keys: &[ApiKeyRecord]) -> String {
     let header = [
         "KEY ID",
         "TENANT",
+        "SCOPE",
         "PREFIX",
         "CREATED",
         "LAST USED",
         "REVOKED",
     ];
-    let rows: Vec<[String; 6]> = keys
+    let rows: Vec<[String; 7]> = keys
         .iter()
         .map(|key| {
             [
                 key.key_id.clone(),
                 key.tenant_id.clone(),
+                match &key.scope {
+                    Some(KeyScope::Work { kinds: Some(kinds) }) => {
+                        format!("work({})", kinds.join(","))
+                    }
+                    Some(scope) => scope.name().to_owned(),
+                    None => "unknown".to_owned(),
+                },
                 key.key_prefix
                     .as_ref()
                     .map_or_else(|| "unknown".to_owned(), |prefix| format!("{prefix}…")),
@@ -161,7 +177,7 @@ fn key_table(keys: &[ApiKeyRecord]) -> String {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; 6]| {
+    let line = |cells: [&str; 7]| {
         let mut text = String::new();
         for (i, cell) in cells.iter().enumerate() {
             if i + 1 == cells.len() {

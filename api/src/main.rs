@@ -36,6 +36,15 @@ enum KeysCommand {
     Create {
         #[arg(long)]
         tenant: String,
+        /// `work`: a key for workers over HTTP, which may only lease and
+        /// report attempts of the tenant's registered kinds. Without it,
+        /// a key of full rights (everything but that).
+        #[arg(long, value_parser = ["work"])]
+        scope: Option<String>,
+        /// With `--scope work`: the registered kinds the key may work on,
+        /// comma-separated (all of the tenant's when absent).
+        #[arg(long, requires = "scope", value_delimiter = ',')]
+        kinds: Option<Vec<String>>,
     },
     /// List every stored key: id, tenant, visible prefix, created, last
     /// used, revoked. Never the key itself.
@@ -70,8 +79,19 @@ async fn main() -> std::process::ExitCode {
     let result = match command {
         Command::Serve => serve(cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,
-        Command::CreateKey { tenant } | Command::Keys(KeysCommand::Create { tenant }) => {
-            key_commands::create(&cli.settings, &tenant).await
+        Command::CreateKey { tenant } => {
+            key_commands::create(&cli.settings, &tenant, &store::KeyScope::Full).await
+        }
+        Command::Keys(KeysCommand::Create {
+            tenant,
+            scope,
+            kinds,
+        }) => {
+            let scope = match scope {
+                Some(_) => store::KeyScope::Work { kinds },
+                None => store::KeyScope::Full,
+            };
+            key_commands::create(&cli.settings, &tenant, &scope).await
         }
         Command::Keys(KeysCommand::List) => key_commands::list(&cli.settings).await,
         Command::Keys(KeysCommand::Revoke { key_id }) => {

@@ -21,6 +21,15 @@ use crate::{error::PROBLEM_JSON, routes};
     info(title = "Receipt", description = "Slow report work, done asynchronously and safely: submit, get a 202 and a Location, poll or long-poll the job."),
     paths(
         routes::reports::submit,
+        routes::kinds::list,
+        routes::kinds::get,
+        routes::kinds::put,
+        routes::kinds::delete,
+        routes::work::lease,
+        routes::work::heartbeat,
+        routes::work::complete,
+        routes::work::fail,
+        routes::work::cancelled,
         routes::jobs::get,
         routes::jobs::result,
         routes::jobs::cancel,
@@ -62,6 +71,18 @@ use crate::{error::PROBLEM_JSON, routes};
         shared::ledger::FieldError,
         shared::ledger::LedgerEntryInput,
         routes::reports::ReportParams,
+        routes::kinds::KindObject,
+        routes::kinds::KindList,
+        routes::kinds::DeletedKind,
+        reports::registered::KindDeclaration,
+        shared::model::Priority,
+        routes::work::LeaseRequest,
+        routes::work::LeaseAnswer,
+        routes::work::LeasedAttemptObject,
+        routes::work::HeartbeatRequest,
+        routes::work::HeartbeatAnswer,
+        routes::work::FailRequest,
+        routes::work::ReportAnswer,
         routes::jobs::JobPage,
         routes::schedules::CreateSchedule,
         routes::schedules::ChangeSchedule,
@@ -115,7 +136,10 @@ impl Modify for ReportKinds {
         }
         for parameter in submit.parameters.iter_mut().flatten() {
             if parameter.name == "kind" {
-                parameter.description = Some(format!("report kind: {kinds}"));
+                parameter.description = Some(format!(
+                    "report kind: {kinds}, or one the tenant registered (`GET /v1/kinds` shows \
+                     its schema)"
+                ));
             }
         }
 

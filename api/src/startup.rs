@@ -77,8 +77,24 @@ impl Application {
             caps: settings.caps(),
             webhook_allow_private: settings.webhook_allow_private,
             openapi: serde_json::to_vec(&ApiDoc::openapi())?.into(),
+            work: routes::work::WorkSettings {
+                lease: settings.job_lease,
+                retry_base: settings.retry_base_delay,
+                retry_max: settings.retry_max_delay,
+                woken: std::sync::Arc::new(tokio::sync::Notify::new()),
+                look: store.lease_look(),
+            },
+            schemas: reports::registered::CompiledSchemas::default(),
             shutdown: shutdown.clone(),
         });
+        {
+            let (store, woken, stop) = (
+                store.clone(),
+                state.work.woken.clone(),
+                shutdown.clone().cancelled_owned(),
+            );
+            tokio::spawn(async move { store.forward_due_wakes(woken, stop).await });
+        }
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())

@@ -27,6 +27,10 @@ pub struct AppState {
     /// The OpenAPI document (`crate::openapi::ApiDoc`) as `/openapi.json`
     /// serves it, written once at start.
     pub openapi: actix_web::web::Bytes,
+    /// The worker protocol's lease, backoff, and wake of waiting leases.
+    pub work: crate::routes::work::WorkSettings,
+    /// Registered kinds' schemas, compiled once per declaration.
+    pub schemas: reports::registered::CompiledSchemas,
     /// Cancelled at SIGTERM/SIGINT: long polls answer at once.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

@@ -54,7 +54,10 @@ pub async fn submit(
                 .await?
                 .pop()
                 .ok_or_else(|| ApiError::Internal("a batch of one answered nothing".into()))?;
-            if submitted == Submitted::Inserted && !submission.is_delayed() {
+            if submitted == Submitted::Inserted
+                && !submission.is_delayed()
+                && !submission.job.external
+            {
                 group.hand_over(vec![state.store.queued_job(&submission)]);
             }
             submitted
@@ -132,8 +135,12 @@ impl SubmitGroup {
         let new_jobs: Vec<QueuedJob> = submissions
             .iter()
             .zip(&outcomes)
+            // External jobs are leased from their rows, never handed to
+            // the queue.
             .filter(|(submission, outcome)| {
-                **outcome == Submitted::Inserted && !submission.is_delayed()
+                **outcome == Submitted::Inserted
+                    && !submission.is_delayed()
+                    && !submission.job.external
             })
             .map(|(submission, _)| self.store.queued_job(submission))
             .collect();

@@ -9,6 +9,7 @@ mod context;
 mod gst_summary;
 mod ledger_export;
 mod period_close;
+pub mod registered;
 pub mod saga;
 mod sleep;
 

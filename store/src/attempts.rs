@@ -716,7 +716,7 @@ async fn claim_in(
 ) -> Result<Vec<ClaimRow>> {
     Ok(on_tx!(tx,
         conn => postgres::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
-        conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps).await?,
+        conn => sqlite::attempts::claim(conn, job_ids, now, lease_until, worker_id, caps, false).await?,
     ))
 }
 

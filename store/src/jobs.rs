@@ -50,6 +50,14 @@ pub(crate) fn job_of(row: Option<JobRow>) -> Result<Option<Job>> {
     row.map(Job::try_from).transpose()
 }
 
+/// What a kind gives a job made of it: how many attempts it has, and
+/// whether the tenant's workers over HTTP lease it (a registered kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindTerms {
+    pub max_attempts: i64,
+    pub external: bool,
+}
+
 /// A new job, as the API inserts it.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -59,6 +67,9 @@ pub struct NewJob {
     pub params: String,
     pub max_attempts: i64,
     pub priority: Priority,
+    /// A registered kind's job: leased by workers over HTTP, never
+    /// claimed by the built-in ones.
+    pub external: bool,
 }
 
 /// Filters and page of `GET /v1/jobs`.
@@ -215,7 +226,7 @@ impl Store {
         tenant_id: &str,
         job_id: &str,
         new_job_id: &str,
-        max_attempts: impl FnOnce(&str) -> Option<i64>,
+        terms: impl FnOnce(&str) -> Option<KindTerms>,
         traceparent: Option<&str>,
     ) -> Result<RetryOutcome> {
         let Some(original) = self.lock_job(tx, tenant_id, job_id).await? else {
@@ -224,7 +235,7 @@ impl Store {
         if !matches!(original.status, JobStatus::Failed | JobStatus::Cancelled) {
             return Ok(RetryOutcome::NotRetryable(original));
         }
-        let Some(max_attempts) = max_attempts(&original.kind) else {
+        let Some(terms) = terms(&original.kind) else {
             return Ok(RetryOutcome::UnknownKind(original));
         };
         let new_job = NewJob {
@@ -232,9 +243,10 @@ impl Store {
             tenant_id: tenant_id.to_owned(),
             kind: original.kind.clone(),
             params: original.params.clone(),
-            max_attempts,
+            max_attempts: terms.max_attempts,
             // A retry keeps the original's priority.
             priority: original.priority,
+            external: terms.external,
         };
         crate::submit::insert_job_now(tx, new_job, self.priority_aging, traceparent).await?;
         let row = on_tx!(tx,

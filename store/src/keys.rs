@@ -35,6 +35,63 @@ pub struct ValidKey {
     pub key_hash: String,
     pub key_id: String,
     pub tenant_id: String,
+    /// See [`KeyScope`].
+    pub scopes: Option<String>,
+    pub kinds: Option<String>,
+}
+
+impl ValidKey {
+    /// What the key may do; a stored scope this build does not know
+    /// gives no rights at all.
+    pub fn scope(&self) -> Option<KeyScope> {
+        KeyScope::parse(self.scopes.as_deref(), self.kinds.as_deref())
+    }
+}
+
+/// What a key may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyScope {
+    /// Everything but leasing attempts: every key made without a scope
+    /// (and every key of `API_KEYS`).
+    Full,
+    /// Lease and report the attempts of its tenant's registered kinds, of
+    /// `kinds` only when it names some; nothing else.
+    Work { kinds: Option<Vec<String>> },
+}
+
+impl KeyScope {
+    fn parse(scopes: Option<&str>, kinds: Option<&str>) -> Option<Self> {
+        match scopes {
+            None => Some(KeyScope::Full),
+            Some("work") => Some(KeyScope::Work {
+                kinds: match kinds {
+                    None => None,
+                    Some(list) => Some(serde_json::from_str(list).ok()?),
+                },
+            }),
+            Some(_) => None,
+        }
+    }
+
+    /// The scope's name, as `api keys list` shows it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KeyScope::Full => "full",
+            KeyScope::Work { .. } => "work",
+        }
+    }
+
+    fn columns(&self) -> (Option<&'static str>, Option<String>) {
+        match self {
+            KeyScope::Full => (None, None),
+            KeyScope::Work { kinds } => (
+                Some("work"),
+                kinds
+                    .as_ref()
+                    .map(|kinds| serde_json::Value::from(kinds.clone()).to_string()),
+            ),
+        }
+    }
 }
 
 /// Why a key was revoked, which decides whether it can come back.
@@ -74,6 +131,8 @@ pub struct ApiKeyRecord {
     pub created_at: i64,
     pub last_used_at: Option<i64>,
     pub revoked: Option<(i64, Revocation)>,
+    /// `None`: a scope this build does not know.
+    pub scope: Option<KeyScope>,
 }
 
 /// A key just made: the only time the key itself is known.
@@ -129,16 +188,26 @@ impl From<ApiKeyRow> for ApiKeyRecord {
             revoked: row
                 .revoked_at
                 .map(|at| (at.into(), Revocation::parse(row.revoked_reason.as_deref()))),
+            scope: KeyScope::parse(row.scopes.as_deref(), row.kinds.as_deref()),
         }
     }
 }
 
 impl Store {
-    /// Makes and stores a new key for the tenant.
+    /// Makes and stores a new key of full rights for the tenant.
     pub async fn create_api_key(&self, tenant_id: &str) -> Result<NewApiKey> {
+        self.create_scoped_api_key(tenant_id, &KeyScope::Full).await
+    }
+
+    /// Makes and stores a new key for the tenant, of this scope.
+    pub async fn create_scoped_api_key(
+        &self,
+        tenant_id: &str,
+        scope: &KeyScope,
+    ) -> Result<NewApiKey> {
         let key = new_api_key();
         let mut tx = self.begin_write().await?;
-        let (key_id, key_prefix) = insert_key(&mut tx, tenant_id, &key).await?;
+        let (key_id, key_prefix) = insert_key(&mut tx, tenant_id, &key, scope).await?;
         bump_generation(&mut tx).await?;
         tx.commit().await?;
         Ok(NewApiKey {
@@ -178,7 +247,7 @@ impl Store {
             let key_hash = hash_key(key);
             let Some(row) = stored.get(&key_hash) else {
                 listed.insert(key_hash);
-                insert_key(&mut tx, tenant_id, key).await?;
+                insert_key(&mut tx, tenant_id, key, &KeyScope::Full).await?;
                 sync.added += 1;
                 continue;
             };
@@ -316,8 +385,16 @@ impl Store {
 }
 
 /// Stores a new key; returns its id and visible prefix.
-async fn insert_key(tx: &mut WriteTx, tenant_id: &str, key: &str) -> Result<(String, String)> {
+async fn insert_key(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    key: &str,
+    scope: &KeyScope,
+) -> Result<(String, String)> {
+    let (scopes, kinds) = scope.columns();
     let row = NewKeyRow {
+        scopes,
+        kinds,
         key_hash: hash_key(key),
         key_id: new_api_key_id(),
         tenant_id,

@@ -31,6 +31,7 @@ mod gauges;
 mod idempotency;
 mod jobs;
 mod keys;
+mod kinds;
 mod ledger;
 mod outbox;
 mod periods;
@@ -47,6 +48,7 @@ mod submit;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 mod webhooks;
+mod work;
 
 use std::{
     str::FromStr,
@@ -74,13 +76,16 @@ pub use earlier_apalis::EarlierApalisTable;
 pub use error::{Error, Result, lose_answer, lost_answer};
 pub use gauges::{KindSample, OUTBOX_COUNT_LIMIT, QueueSample, TenantSample};
 pub use idempotency::{KeyLookup, StoredResponse};
-pub use jobs::{CancelOutcome, JobFilter, NewJob, RetryOutcome};
-pub use keys::{ApiKeyRecord, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key};
+pub use jobs::{CancelOutcome, JobFilter, KindTerms, NewJob, RetryOutcome};
+pub use keys::{
+    ApiKeyRecord, KeyScope, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key,
+};
+pub use kinds::{PutKind, RegisteredKind};
 pub use ledger::{GstRow, ImportOutcome};
 pub use outbox::{QueuedJob, SweepCursor};
 pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
 pub use queue::{DueJobWaiter, IDLE_LOOK, QUEUE_CHANNEL, SQLITE_LOOK, claim_cursor};
-pub use results::StoredResult;
+pub use results::{BytesChunk, StoredResult};
 pub use retention::Pruned;
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
 pub use schedules::{FirePlan, Fired, FiredJob, Schedule};
@@ -88,6 +93,7 @@ pub use submit::{Publishing, Submission, SubmissionKey, Submitted};
 pub use webhooks::{
     Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,
 };
+pub use work::{ExternalJobState, Heartbeat, LeaseAsk, LeasedAttempt, LeasedKind};
 
 /// Our migrations keep their history in a table of their own, so apalis's
 /// migrations (which use sqlx's default table) never see ours.

@@ -76,7 +76,7 @@ impl Store {
                     conn => {
                         let chosen = sqlite::attempts::due_job_ids(&mut *conn, &claim).await?;
                         let rows = sqlite::attempts::claim(
-                            conn, &chosen, claim.now, claim.lease_until, worker_id, caps,
+                            conn, &chosen, claim.now, claim.lease_until, worker_id, caps, false,
                         )
                         .await?;
                         (chosen, rows)
@@ -109,6 +109,10 @@ impl Store {
 /// before it claims again on its own: a notification missed while
 /// reconnecting costs no more.
 pub const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// How often a waiting lease of external workers on SQLite looks for due
+/// jobs on its own (see [`Store::lease_look`]).
+const LEASE_LOOK_SQLITE: Duration = Duration::from_millis(250);
 
 /// How often an idle worker on SQLite looks for due jobs made by another
 /// process (a look reads; only a claim that will find jobs writes).
@@ -259,9 +263,43 @@ impl DueJobWaiter {
 }
 
 impl Store {
+    /// How often a lease of external workers that waits looks for due
+    /// jobs on its own: on Postgres, the NOTIFY that
+    /// [`Store::forward_due_wakes`] forwards wakes it sooner; on SQLite,
+    /// another process's jobs are found only by looking.
+    pub fn lease_look(&self) -> Duration {
+        match &self.db {
+            crate::Db::Postgres(_) => IDLE_LOOK,
+            crate::Db::Sqlite(_) => LEASE_LOOK_SQLITE,
+        }
+    }
+
+    /// Wakes every waiter of `woken` whenever jobs may have become due
+    /// through another process (on Postgres: a NOTIFY on [`QUEUE_CHANNEL`],
+    /// or the timer of a job due later), until `stop` completes. On SQLite
+    /// nothing from other processes reaches this one: it returns at once.
+    pub async fn forward_due_wakes(
+        &self,
+        woken: std::sync::Arc<Notify>,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        if let crate::Db::Sqlite(_) = &self.db {
+            return;
+        }
+        let mut waiter = self.due_job_waiter();
+        let never = Notify::new();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = waiter.wait(&never) => woken.notify_waiters(),
+                () = &mut stop => return,
+            }
+        }
+    }
+
     /// Now, and the latest rank a job due now can have: a due job ranks
     /// at most two steps of aging after its due time.
-    fn due_bounds(&self) -> (Millis, Millis) {
+    pub(crate) fn due_bounds(&self) -> (Millis, Millis) {
         let now = now_ms();
         let aging = i64::try_from(self.priority_aging.as_millis()).unwrap_or(i64::MAX / 4);
         (

@@ -11,6 +11,7 @@
 
 use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sqlite};
 
+pub use crate::rows::results::BytesChunk;
 pub(crate) use crate::rows::results::ResultRow;
 
 /// Chunks deleted per transaction when an attempt clears its predecessors'
@@ -78,6 +79,38 @@ impl Store {
         Ok(on_pool!(self,
             pool => postgres::results::write_chunk(pool, job_id, attempt, seq, body).await?,
             pool => sqlite::results::write_chunk(pool, job_id, attempt, seq, body).await?,
+        ))
+    }
+
+    /// Writes chunk `seq` of a result streamed by a worker over HTTP:
+    /// bytes of `media_type`, fenced as [`Store::write_result_chunk`]; a
+    /// chunk this attempt wrote before is replaced.
+    pub async fn write_result_bytes(
+        &self,
+        job_id: &str,
+        attempt: i64,
+        seq: i64,
+        data: &[u8],
+        media_type: &str,
+    ) -> Result<bool> {
+        let _turn = self.write_turn().await;
+        Ok(on_pool!(self,
+            pool => postgres::results::write_bytes_chunk(pool, job_id, attempt, seq, data, media_type).await?,
+            pool => sqlite::results::write_bytes_chunk(pool, job_id, attempt, seq, data, media_type).await?,
+        ))
+    }
+
+    /// Chunk `seq` of an attempt's result as bytes and their media type;
+    /// both `None` for a chunk of JSON values.
+    pub async fn result_bytes_chunk(
+        &self,
+        job_id: &str,
+        attempt: i64,
+        seq: i64,
+    ) -> Result<Option<BytesChunk>> {
+        Ok(on_pool!(self,
+            pool => postgres::results::bytes_chunk(pool, job_id, attempt, seq).await?,
+            pool => sqlite::results::bytes_chunk(pool, job_id, attempt, seq).await?,
         ))
     }
 

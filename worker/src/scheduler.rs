@@ -129,6 +129,8 @@ fn plan(registry: &Registry, crons: &mut Crons, schedule: &Schedule, now: i64) -
                     .get(&schedule.kind)
                     .map_or(UNKNOWN_KIND_ATTEMPTS, |kind| kind.max_attempts()),
                 priority: schedule.priority,
+                // Schedules are of the built-in kinds.
+                external: false,
             },
             schedule_id: schedule.schedule_id.clone(),
             fire_at,

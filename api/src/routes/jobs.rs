@@ -275,12 +275,11 @@ pub async fn job_result(
         }
         StoredResult::Chunks { attempt, count } => (attempt, count),
     };
-    let kind = kind.ok_or_else(|| {
-        ApiError::Internal(format!(
-            "job {job_id} is of kind {:?}, which this process cannot render",
-            job.kind
-        ))
-    })?;
+    let Some(kind) = kind else {
+        // A registered kind's result, streamed by its worker: bytes of
+        // the media type the worker sent, served as they were stored.
+        return bytes_result(state, job_id, attempt, count).await;
+    };
     let params: serde_json::Value = serde_json::from_str(&job.params)
         .map_err(|e| ApiError::Internal(format!("stored parameters of {job_id}: {e}")))?;
     let csv = csv
@@ -310,6 +309,75 @@ pub async fn job_result(
 const CSV: &str = "text/csv; charset=utf-8";
 
 /// A result stored in chunks, on its way to a client.
+/// A result streamed by a worker over HTTP: its chunks' bytes in order,
+/// with the media type they were sent with, read one chunk at a time as
+/// the client takes them.
+async fn bytes_result(
+    state: &AppState,
+    job_id: &str,
+    attempt: i64,
+    count: i64,
+) -> ApiResult<HttpResponse> {
+    let first = state
+        .store
+        .result_bytes_chunk(job_id, attempt, 0)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("job {job_id}: its result has no chunk 0")))?;
+    let media_type = first.media_type.clone().ok_or_else(|| {
+        ApiError::Internal(format!(
+            "job {job_id}: a registered kind's result without a media type"
+        ))
+    })?;
+    let store = state.store.clone();
+    let job_id = job_id.to_owned();
+    let chunks = futures::stream::unfold((Some(first), 0_i64), move |(read, seq)| {
+        let (store, job_id) = (store.clone(), job_id.clone());
+        async move {
+            let (mut read, mut seq) = (read, seq);
+            loop {
+                if seq >= count {
+                    return None;
+                }
+                let chunk = match read.take() {
+                    Some(chunk) => Ok(Some(chunk)),
+                    None => store.result_bytes_chunk(&job_id, attempt, seq).await,
+                };
+                return match chunk {
+                    // An empty piece would read as the end of a chunked body.
+                    Ok(Some(chunk)) if chunk.data.as_ref().is_none_or(Vec::is_empty) => {
+                        seq += 1;
+                        continue;
+                    }
+                    Ok(Some(chunk)) => Some((
+                        Ok::<_, store::Error>(Bytes::from(chunk.data.unwrap_or_default())),
+                        (None, seq + 1),
+                    )),
+                    Ok(None) => {
+                        tracing::error!(
+                            job_id,
+                            seq,
+                            "a result chunk is missing; cutting the answer"
+                        );
+                        Some((
+                            Err(store::Error::Corrupt(format!(
+                                "chunk {seq} of {job_id} is missing"
+                            ))),
+                            (None, count),
+                        ))
+                    }
+                    Err(error) => {
+                        tracing::error!(job_id, %error, "cannot send the rest of a result; cutting the answer");
+                        Some((Err(error), (None, count)))
+                    }
+                };
+            }
+        }
+    });
+    Ok(HttpResponse::Ok()
+        .content_type(media_type)
+        .streaming(chunks))
+}
+
 struct ChunkedResult {
     store: Store,
     job_id: String,
@@ -522,7 +590,22 @@ pub async fn retry_job(
     }
     state.limits.admit_job(&state.store, tenant_id).await?;
     let retry_id = new_job_id();
-    let max_attempts = |kind: &str| state.registry.get(kind).map(|kind| kind.max_attempts());
+    let registered = state.store.registered_kinds(tenant_id).await?;
+    // A kind this service runs, or one the tenant registered (and did not
+    // delete): the retry is made as a submit of it would be.
+    let max_attempts = |name: &str| match state.registry.get(name) {
+        Some(kind) => Some(store::KindTerms {
+            max_attempts: kind.max_attempts(),
+            external: false,
+        }),
+        None => registered
+            .iter()
+            .find(|kind| kind.name == name && kind.deleted_at.is_none())
+            .map(|kind| store::KindTerms {
+                max_attempts: kind.max_attempts,
+                external: true,
+            }),
+    };
     // The new job's attempts join this request's trace.
     let traceparent = telemetry::trace::traceparent(&tracing::Span::current());
     let response = execute(

@@ -1,4 +1,5 @@
 pub mod jobs;
+pub mod kinds;
 pub mod ledger;
 pub mod paging;
 pub mod periods;
@@ -6,6 +7,7 @@ pub mod reports;
 pub mod schedules;
 pub mod service;
 pub mod webhooks;
+pub mod work;
 
 use actix_web::web;
 
@@ -15,6 +17,8 @@ const LEDGER_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// A schedule is read whole as JSON (its template may hold any value), so
 /// its body is kept small.
 const SCHEDULE_BODY_LIMIT: usize = 64 * 1024;
+/// A kind's declaration, its schema included.
+const KIND_BODY_LIMIT: usize = 64 * 1024;
 
 /// Registers every route the server serves.
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -28,6 +32,20 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::scope("/v1")
                 .app_data(web::PayloadConfig::new(DEFAULT_BODY_LIMIT))
                 .service(web::resource("/reports/{kind}").post(reports::submit))
+                .service(web::resource("/kinds").get(kinds::list))
+                .service(
+                    web::resource("/kinds/{name}")
+                        .app_data(web::PayloadConfig::new(KIND_BODY_LIMIT))
+                        .get(kinds::get)
+                        .put(kinds::put)
+                        .delete(kinds::delete),
+                )
+                .service(web::resource("/work/lease").post(work::lease))
+                .service(web::resource("/work/attempts/{token}/heartbeat").post(work::heartbeat))
+                // A result streams in, bounded by the route itself.
+                .service(web::resource("/work/attempts/{token}/complete").post(work::complete))
+                .service(web::resource("/work/attempts/{token}/fail").post(work::fail))
+                .service(web::resource("/work/attempts/{token}/cancelled").post(work::cancelled))
                 .service(web::resource("/jobs").get(jobs::list))
                 .service(
                     web::resource("/schedules")

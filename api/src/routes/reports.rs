@@ -62,11 +62,6 @@ pub async fn submit(
     let run_after = first_run(&query, created_at)?;
     let priority = priority_of(&query)?;
     let kind_name = kind.into_inner();
-    let kind = state
-        .registry
-        .get(&kind_name)
-        .ok_or_else(|| ApiError::NotFound(format!("there is no report kind {kind_name:?}")))?;
-    json_media_type(&request)?;
     let refused = |e| match e {
         ParamsError::Malformed(detail) => {
             ApiError::BadRequest(format!("the parameters do not fit {kind_name}: {detail}"))
@@ -76,6 +71,40 @@ pub async fn submit(
             errors,
         },
     };
+    let Some(kind) = state.registry.get(&kind_name) else {
+        // A kind the tenant registered: checked against its schema, and
+        // run by the tenant's workers over HTTP.
+        let registered = super::kinds::live_kind(&state, &tenant.0, &kind_name)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("there is no report kind {kind_name:?}")))?;
+        json_media_type(&request)?;
+        let params = state.schemas.accept(&registered, &body).map_err(refused)?;
+        state.limits.admit_job(&state.store, &tenant.0).await?;
+        let new_job = NewJob {
+            job_id: new_job_id(),
+            tenant_id: tenant.0.clone(),
+            kind: kind_name.clone(),
+            params: canonical_json(&params),
+            max_attempts: registered.max_attempts,
+            priority: if query.contains_key("priority") {
+                priority
+            } else {
+                registered.priority
+            },
+            external: true,
+        };
+        let submission = Submission {
+            run_after,
+            traceparent: telemetry::trace::traceparent(&tracing::Span::current()),
+            ..Submission::at_once(new_job, created_at)
+        };
+        let answer = accepted(&submission.queued())?;
+        let response = submits::submit(&state, &key, &request, submission, answer).await;
+        // Leases waiting in this process look at once.
+        state.work.woken.notify_waiters();
+        return response;
+    };
+    json_media_type(&request)?;
     // The body is read once, straight into the kind's schema: what the job
     // keeps, and what the Idempotency-Key's fingerprint reads, is that
     // typed value written as canonical JSON.
@@ -102,6 +131,7 @@ pub async fn submit(
         params: params_text,
         max_attempts: kind.max_attempts(),
         priority,
+        external: false,
     };
     let submission = Submission {
         run_after,

@@ -239,9 +239,10 @@ async fn keys_are_created_listed_and_revoked_through_the_subcommands(backend: Ba
     }
     let row = row_of(&rows, &key_id);
     assert_eq!(row[1], "tenant-c");
-    assert_eq!(row[2], format!("{}…", &key[..7]));
-    assert_eq!(row[4], "never", "last used: {listing}");
-    assert_eq!(row[5], "-", "revoked: {listing}");
+    assert_eq!(row[2], "full", "scope: {listing}");
+    assert_eq!(row[3], format!("{}…", &key[..7]));
+    assert_eq!(row[5], "never", "last used: {listing}");
+    assert_eq!(row[6], "-", "revoked: {listing}");
     assert_eq!(row_of(&rows, &legacy_id)[1], "tenant-d");
 
     // Without API_KEYS the api serves the stored keys.
@@ -287,12 +288,12 @@ async fn keys_are_created_listed_and_revoked_through_the_subcommands(backend: Ba
     let (listing, rows) = list_keys(&env);
     assert_eq!(rows.len(), 2, "a bad command stored nothing: {listing}");
     let row = row_of(&rows, &key_id);
-    assert_ne!(row[4], "never", "last used: {listing}");
+    assert_ne!(row[5], "never", "last used: {listing}");
     assert!(
-        row[5..].join(" ").ends_with("(api keys revoke)"),
+        row[6..].join(" ").ends_with("(api keys revoke)"),
         "revoked: {listing}"
     );
-    assert_eq!(row_of(&rows, &legacy_id)[5], "-", "{listing}");
+    assert_eq!(row_of(&rows, &legacy_id)[6], "-", "{listing}");
     for secret in [&key, &legacy_key] {
         assert!(
             !listing.contains(secret.as_str()),

@@ -529,6 +529,7 @@ fn new_export_job() -> NewJob {
         params: json!({"from": OCTOBER.0, "to": OCTOBER.1}).to_string(),
         max_attempts: 5,
         priority: Default::default(),
+        external: false,
     }
 }
 

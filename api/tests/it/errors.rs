@@ -1179,12 +1179,21 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 /// Every route of the API (see `api::routes::configure`); the dashboard's
 /// pages (`/dashboard`) are HTML for people, not part of the API document.
-const SERVED: [(&str, &str); 29] = [
+const SERVED: [(&str, &str); 38] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
     ("GET", "/openapi.json"),
     ("POST", "/v1/reports/{kind}"),
+    ("GET", "/v1/kinds"),
+    ("GET", "/v1/kinds/{name}"),
+    ("PUT", "/v1/kinds/{name}"),
+    ("DELETE", "/v1/kinds/{name}"),
+    ("POST", "/v1/work/lease"),
+    ("POST", "/v1/work/attempts/{token}/heartbeat"),
+    ("POST", "/v1/work/attempts/{token}/complete"),
+    ("POST", "/v1/work/attempts/{token}/fail"),
+    ("POST", "/v1/work/attempts/{token}/cancelled"),
     ("GET", "/v1/jobs"),
     ("GET", "/v1/jobs/{job_id}"),
     ("GET", "/v1/jobs/{job_id}/result"),
@@ -1374,6 +1383,8 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
             .replace("{webhook_id}", &webhook_ids[deleted])
             .replace("{schedule_id}", &schedule_ids[deleted])
             .replace("{kind}", "gst-summary")
+            .replace("{name}", "gst-summary")
+            .replace("{token}", &format!("{job_id}.1"))
             .replace("{month}", "2026-10");
         assert!(
             !filled.contains('{'),

@@ -389,6 +389,7 @@ fn submission(key: Option<(&str, &str)>, body: &str) -> Submission {
         params: r#"{"ms": 0}"#.into(),
         max_attempts: 5,
         priority: Default::default(),
+        external: false,
     };
     let key = key.map(|(key, fingerprint)| SubmissionKey {
         tenant_id: "tenant-a".into(),

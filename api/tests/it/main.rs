@@ -35,3 +35,4 @@ mod upgrade;
 mod webhooks;
 mod windows;
 mod worker_behaviour;
+mod workers;

@@ -393,6 +393,7 @@ async fn the_statements_every_job_runs_are_planned_once() {
                 params: r#"{"ms":0}"#.into(),
                 max_attempts: 3,
                 priority: Default::default(),
+                external: false,
             })
             .await
             .expect("submit");

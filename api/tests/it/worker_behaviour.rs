@@ -289,6 +289,7 @@ fn new_sleep_job() -> NewJob {
         params: r#"{"ms": 1}"#.into(),
         max_attempts: 5,
         priority: Default::default(),
+        external: false,
     }
 }
 

@@ -41,7 +41,8 @@ pub(crate) async fn all_held_by(
     .await
 }
 
-/// Whether any job is claimable and due (see `Store::claim_due`).
+/// Whether any job is claimable and due (see `Store::claim_due`); an
+/// external job is not: workers over HTTP lease it.
 pub(crate) async fn any_due(
     db: impl Executor<'_, Database = Db>,
     now: Millis,
@@ -49,8 +50,8 @@ pub(crate) async fn any_due(
 ) -> sqlx::Result<bool> {
     sqlx::query_scalar(sql!(
         "SELECT EXISTS (SELECT 1 FROM jobs
-                        WHERE status = 'QUEUED' AND capped IS NULL AND run_after <= $1
-                          AND rank_at <= $2)"
+                        WHERE status = 'QUEUED' AND capped IS NULL AND NOT external
+                          AND run_after <= $1 AND rank_at <= $2)"
     ))
     .bind(now)
     .bind(rank_before)

@@ -12,14 +12,16 @@ use crate::{
 
 pub(crate) async fn insert(conn: &mut Conn, row: &NewKeyRow<'_>) -> sqlx::Result<()> {
     sqlx::query(sql!(
-        "INSERT INTO api_keys (key_hash, key_id, tenant_id, key_prefix, created_at)
-         VALUES ($1, $2, $3, $4, $5)"
+        "INSERT INTO api_keys (key_hash, key_id, tenant_id, key_prefix, created_at, scopes, kinds)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)"
     ))
     .bind(&row.key_hash)
     .bind(&row.key_id)
     .bind(row.tenant_id)
     .bind(&row.key_prefix)
     .bind(row.created_at)
+    .bind(row.scopes)
+    .bind(&row.kinds)
     .execute(conn)
     .await?;
     Ok(())
@@ -108,7 +110,7 @@ pub(crate) async fn set_reason(
 pub(crate) async fn list(db: impl Executor<'_, Database = Db>) -> sqlx::Result<Vec<ApiKeyRow>> {
     sqlx::query_as(sql!(
         "SELECT key_id, tenant_id, key_prefix, created_at, last_used_at, revoked_at,
-                revoked_reason
+                revoked_reason, scopes, kinds
          FROM api_keys ORDER BY created_at, key_id"
     ))
     .fetch_all(db)
@@ -123,7 +125,8 @@ pub(crate) async fn generation(db: impl Executor<'_, Database = Db>) -> sqlx::Re
 
 pub(crate) async fn valid(db: impl Executor<'_, Database = Db>) -> sqlx::Result<Vec<ValidKey>> {
     sqlx::query_as(sql!(
-        "SELECT key_hash, key_id, tenant_id FROM api_keys WHERE revoked_at IS NULL"
+        "SELECT key_hash, key_id, tenant_id, scopes, kinds FROM api_keys
+         WHERE revoked_at IS NULL"
     ))
     .fetch_all(db)
     .await

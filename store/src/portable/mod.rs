@@ -23,6 +23,8 @@ macro_rules! areas {
         pub(crate) mod jobs;
         #[path = "keys.rs"]
         pub(crate) mod keys;
+        #[path = "kinds.rs"]
+        pub(crate) mod kinds;
         #[path = "outbox.rs"]
         pub(crate) mod outbox;
         #[path = "periods.rs"]
@@ -37,6 +39,8 @@ macro_rules! areas {
         pub(crate) mod session;
         #[path = "webhooks.rs"]
         pub(crate) mod webhooks;
+        #[path = "work.rs"]
+        pub(crate) mod work;
     };
 }
 

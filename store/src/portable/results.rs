@@ -4,7 +4,7 @@
 use sqlx::Executor;
 
 use super::{Conn, Db};
-use crate::rows::results::ResultRow;
+use crate::rows::results::{BytesChunk, ResultRow};
 
 pub(crate) async fn get(
     db: impl Executor<'_, Database = Db>,
@@ -30,6 +30,25 @@ pub(crate) async fn chunk(
 ) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar(sql!(
         "SELECT body FROM job_result_chunks WHERE job_id = $1 AND attempt = $2 AND seq = $3"
+    ))
+    .bind(job_id)
+    .bind(attempt)
+    .bind(seq)
+    .fetch_optional(db)
+    .await
+}
+
+/// Chunk `seq` of a streamed result of a worker over HTTP: its bytes and
+/// media type (`None` for a chunk of JSON values).
+pub(crate) async fn bytes_chunk(
+    db: impl Executor<'_, Database = Db>,
+    job_id: &str,
+    attempt: i64,
+    seq: i64,
+) -> sqlx::Result<Option<BytesChunk>> {
+    sqlx::query_as(sql!(
+        "SELECT data, media_type FROM job_result_chunks
+         WHERE job_id = $1 AND attempt = $2 AND seq = $3"
     ))
     .bind(job_id)
     .bind(attempt)

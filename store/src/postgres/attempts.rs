@@ -48,7 +48,7 @@ pub(crate) async fn claim(
 }
 
 /// The kinds with a cap of their own, as `claim_jobs` binds them.
-fn capped_kinds(caps: &Caps) -> Vec<&str> {
+pub(crate) fn capped_kinds(caps: &Caps) -> Vec<&str> {
     caps.per_kind
         .iter()
         .map(|(kind, _)| kind.as_str())
@@ -56,7 +56,7 @@ fn capped_kinds(caps: &Caps) -> Vec<&str> {
 }
 
 /// Each capped kind's cap, in the order of [`capped_kinds`].
-fn kind_caps(caps: &Caps) -> Vec<i64> {
+pub(crate) fn kind_caps(caps: &Caps) -> Vec<i64> {
     caps.per_kind
         .iter()
         .map(|(_, cap)| i64::from(*cap))
@@ -118,8 +118,8 @@ struct SlotRow {
 /// a worker's claims and successes waiting at one moment commit once.
 /// Either list may be empty.
 ///
-/// The claim takes the jobs of `claims` that are queued and due, and
-/// deletes their outbox rows. The guards are written as in `claim_jobs`
+/// The claim takes the jobs of `claims` that are queued, due and not
+/// external (those are leased over HTTP), and deletes their outbox rows. The guards are written as in `claim_jobs`
 /// (`CASE`, so that only `jobs_pkey` serves the ids). The outbox delete
 /// names its ids in the outbox's collation: compared in the jobs' `"C"`,
 /// `outbox_pkey` could not serve them and a prepared plan would scan the
@@ -151,7 +151,8 @@ pub(crate) async fn claim_and_succeed(
                  started_at = COALESCE(j.started_at, $1), lease_expires_at = $9,
                  worker_id = $10
              WHERE j.job_id = ANY ($8)
-               AND CASE WHEN j.status = 'QUEUED' AND j.run_after <= $1 THEN true ELSE false END
+               AND CASE WHEN j.status = 'QUEUED' AND j.run_after <= $1 AND NOT j.external
+                        THEN true ELSE false END
              RETURNING j.job_id, j.tenant_id, j.kind, j.params, j.attempts, j.handbacks,
                        j.max_attempts, j.created_at, j.traceparent
          ), unpublished AS (

@@ -10,6 +10,7 @@ pub(crate) mod gauges;
 pub(crate) mod idempotency;
 pub(crate) mod jobs;
 pub(crate) mod keys;
+pub(crate) mod kinds;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
 pub(crate) mod periods;
@@ -22,6 +23,7 @@ pub(crate) mod submit;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod test_hooks;
 pub(crate) mod webhooks;
+pub(crate) mod work;
 
 use sqlx::PgConnection;
 
@@ -51,6 +53,8 @@ pub(crate) async fn database_time_ms(db: impl sqlx::PgExecutor<'_>) -> sqlx::Res
 
 /// Moves the versions of applied migrations that were renamed to their
 /// present names (see `Store::migrate`); nothing when none was applied.
+/// Only the old numbers themselves: migrations written since on those
+/// days have numbers of their own.
 pub(crate) async fn carry_renamed_migrations(conn: &mut PgConnection) -> sqlx::Result<u64> {
     let applied: bool =
         sqlx::query_scalar(sql!("SELECT to_regclass('receipt_migrations') IS NOT NULL"))
@@ -61,7 +65,9 @@ pub(crate) async fn carry_renamed_migrations(conn: &mut PgConnection) -> sqlx::R
     }
     let moved = sqlx::query(sql!(
         "UPDATE receipt_migrations SET version = 20261205000000 + version % 1000000 \
-         WHERE version BETWEEN 20261206000000 AND 20261211999999"
+         WHERE version IN (20261206000090, 20261207000100, 20261208000110, 20261208000120, \
+                           20261208000130, 20261208000140, 20261209000150, 20261210000160, \
+                           20261211000170)"
     ))
     .execute(conn)
     .await?;

@@ -47,3 +47,31 @@ pub(crate) async fn discard_before(
     .await?;
     Ok(deleted.rows_affected())
 }
+
+/// Writes chunk `seq` of a streamed result (its bytes and media type),
+/// fenced as [`write_chunk`]; a chunk the attempt wrote before (a
+/// complete sent again) is replaced.
+pub(crate) async fn write_bytes_chunk(
+    db: impl PgExecutor<'_>,
+    job_id: &str,
+    attempt: i64,
+    seq: i64,
+    data: &[u8],
+    media_type: &str,
+) -> sqlx::Result<bool> {
+    let written = sqlx::query(sql!(
+        "INSERT INTO job_result_chunks (job_id, attempt, seq, body, data, media_type)
+         SELECT job_id, attempts, $3, '', $4, $5 FROM jobs
+         WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING' FOR SHARE
+         ON CONFLICT (job_id, attempt, seq) DO UPDATE SET data = excluded.data,
+             media_type = excluded.media_type"
+    ))
+    .bind(job_id)
+    .bind(attempt)
+    .bind(seq)
+    .bind(data)
+    .bind(media_type)
+    .execute(db)
+    .await?;
+    Ok(written.rows_affected() == 1)
+}

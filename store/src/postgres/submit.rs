@@ -41,10 +41,11 @@ pub(crate) async fn submit_in_one_statement(
              SELECT * FROM UNNEST($3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[],
                                   $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                   $12::timestamptz[], $13::bigint[], $14::jsonb[], $15::bytea[],
-                                  $16::timestamptz[], $17::text[], $18::timestamptz[], $19::text[])
+                                  $16::timestamptz[], $17::text[], $18::timestamptz[], $19::text[],
+                                  $22::boolean[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, created_at, key_tenant,
                        idem_key, fingerprint, expires_at, response_status, response_headers,
-                       response_body, run_after, priority, rank_at, traceparent)
+                       response_body, run_after, priority, rank_at, traceparent, external)
          ), written AS (
              INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, created_at,
                  expires_at, response_status, response_headers, response_body)
@@ -60,19 +61,21 @@ pub(crate) async fn submit_in_one_statement(
              RETURNING tenant_id, idem_key
          ), inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status, priority, rank_at, traceparent)
+                               run_after, status, priority, rank_at, traceparent, external)
              SELECT s.job_id, s.tenant_id, s.kind, s.params, s.max_attempts, s.created_at,
-                    s.run_after, 'QUEUED', s.priority, s.rank_at, s.traceparent
+                    s.run_after, 'QUEUED', s.priority, s.rank_at, s.traceparent, s.external
              FROM submitted s
              WHERE s.idem_key IS NULL OR EXISTS (
                  SELECT 1 FROM written w
                  WHERE w.tenant_id = s.key_tenant AND w.idem_key = s.idem_key)
-             RETURNING job_id, created_at, run_after, rank_at,
+             RETURNING job_id, created_at, run_after, rank_at, external,
                        -- Workers that claim from the job rows are woken
                        -- once per transaction by the jobs due at once
                        -- (Postgres folds equal notifications into one); a
                        -- delayed job's due time moves their timer.
-                       CASE WHEN $20::text IS NOT NULL
+                       -- External jobs wake the leases of workers over
+                       -- HTTP, whatever the queue.
+                       CASE WHEN $20::text IS NOT NULL OR external
                             THEN pg_notify($21, CASE WHEN run_after <= created_at THEN '0'
                                 ELSE floor(extract(epoch FROM run_after) * 1000)::bigint::text
                                 END) END AS woken
@@ -84,7 +87,7 @@ pub(crate) async fn submit_in_one_statement(
                     CASE WHEN run_after > created_at THEN 0 ELSE $2 END,
                     rank_at
              FROM inserted
-             WHERE (run_after > created_at OR $2 >= 0)
+             WHERE (run_after > created_at OR $2 >= 0) AND NOT external
                AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)
          )
          SELECT tenant_id, idem_key FROM written"
@@ -170,6 +173,12 @@ pub(crate) async fn submit_in_one_statement(
     )
     .bind(queue)
     .bind(crate::QUEUE_CHANNEL)
+    .bind(
+        candidates
+            .iter()
+            .map(|s| s.job.external)
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(db)
     .await?;
     Ok(written)
@@ -186,14 +195,14 @@ pub(crate) async fn insert_jobs(
     sqlx::query(sql!(
         "WITH inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status, priority, rank_at, traceparent)
+                               run_after, status, priority, rank_at, traceparent, external)
              SELECT job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                    'QUEUED', priority, rank_at, traceparent
+                    'QUEUED', priority, rank_at, traceparent, external
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::bigint[],
                          $6::timestamptz[], $7::timestamptz[], $8::text[], $9::timestamptz[],
-                         $10::text[])
+                         $10::text[], $11::boolean[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                       priority, rank_at, traceparent)
+                       priority, rank_at, traceparent, external)
              RETURNING job_id, run_after, rank_at
          )
          SELECT queue_jobs(array_agg(job_id), array_agg(run_after), array_agg(rank_at))
@@ -252,6 +261,12 @@ pub(crate) async fn insert_jobs(
         submissions
             .iter()
             .map(|s| s.traceparent.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        submissions
+            .iter()
+            .map(|s| s.job.external)
             .collect::<Vec<_>>(),
     )
     .execute(conn)

@@ -28,6 +28,8 @@ pub(crate) struct ApiKeyRow {
     pub(crate) last_used_at: Option<Millis>,
     pub(crate) revoked_at: Option<Millis>,
     pub(crate) revoked_reason: Option<String>,
+    pub(crate) scopes: Option<String>,
+    pub(crate) kinds: Option<String>,
 }
 
 /// A new key's row.
@@ -37,4 +39,8 @@ pub(crate) struct NewKeyRow<'a> {
     pub tenant_id: &'a str,
     pub key_prefix: String,
     pub created_at: Millis,
+    /// `work`, or NULL for a key of full rights ([`crate::KeyScope`]).
+    pub scopes: Option<&'static str>,
+    /// A work key's kinds, as a JSON list; NULL for every kind.
+    pub kinds: Option<String>,
 }

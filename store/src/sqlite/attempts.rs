@@ -19,7 +19,8 @@ pub(crate) use crate::portable::sqlite::attempts::*;
 /// its tenant (and its kind) runs fewer jobs than the cap, and is parked
 /// (`capped`) otherwise: SQLite's one writer makes the count read the
 /// count left. The claimed and parked jobs' outbox rows go in the same
-/// transaction.
+/// transaction. The built-in workers claim only jobs that are not
+/// `external`; a lease of external workers, only those that are.
 pub(crate) async fn claim(
     conn: &mut SqliteConnection,
     job_ids: &[String],
@@ -27,17 +28,18 @@ pub(crate) async fn claim(
     lease_until: Millis,
     worker_id: &str,
     caps: &Caps,
+    external: bool,
 ) -> sqlx::Result<Vec<ClaimRow>> {
     let (claiming, parked) = if caps.is_none() {
         (job_ids.to_vec(), Vec::new())
     } else {
-        sort_under_caps(conn, job_ids, now, caps).await?
+        sort_under_caps(conn, job_ids, now, caps, external).await?
     };
     let claimed: Vec<ClaimRow> = sqlx::query_as(sql!(
         "UPDATE jobs SET status = 'RUNNING', attempts = attempts + 1, capped = NULL,
              started_at = COALESCE(started_at, $1), lease_expires_at = $2, worker_id = $3
          WHERE job_id IN (SELECT value FROM json_each($4)) AND status = 'QUEUED'
-           AND run_after <= $1
+           AND run_after <= $1 AND external = $5
          RETURNING job_id, tenant_id, kind, params, attempts, handbacks, max_attempts, created_at,
                    traceparent"
     ))
@@ -45,6 +47,7 @@ pub(crate) async fn claim(
     .bind(lease_until)
     .bind(worker_id)
     .bind(json_list(claiming.iter().map(String::as_str)))
+    .bind(external)
     .fetch_all(&mut *conn)
     .await?;
     let done: Vec<&str> = claimed
@@ -79,15 +82,17 @@ async fn sort_under_caps(
     job_ids: &[String],
     now: Millis,
     caps: &Caps,
+    external: bool,
 ) -> sqlx::Result<(Vec<String>, Vec<(String, Cap)>)> {
     let candidates: Vec<Candidate> = sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind FROM jobs
          WHERE job_id IN (SELECT value FROM json_each($1)) AND status = 'QUEUED'
-           AND run_after <= $2
+           AND run_after <= $2 AND external = $3
          ORDER BY rank_at, job_id"
     ))
     .bind(json_list(job_ids.iter().map(String::as_str)))
     .bind(now)
+    .bind(external)
     .fetch_all(&mut *conn)
     .await?;
     let mut running: HashMap<(String, Option<String>), i64> = HashMap::new();
@@ -313,7 +318,7 @@ async fn make_due_at_once(conn: &mut SqliteConnection, job_ids: &[String]) -> sq
     sqlx::query(sql!(
         "INSERT INTO outbox (job_id, publish_at, rank_at, republish_ms)
          SELECT job_id, 0, COALESCE(rank_at, 0), 0 FROM jobs
-         WHERE job_id IN (SELECT value FROM json_each($1))
+         WHERE job_id IN (SELECT value FROM json_each($1)) AND NOT external
            AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)
          ON CONFLICT (job_id) DO UPDATE SET publish_at = 0, republish_ms = 0"
     ))
@@ -341,7 +346,7 @@ pub(crate) async fn due_job_ids(
     while tenants.len() < most {
         let next: Option<String> = sqlx::query_scalar(sql!(
             "SELECT tenant_id FROM jobs
-             WHERE status = 'QUEUED' AND capped IS NULL AND tenant_id > ?1
+             WHERE status = 'QUEUED' AND capped IS NULL AND NOT external AND tenant_id > ?1
              ORDER BY tenant_id LIMIT 1"
         ))
         .bind(&after)
@@ -359,8 +364,8 @@ pub(crate) async fn due_job_ids(
         };
         let due: bool = sqlx::query_scalar(sql!(
             "SELECT EXISTS (SELECT 1 FROM jobs
-                            WHERE status = 'QUEUED' AND capped IS NULL AND tenant_id = ?1
-                              AND rank_at <= ?2 AND run_after <= ?3)"
+                            WHERE status = 'QUEUED' AND capped IS NULL AND NOT external
+                              AND tenant_id = ?1 AND rank_at <= ?2 AND run_after <= ?3)"
         ))
         .bind(&next)
         .bind(claim.rank_before)
@@ -380,7 +385,7 @@ pub(crate) async fn due_job_ids(
     for tenant in &tenants {
         let ids: Vec<String> = sqlx::query_scalar(sql!(
             "SELECT job_id FROM jobs
-             WHERE status = 'QUEUED' AND capped IS NULL AND tenant_id = ?1
+             WHERE status = 'QUEUED' AND capped IS NULL AND NOT external AND tenant_id = ?1
                AND rank_at <= ?2 AND run_after <= ?3
              ORDER BY rank_at, job_id LIMIT ?4"
         ))

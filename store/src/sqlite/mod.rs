@@ -31,11 +31,15 @@ pub(crate) fn json_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String 
 pub(crate) mod dashboard;
 pub(crate) mod gauges;
 pub(crate) mod keys;
+pub(crate) mod kinds;
 pub(crate) mod retention;
 pub(crate) mod webhooks;
+pub(crate) mod work;
 
 /// Moves the versions of applied migrations that were renamed to their
 /// present names (see `Store::migrate`); nothing when none was applied.
+/// Only the old numbers themselves: migrations written since on those
+/// days have numbers of their own.
 pub(crate) async fn carry_renamed_migrations(
     conn: &mut sqlx::SqliteConnection,
 ) -> sqlx::Result<u64> {
@@ -50,7 +54,9 @@ pub(crate) async fn carry_renamed_migrations(
     }
     let moved = sqlx::query(sql!(
         "UPDATE receipt_migrations SET version = 20261205000000 + version % 1000000 \
-         WHERE version BETWEEN 20261206000000 AND 20261211999999"
+         WHERE version IN (20261206000090, 20261207000100, 20261208000110, 20261208000120, \
+                           20261208000130, 20261208000140, 20261209000150, 20261210000160, \
+                           20261211000170)"
     ))
     .execute(conn)
     .await?;

@@ -7,7 +7,7 @@ use crate::{Submission, sql::Millis};
 /// Inserts the jobs and their outbox rows, due `republish_ms` after each
 /// job was made, or unpublished at a delayed job's start; with a negative
 /// `republish_ms`, only the delayed jobs' rows; none where the job rows
-/// are the queue.
+/// are the queue, nor for external jobs (leased from their rows).
 pub(crate) async fn insert_jobs(
     conn: &mut SqliteConnection,
     submissions: &[&Submission],
@@ -29,7 +29,8 @@ pub(crate) async fn insert_jobs(
                     s.run_after,
                     s.job.priority.as_str(),
                     rank.0,
-                    s.traceparent
+                    s.traceparent,
+                    s.job.external
                 ])
             })
             .collect(),
@@ -37,12 +38,13 @@ pub(crate) async fn insert_jobs(
     .to_string();
     sqlx::query(sql!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                           status, priority, rank_at, traceparent)
+                           status, priority, rank_at, traceparent, external)
          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
                 json_extract(value, '$[2]'), json_extract(value, '$[3]'),
                 json_extract(value, '$[4]'), json_extract(value, '$[5]'),
                 json_extract(value, '$[6]'), 'QUEUED', json_extract(value, '$[7]'),
-                json_extract(value, '$[8]'), json_extract(value, '$[9]')
+                json_extract(value, '$[8]'), json_extract(value, '$[9]'),
+                json_extract(value, '$[10]')
          FROM json_each($1)"
     ))
     .bind(&rows)
@@ -59,6 +61,7 @@ pub(crate) async fn insert_jobs(
                 json_extract(value, '$[8]')
          FROM json_each($1)
          WHERE (json_extract(value, '$[6]') > json_extract(value, '$[5]') OR $2 >= 0)
+           AND NOT json_extract(value, '$[10]')
            AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)"
     ))
     .bind(&rows)

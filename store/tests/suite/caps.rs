@@ -28,6 +28,7 @@ fn job(tenant: &str, kind: &str, priority: Priority) -> Submission {
             params: json!({"ms": 1}).to_string(),
             max_attempts: 2,
             priority,
+            external: false,
         },
         now_ms(),
     )

@@ -23,6 +23,7 @@ fn submission(tenant_id: &str, due_in_ms: i64) -> Submission {
                 params: json!({"ms": 1}).to_string(),
                 max_attempts: 2,
                 priority: Default::default(),
+                external: false,
             },
             now,
         )

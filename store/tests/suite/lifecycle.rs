@@ -34,6 +34,7 @@ pub(crate) fn new_job(tenant: &str) -> NewJob {
         params: json!({"ms": 1}).to_string(),
         max_attempts: 2,
         priority: Default::default(),
+        external: false,
     }
 }
 

@@ -19,3 +19,4 @@ mod periods;
 mod retention;
 mod sagas;
 mod webhooks;
+mod work;

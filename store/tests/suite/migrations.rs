@@ -19,8 +19,10 @@ const AS_THE_RELEASE_BEFORE_NUMBERED_THEM: &str = "UPDATE receipt_migrations SET
        WHEN 20261205000170 THEN 20261211000170 \
        ELSE version END";
 
-const NUMBERED_AFTER_THE_DAY: &str =
-    "SELECT count(*) FROM receipt_migrations WHERE version > 20261205999999";
+/// The migrations under the numbers the release before gave them.
+const NUMBERED_AFTER_THE_DAY: &str = "SELECT count(*) FROM receipt_migrations WHERE version IN \
+     (20261206000090, 20261207000100, 20261208000110, 20261208000120, 20261208000130, \
+      20261208000140, 20261209000150, 20261210000160, 20261211000170)";
 
 async fn a_database_that_applied_renumbered_migrations_migrates_on(db: &TestDb) {
     db.execute_past_the_store(AS_THE_RELEASE_BEFORE_NUMBERED_THEM)

@@ -33,6 +33,7 @@ fn submission(run_after_ms: i64) -> Submission {
                 params: json!({"ms": 1}).to_string(),
                 max_attempts: 2,
                 priority: Default::default(),
+                external: false,
             },
             now,
         )

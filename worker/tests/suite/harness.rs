@@ -71,6 +71,7 @@ pub fn new_job(tenant_id: &str, kind: &str, params: &Value) -> NewJob {
             .get(kind)
             .map_or(5, |kind| kind.max_attempts()),
         priority: Priority::default(),
+        external: false,
     }
 }
 

@@ -230,7 +230,12 @@ async fn a_retry_of_a_failed_job_is_a_new_job_that_runs_and_links_back(backend: 
                 "tenant-a",
                 &original,
                 &new_job_id(),
-                |_| Some(5),
+                |_| {
+                    Some(store::KindTerms {
+                        max_attempts: 5,
+                        external: false,
+                    })
+                },
                 None,
             )
             .await

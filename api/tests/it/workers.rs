@@ -1,0 +1,487 @@
+//! Kinds a tenant registers, run by its workers over HTTP: the contract
+//! of `/v1/kinds` and `/v1/work/...` (`docs/workers.md`) against the real
+//! binaries, on the embedded SQLite default and on Postgres + Redis.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use store::KeyScope;
+
+use crate::common::{Api, Backend, StoreOf, TestEnv, wait};
+
+const KIND: &str = "sales-export";
+
+fn declaration() -> Value {
+    json!({
+        "about": "The month's sales, one row per invoice",
+        "params_schema": {
+            "type": "object",
+            "properties": {
+                "month": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"},
+                "region": {"enum": ["north", "south"]}
+            },
+            "required": ["month"],
+            "additionalProperties": false
+        },
+        "timeout_secs": 60,
+        "max_attempts": 2,
+        "result_media_types": ["application/json", "text/csv"]
+    })
+}
+
+async fn register(api: &Api, name: &str, declaration: &Value) -> crate::common::Reply {
+    api.send(Method::PUT, &format!("/v1/kinds/{name}"), Some(declaration))
+        .await
+}
+
+/// A key of `tenant` with the work scope (of `kinds` only, when given),
+/// once the api knows it.
+async fn worker_key(env: &TestEnv, api: &Api, tenant: &str, kinds: Option<&[&str]>) -> Api {
+    let store = env.store().await;
+    let scope = KeyScope::Work {
+        kinds: kinds.map(|kinds| kinds.iter().map(|k| (*k).to_owned()).collect()),
+    };
+    let key = store
+        .create_scoped_api_key(tenant, &scope)
+        .await
+        .expect("a work key")
+        .key;
+    store.close().await;
+    let worker = api.with_key(&key);
+    wait::until_true(
+        "the api knows the new key",
+        Duration::from_secs(10),
+        async || {
+            worker
+                .post("/v1/work/lease", &lease_body(&[KIND], 0))
+                .await
+                .status
+                != StatusCode::UNAUTHORIZED
+        },
+    )
+    .await;
+    worker
+}
+
+/// An embedded service on `backend` with [`KIND`] registered for
+/// tenant-a, a client of it with a key of full rights, and one with a
+/// work key.
+async fn with_a_kind(backend: Backend) -> (TestEnv, Api, Api) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let created = register(&api, KIND, &declaration()).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let worker = worker_key(&env, &api, "tenant-a", None).await;
+    (env, api, worker)
+}
+
+fn lease_body(kinds: &[&str], wait_secs: u64) -> Value {
+    json!({"worker": "test-worker", "kinds": kinds, "max": 10, "wait_secs": wait_secs})
+}
+
+/// Leases until an attempt comes (within 30 s); returns it.
+async fn lease_one(worker: &Api) -> Value {
+    wait::until_ok("an attempt to lease", Duration::from_secs(30), async || {
+        let reply = worker.post("/v1/work/lease", &lease_body(&[KIND], 5)).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        let attempts = reply.json()["attempts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match attempts.into_iter().next() {
+            Some(attempt) => Ok(attempt),
+            None => Err("none leased yet"),
+        }
+    })
+    .await
+}
+
+fn token(attempt: &Value) -> String {
+    attempt["token"].as_str().expect("token").to_owned()
+}
+
+async fn report(worker: &Api, attempt: &Value, what: &str, body: &Value) -> crate::common::Reply {
+    worker
+        .post(
+            &format!("/v1/work/attempts/{}/{what}", token(attempt)),
+            body,
+        )
+        .await
+}
+
+async fn count_jobs(env: &TestEnv) -> i64 {
+    env.count("SELECT count(*) FROM jobs").await
+}
+
+async fn a_registered_kind_runs_through_a_worker_with_every_guarantee(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+
+    let created = register(&api, KIND, &declaration()).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.header("location"), Some("/v1/kinds/sales-export"));
+    let again = register(&api, KIND, &declaration()).await;
+    assert_eq!(
+        again.status,
+        StatusCode::OK,
+        "the same declaration again: {}",
+        again.text
+    );
+    assert_eq!(again.json()["created_at"], created.json()["created_at"]);
+    let kinds = api.get("/v1/kinds").await.json();
+    let names: Vec<&str> = kinds["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&KIND) && names.contains(&"gst-summary"),
+        "{names:?}"
+    );
+    assert!(api.as_tenant_b().get("/v1/kinds/sales-export").await.status == StatusCode::NOT_FOUND);
+
+    let worker = worker_key(&env, &api, "tenant-a", None).await;
+    let job = api
+        .submit(KIND, json!({"month": "2026-10", "region": "north"}))
+        .await;
+    let job_id = job["job_id"].as_str().unwrap();
+    assert_eq!(job["status"], "QUEUED");
+
+    let attempt = lease_one(&worker).await;
+    assert_eq!(attempt["job_id"], job_id);
+    assert_eq!(attempt["kind"], KIND);
+    assert_eq!(attempt["attempt"], 1);
+    assert_eq!(
+        attempt["params"],
+        json!({"month": "2026-10", "region": "north"})
+    );
+    assert!(attempt["deadline"].is_string() && attempt["lease_expires_at"].is_string());
+    assert_eq!(api.job(job_id).await["status"], "RUNNING");
+
+    let beat = report(&worker, &attempt, "heartbeat", &json!({"progress": 0.5})).await;
+    assert_eq!(beat.status, StatusCode::OK, "{}", beat.text);
+    assert_eq!(beat.json()["cancel_requested"], false);
+    assert_eq!(api.job(job_id).await["progress"], 0.5);
+
+    let result = json!({"rows": 3, "total": "1299.00"});
+    let done = report(&worker, &attempt, "complete", &result).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+    assert_eq!(done.json()["status"], "SUCCEEDED");
+    let replay = report(&worker, &attempt, "complete", &result).await;
+    assert_eq!(
+        replay.status,
+        StatusCode::OK,
+        "a complete sent again: {}",
+        replay.text
+    );
+    assert_eq!(replay.json(), done.json());
+    let other = report(&worker, &attempt, "complete", &json!({"rows": 4})).await;
+    assert_eq!(other.assert_problem(409)["type"], "/problems/attempt-ended");
+
+    let finished = api.wait_final(job_id).await;
+    assert_eq!(finished["status"], "SUCCEEDED");
+    assert_eq!(finished["attempts"], 1);
+    let stored = api.get(&format!("/v1/jobs/{job_id}/result")).await;
+    assert_eq!(stored.json(), result);
+}
+
+async fn a_submit_that_fails_the_schema_names_each_field_and_stores_nothing(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    assert_eq!(
+        register(&api, KIND, &declaration()).await.status,
+        StatusCode::CREATED
+    );
+    let before = count_jobs(&env).await;
+
+    let refused = api
+        .post(
+            "/v1/reports/sales-export",
+            &json!({"month": "October", "region": "east"}),
+        )
+        .await;
+    let problem = refused.assert_problem(422);
+    let mut fields: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(fields, ["month", "region"], "{problem}");
+    let unknown = api
+        .post(
+            "/v1/reports/sales-export",
+            &json!({"month": "2026-10", "extra": 1}),
+        )
+        .await;
+    unknown.assert_problem(422);
+    assert_eq!(
+        api.post("/v1/reports/sales-export", &json!([1]))
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        count_jobs(&env).await,
+        before,
+        "a refused submit stored a job"
+    );
+
+    let bad_schema = register(
+        &api,
+        "remote-ref",
+        &json!({"params_schema": {"$ref": "https://example.com/s.json"}, "timeout_secs": 10}),
+    )
+    .await;
+    assert_eq!(
+        bad_schema.assert_problem(422)["errors"][0]["field"],
+        "params_schema"
+    );
+    let reserved = register(&api, "gst-summary", &declaration()).await;
+    assert_eq!(reserved.assert_problem(422)["errors"][0]["field"], "name");
+}
+
+async fn keys_are_held_to_their_scope(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    assert_eq!(
+        register(&api, KIND, &declaration()).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        register(&api.as_tenant_b(), "invoices", &declaration())
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let b_job = api
+        .as_tenant_b()
+        .submit("invoices", json!({"month": "2026-10"}))
+        .await;
+    let worker = worker_key(&env, &api, "tenant-a", None).await;
+
+    let submit = worker
+        .post("/v1/reports/sales-export", &json!({"month": "2026-10"}))
+        .await;
+    assert_eq!(submit.assert_problem(403)["type"], "/problems/forbidden");
+    worker.get("/v1/jobs").await.assert_problem(403);
+    worker
+        .get(&format!("/v1/jobs/{}", b_job["job_id"].as_str().unwrap()))
+        .await
+        .assert_problem(403);
+    let other_tenants_kind = worker
+        .post("/v1/work/lease", &lease_body(&["invoices"], 0))
+        .await;
+    other_tenants_kind.assert_problem(422);
+    let b_token = format!("{}.1", b_job["job_id"].as_str().unwrap());
+    worker
+        .post(
+            &format!("/v1/work/attempts/{b_token}/heartbeat"),
+            &json!({}),
+        )
+        .await
+        .assert_problem(404);
+
+    let submit_key_lease = api.post("/v1/work/lease", &lease_body(&[KIND], 0)).await;
+    assert_eq!(
+        submit_key_lease.assert_problem(403)["type"],
+        "/problems/forbidden"
+    );
+
+    assert_eq!(
+        register(&api, "reconcile", &declaration()).await.status,
+        StatusCode::CREATED
+    );
+    let narrow = worker_key(&env, &api, "tenant-a", Some(&[KIND])).await;
+    narrow
+        .post("/v1/work/lease", &lease_body(&["reconcile"], 0))
+        .await
+        .assert_problem(403);
+    let allowed = narrow.post("/v1/work/lease", &lease_body(&[KIND], 0)).await;
+    assert_eq!(allowed.status, StatusCode::OK, "{}", allowed.text);
+}
+
+async fn a_stale_or_cancelled_attempt_is_refused_and_changes_nothing(backend: Backend) {
+    let (_env, api, worker) = with_a_kind(backend).await;
+
+    // A lease that lapses (JOB_LEASE is 3 s in tests, and no heartbeat
+    // comes): the sweeper counts the attempt and a second takes over.
+    let job = api.submit(KIND, json!({"month": "2026-10"})).await;
+    let job_id = job["job_id"].as_str().unwrap();
+    let first = lease_one(&worker).await;
+    let second = lease_one(&worker).await;
+    assert_eq!(second["job_id"], job_id);
+    assert_eq!(second["attempt"], 2, "the lapsed lease was not counted");
+    for what in ["heartbeat", "fail", "complete"] {
+        let body = match what {
+            "fail" => json!({"retryable": false, "message": "late"}),
+            "heartbeat" => json!({"progress": 0.9}),
+            _ => json!({"late": true}),
+        };
+        let late = report(&worker, &first, what, &body).await;
+        assert_eq!(
+            late.assert_problem(409)["type"],
+            "/problems/attempt-superseded",
+            "a late {what}"
+        );
+    }
+    let job_now = api.job(job_id).await;
+    assert_eq!(
+        (job_now["status"].as_str(), job_now["attempts"].as_i64()),
+        (Some("RUNNING"), Some(2))
+    );
+
+    // A cancel reaches the attempt through its heartbeat.
+    let cancel = api
+        .post(&format!("/v1/jobs/{job_id}/cancel"), &json!({}))
+        .await;
+    assert!(cancel.status.is_success(), "{}", cancel.text);
+    let beat = report(&worker, &second, "heartbeat", &json!({})).await;
+    assert_eq!(beat.json()["cancel_requested"], true);
+    let stopped = report(&worker, &second, "cancelled", &json!({})).await;
+    assert_eq!(stopped.json()["status"], "CANCELLED", "{}", stopped.text);
+    let after = report(&worker, &second, "complete", &json!({"rows": 1})).await;
+    assert_eq!(after.assert_problem(409)["type"], "/problems/job-cancelled");
+    assert_eq!(api.job(job_id).await["status"], "CANCELLED");
+}
+
+async fn a_retryable_failure_retries_until_attempts_run_out(backend: Backend) {
+    let (_env, api, worker) = with_a_kind(backend).await;
+    let job = api.submit(KIND, json!({"month": "2026-10"})).await;
+    let job_id = job["job_id"].as_str().unwrap();
+
+    let failure = json!({"retryable": true, "error_type": "db_timeout", "message": "the sales database timed out"});
+    let first = lease_one(&worker).await;
+    let retried = report(&worker, &first, "fail", &failure).await;
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.text);
+    assert_eq!(retried.json()["status"], "QUEUED");
+    assert!(retried.json()["next_attempt_at"].is_string());
+    let again = report(&worker, &first, "fail", &failure).await;
+    assert_eq!(
+        again.json(),
+        retried.json(),
+        "a fail sent again was not answered as the first"
+    );
+
+    let second = lease_one(&worker).await;
+    assert_eq!(second["attempt"], 2);
+    let last = report(&worker, &second, "fail", &failure).await;
+    assert_eq!(
+        last.json()["status"],
+        "FAILED",
+        "the last attempt's failure did not end the job"
+    );
+    let failed = api.wait_final(job_id).await;
+    assert_eq!(failed["status"], "FAILED");
+    assert_eq!(failed["error"]["type"], "db_timeout");
+}
+
+async fn a_streamed_result_is_stored_and_served_as_sent(backend: Backend) {
+    let (_env, api, worker) = with_a_kind(backend).await;
+    let job = api.submit(KIND, json!({"month": "2026-10"})).await;
+    let job_id = job["job_id"].as_str().unwrap();
+    let attempt = lease_one(&worker).await;
+
+    // Three chunks and a bit: bigger than one chunk, not a multiple of one.
+    let mut csv = String::from("invoice,amount\n");
+    let mut n = 0;
+    while csv.len() < 700 * 1024 {
+        csv.push_str(&format!("inv-{n},{}.00\n", n % 997));
+        n += 1;
+    }
+    let path = format!("/v1/work/attempts/{}/complete", token(&attempt));
+    let send = |media_type: &'static str, body: String| {
+        Api::read(
+            worker
+                .request(Method::POST, &path)
+                .header("content-type", media_type)
+                .body(body),
+        )
+    };
+    send("application/pdf", "%PDF".into())
+        .await
+        .assert_problem(415);
+    let done = send("text/csv", csv.clone()).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.text);
+    let replay = send("text/csv", csv.clone()).await;
+    assert_eq!(
+        replay.status,
+        StatusCode::OK,
+        "the same stream again: {}",
+        replay.text
+    );
+    let different = send("text/csv", "invoice,amount\n".into()).await;
+    assert_eq!(
+        different.assert_problem(409)["type"],
+        "/problems/attempt-ended"
+    );
+
+    let result = api.get(&format!("/v1/jobs/{job_id}/result")).await;
+    assert_eq!(result.status, StatusCode::OK);
+    assert_eq!(result.header("content-type"), Some("text/csv"));
+    assert_eq!(result.text.len(), csv.len());
+    assert!(
+        result.text == csv,
+        "the served result differs from the one sent"
+    );
+}
+
+async fn a_deleted_kind_refuses_submits_and_its_jobs_are_still_leased(backend: Backend) {
+    let (_env, api, worker) = with_a_kind(backend).await;
+    let job = api.submit(KIND, json!({"month": "2026-10"})).await;
+
+    let deleted = api
+        .send(Method::DELETE, "/v1/kinds/sales-export", None)
+        .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    assert_eq!(deleted.json()["active_jobs"], 1);
+    api.post("/v1/reports/sales-export", &json!({"month": "2026-10"}))
+        .await
+        .assert_problem(404);
+    api.get("/v1/kinds/sales-export").await.assert_problem(404);
+    api.send(Method::DELETE, "/v1/kinds/gst-summary", None)
+        .await
+        .assert_problem(409);
+
+    let attempt = lease_one(&worker).await;
+    assert_eq!(attempt["job_id"], job["job_id"]);
+    let done = report(&worker, &attempt, "complete", &json!({"rows": 0})).await;
+    assert_eq!(done.json()["status"], "SUCCEEDED");
+}
+
+async fn a_waiting_lease_takes_a_job_submitted_while_it_waits(backend: Backend) {
+    let (_env, api, worker) = with_a_kind(backend).await;
+
+    let waiting = {
+        let worker = worker.with_key(&worker.key);
+        tokio::spawn(async move {
+            worker
+                .post("/v1/work/lease", &lease_body(&[KIND], 30))
+                .await
+        })
+    };
+    let job = api.submit(KIND, json!({"month": "2026-10"})).await;
+    let reply = waiting.await.expect("the lease");
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let attempts = reply.json()["attempts"].as_array().cloned().unwrap();
+    assert_eq!(
+        attempts.len(),
+        1,
+        "the waiting lease came back without the job"
+    );
+    assert_eq!(attempts[0]["job_id"], job["job_id"]);
+}
+
+crate::on_both_backends!(
+    a_registered_kind_runs_through_a_worker_with_every_guarantee,
+    a_submit_that_fails_the_schema_names_each_field_and_stores_nothing,
+    keys_are_held_to_their_scope,
+    a_stale_or_cancelled_attempt_is_refused_and_changes_nothing,
+    a_retryable_failure_retries_until_attempts_run_out,
+    a_streamed_result_is_stored_and_served_as_sent,
+    a_deleted_kind_refuses_submits_and_its_jobs_are_still_leased,
+    a_waiting_lease_takes_a_job_submitted_while_it_waits,
+);

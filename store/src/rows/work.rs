@@ -1,0 +1,48 @@
+//! The worker protocol: the rows its statements read and write.
+
+use crate::sql::Millis;
+
+/// A leased attempt's terms, as the lease's last statement returns them.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct LeaseTermsRow {
+    pub(crate) job_id: String,
+    pub(crate) priority: String,
+    pub(crate) lease_expires_at: Millis,
+    pub(crate) attempt_deadline: Millis,
+}
+
+/// What a heartbeat of a held attempt returns.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct HeartbeatRow {
+    pub(crate) cancel_requested: bool,
+    pub(crate) lease_expires_at: Millis,
+    pub(crate) attempt_deadline: Millis,
+}
+
+/// An external job's state, read to say why a call on its attempt was
+/// refused, or to answer a retried one as the first was answered.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct AttemptStateRow {
+    pub(crate) kind: String,
+    pub(crate) status: String,
+    pub(crate) attempts: i64,
+    pub(crate) handbacks: i64,
+    pub(crate) max_attempts: i64,
+    pub(crate) cancel_requested: bool,
+    pub(crate) run_after: Millis,
+    pub(crate) attempt_deadline: Option<Millis>,
+    pub(crate) error_type: Option<String>,
+    pub(crate) error_message: Option<String>,
+}
+
+/// A lease of external attempts, as the statements bind it.
+pub(crate) struct LeaseTerms<'a> {
+    pub(crate) tenant_id: &'a str,
+    pub(crate) kinds: &'a [String],
+    pub(crate) most: i64,
+    pub(crate) now: Millis,
+    /// The latest rank a due job can have (see `Store::claim_due`).
+    pub(crate) rank_before: Millis,
+    pub(crate) lease_until: Millis,
+    pub(crate) worker_id: &'a str,
+}

@@ -1,0 +1,3 @@
+//! Registered kinds on SQLite: every statement is portable.
+
+pub(crate) use crate::portable::sqlite::kinds::*;

@@ -1,0 +1,212 @@
+//! The store's half of the worker protocol (`docs/workers.md`): leases of
+//! external jobs, their heartbeats, and the state a refused or retried
+//! call is answered from. An attempt ends through the same fenced writes
+//! as a built-in one ([`Store::finish_succeeded`], [`Store::finish_attempt`]).
+
+use std::time::Duration;
+
+use shared::{
+    model::{JobStatus, Priority},
+    settings::Caps,
+    time::{duration_ms, now_ms},
+};
+
+use crate::{Claim, Error, Result, Store, on_tx, postgres, sql::Millis, sqlite};
+
+pub(crate) use crate::rows::work::{AttemptStateRow, LeaseTerms};
+
+/// A kind a lease asks for, with what its attempts are held to.
+#[derive(Debug, Clone)]
+pub struct LeasedKind {
+    pub name: String,
+    /// How long an attempt may run, from its lease.
+    pub timeout_ms: i64,
+    /// The tenant's cap on running jobs of the kind, if any.
+    pub max_running: Option<i64>,
+}
+
+/// A lease of a worker's due attempts.
+#[derive(Debug, Clone)]
+pub struct LeaseAsk<'a> {
+    pub tenant_id: &'a str,
+    pub kinds: &'a [LeasedKind],
+    pub most: usize,
+    pub worker_id: &'a str,
+    /// How long the lease lasts without a heartbeat.
+    pub lease: Duration,
+    /// The deployment's caps (`MAX_RUNNING_PER_TENANT`); each kind's own
+    /// cap is added to them.
+    pub caps: &'a Caps,
+}
+
+/// An attempt a lease took.
+#[derive(Debug, Clone)]
+pub struct LeasedAttempt {
+    pub claim: Claim,
+    pub priority: Priority,
+    /// When the lease lapses without a heartbeat (unix ms).
+    pub lease_expires_at: i64,
+    /// When the attempt must have ended (unix ms): no heartbeat extends
+    /// the lease past it.
+    pub deadline: i64,
+}
+
+/// A heartbeat's answer for an attempt still held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub cancel_requested: bool,
+    pub lease_expires_at: i64,
+    pub deadline: i64,
+}
+
+/// An external job as it stands, read to answer a call on one of its
+/// attempts that its fence refused, or that repeats one that applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalJobState {
+    pub kind: String,
+    pub status: JobStatus,
+    /// The current attempt's fencing token.
+    pub attempt: i64,
+    /// Which attempt it is against `max_attempts`: attempts handed back
+    /// do not count.
+    pub counted_attempt: i64,
+    pub max_attempts: i64,
+    pub cancel_requested: bool,
+    pub run_after: i64,
+    pub deadline: Option<i64>,
+    pub error_type: Option<String>,
+    pub error_message: Option<String>,
+}
+
+impl TryFrom<AttemptStateRow> for ExternalJobState {
+    type Error = Error;
+
+    fn try_from(row: AttemptStateRow) -> Result<Self> {
+        Ok(ExternalJobState {
+            status: JobStatus::parse(&row.status)
+                .ok_or_else(|| Error::Corrupt(format!("job status {:?}", row.status)))?,
+            kind: row.kind,
+            attempt: row.attempts,
+            counted_attempt: row.attempts - row.handbacks,
+            max_attempts: row.max_attempts,
+            cancel_requested: row.cancel_requested,
+            run_after: row.run_after.0,
+            deadline: row.attempt_deadline.map(|at| at.0),
+            error_type: row.error_type,
+            error_message: row.error_message,
+        })
+    }
+}
+
+impl Store {
+    /// Leases up to `ask.most` of the tenant's due external jobs of the
+    /// kinds asked, by rank, in one transaction: each claimed as a
+    /// built-in worker claims (the attempt counted, the job RUNNING under
+    /// a lease, parked instead when over a cap) and given its deadline.
+    pub async fn lease_external(&self, ask: &LeaseAsk<'_>) -> Result<Vec<LeasedAttempt>> {
+        if ask.most == 0 || ask.kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (now, rank_before) = self.due_bounds();
+        let lease_until = Millis(now.0.saturating_add(duration_ms(ask.lease)));
+        let names: Vec<String> = ask.kinds.iter().map(|kind| kind.name.clone()).collect();
+        let terms = LeaseTerms {
+            tenant_id: ask.tenant_id,
+            kinds: &names,
+            most: i64::try_from(ask.most).unwrap_or(i64::MAX),
+            now,
+            rank_before,
+            lease_until,
+            worker_id: ask.worker_id,
+        };
+        let mut caps = ask.caps.clone();
+        for kind in ask.kinds {
+            if let Some(cap) = kind.max_running {
+                caps.per_kind.retain(|(name, _)| *name != kind.name);
+                caps.per_kind
+                    .push((kind.name.clone(), u32::try_from(cap).unwrap_or(u32::MAX)));
+            }
+        }
+        let mut tx = self.begin_write().await?;
+        let claimed = on_tx!(tx,
+            conn => postgres::work::claim(conn, &terms, &caps).await?,
+            conn => sqlite::work::claim(conn, &terms, &caps).await?,
+        );
+        if claimed.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let job_ids: Vec<String> = claimed.iter().map(|row| row.job_id.clone()).collect();
+        let deadlines: Vec<Millis> = claimed
+            .iter()
+            .map(|row| {
+                let timeout = ask
+                    .kinds
+                    .iter()
+                    .find(|kind| kind.name == row.kind)
+                    .map_or(0, |kind| kind.timeout_ms);
+                Millis(now.0.saturating_add(timeout))
+            })
+            .collect();
+        let terms = on_tx!(tx,
+            conn => postgres::work::set_deadlines(conn, &job_ids, &deadlines).await?,
+            conn => sqlite::work::set_deadlines(conn, &job_ids, &deadlines).await?,
+        );
+        tx.commit().await?;
+        claimed
+            .into_iter()
+            .map(|row| {
+                let found = terms
+                    .iter()
+                    .find(|terms| terms.job_id == row.job_id)
+                    .ok_or_else(|| Error::Corrupt(format!("no deadline for {}", row.job_id)))?;
+                Ok(LeasedAttempt {
+                    priority: Priority::parse(&found.priority).unwrap_or(Priority::Normal),
+                    lease_expires_at: found.lease_expires_at.0,
+                    deadline: found.attempt_deadline.0,
+                    claim: Claim::from(row),
+                })
+            })
+            .collect()
+    }
+
+    /// Extends the lease of the tenant's external attempt by `lease`
+    /// (never past its deadline) and records `progress`; `None` when the
+    /// attempt is no longer the job's current, running one, or its deadline
+    /// passed ([`Store::external_job`] says which).
+    pub async fn heartbeat_external(
+        &self,
+        tenant_id: &str,
+        job_id: &str,
+        attempt: i64,
+        lease: Duration,
+        progress: Option<f64>,
+    ) -> Result<Option<Heartbeat>> {
+        let _turn = self.write_turn().await;
+        let now = now_ms();
+        let lease_until = Millis(now.saturating_add(duration_ms(lease)));
+        let progress = progress.map(|p| p.clamp(0.0, 1.0));
+        let row = crate::on_pool!(self,
+            pool => postgres::work::heartbeat(pool, tenant_id, job_id, attempt, Millis(now), lease_until, progress).await?,
+            pool => sqlite::work::heartbeat(pool, tenant_id, job_id, attempt, Millis(now), lease_until, progress).await?,
+        );
+        Ok(row.map(|row| Heartbeat {
+            cancel_requested: row.cancel_requested,
+            lease_expires_at: row.lease_expires_at.0,
+            deadline: row.attempt_deadline.0,
+        }))
+    }
+
+    /// The tenant's external job as it stands, if it has one of that id.
+    pub async fn external_job(
+        &self,
+        tenant_id: &str,
+        job_id: &str,
+    ) -> Result<Option<ExternalJobState>> {
+        let row = crate::on_pool!(self,
+            pool => postgres::work::state(pool, tenant_id, job_id).await?,
+            pool => sqlite::work::state(pool, tenant_id, job_id).await?,
+        );
+        row.map(ExternalJobState::try_from).transpose()
+    }
+}
