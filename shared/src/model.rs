@@ -185,6 +185,9 @@ pub struct Job {
     pub priority: Priority,
     /// The cap it is parked at, while QUEUED.
     pub capped: Option<Cap>,
+    /// Who holds its running attempt: a worker over HTTP as `http:{name}`,
+    /// a built-in worker by its id.
+    pub worker_id: Option<String>,
 }
 
 /// The job object of `docs/api.md`.
@@ -247,6 +250,12 @@ pub struct JobObject {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub steps: Option<Vec<StepObject>>,
+    /// While RUNNING, the worker that holds the attempt: the name a worker
+    /// over HTTP leased it under, or a built-in worker's id; absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false, example = "reports-1"))]
+    pub worker: Option<String>,
 }
 
 /// Why a queued job waits (`docs/api.md`, The job object).
@@ -397,7 +406,17 @@ impl Job {
             }),
             phase: None,
             steps: None,
+            worker: (self.status == JobStatus::Running)
+                .then(|| self.worker_name())
+                .flatten(),
         }
+    }
+
+    /// The name of the worker holding the job, as the job object shows it.
+    pub fn worker_name(&self) -> Option<String> {
+        self.worker_id
+            .as_deref()
+            .map(|id| id.strip_prefix("http:").unwrap_or(id).to_owned())
     }
 }
 

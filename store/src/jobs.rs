@@ -41,6 +41,7 @@ impl TryFrom<JobRow> for Job {
                     Cap::parse(&capped).ok_or_else(|| Error::Corrupt(format!("job cap {capped:?}")))
                 })
                 .transpose()?,
+            worker_id: row.worker_id,
         })
     }
 }

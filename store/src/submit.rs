@@ -172,6 +172,7 @@ impl NewJob {
             schedule_id: None,
             priority: self.priority,
             capped: None,
+            worker_id: None,
         }
     }
 }

@@ -11,9 +11,19 @@ use shared::{
     time::{duration_ms, now_ms},
 };
 
-use crate::{Claim, Error, Result, Store, on_tx, postgres, sql::Millis, sqlite};
+use crate::{
+    Claim, Error, Result, Store, on_tx, postgres,
+    sql::{JsonText, Millis},
+    sqlite,
+};
 
 pub(crate) use crate::rows::work::{AttemptStateRow, LeaseTerms};
+
+/// How the jobs' `worker_id` names a worker over HTTP: apart from the ids
+/// of the built-in workers, whatever a worker calls itself.
+fn worker_id_of(name: &str) -> String {
+    format!("http:{name}")
+}
 
 /// A kind a lease asks for, with what its attempts are held to.
 #[derive(Debug, Clone)]
@@ -31,7 +41,8 @@ pub struct LeaseAsk<'a> {
     pub tenant_id: &'a str,
     pub kinds: &'a [LeasedKind],
     pub most: usize,
-    pub worker_id: &'a str,
+    /// The worker's name.
+    pub worker: &'a str,
     /// How long the lease lasts without a heartbeat.
     pub lease: Duration,
     /// The deployment's caps (`MAX_RUNNING_PER_TENANT`); each kind's own
@@ -76,6 +87,25 @@ pub struct ExternalJobState {
     pub deadline: Option<i64>,
     pub error_type: Option<String>,
     pub error_message: Option<String>,
+    /// The name of the worker over HTTP that holds (or last held) it.
+    pub worker: Option<String>,
+}
+
+/// A worker over HTTP, as `GET /v1/workers` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerRecord {
+    pub name: String,
+    /// The kinds its last lease named.
+    pub kinds: Vec<String>,
+    pub first_seen_at: i64,
+    /// Its last lease (unix ms).
+    pub last_seen_at: i64,
+    /// Attempts it leased, in all.
+    pub leased: i64,
+    /// Attempts it reported failed, in all.
+    pub failed: i64,
+    /// Attempts it holds now.
+    pub holding: i64,
 }
 
 impl TryFrom<AttemptStateRow> for ExternalJobState {
@@ -94,6 +124,11 @@ impl TryFrom<AttemptStateRow> for ExternalJobState {
             deadline: row.attempt_deadline.map(|at| at.0),
             error_type: row.error_type,
             error_message: row.error_message,
+            worker: row
+                .worker_id
+                .as_deref()
+                .and_then(|id| id.strip_prefix("http:"))
+                .map(str::to_owned),
         })
     }
 }
@@ -110,6 +145,7 @@ impl Store {
         let (now, rank_before) = self.due_bounds();
         let lease_until = Millis(now.0.saturating_add(duration_ms(ask.lease)));
         let names: Vec<String> = ask.kinds.iter().map(|kind| kind.name.clone()).collect();
+        let worker_id = worker_id_of(ask.worker);
         let terms = LeaseTerms {
             tenant_id: ask.tenant_id,
             kinds: &names,
@@ -117,8 +153,9 @@ impl Store {
             now,
             rank_before,
             lease_until,
-            worker_id: ask.worker_id,
+            worker_id: &worker_id,
         };
+        let kinds_named = JsonText(serde_json::Value::from(names.clone()).to_string());
         let mut caps = ask.caps.clone();
         for kind in ask.kinds {
             if let Some(cap) = kind.max_running {
@@ -131,6 +168,11 @@ impl Store {
         let claimed = on_tx!(tx,
             conn => postgres::work::claim(conn, &terms, &caps).await?,
             conn => sqlite::work::claim(conn, &terms, &caps).await?,
+        );
+        let leased = i64::try_from(claimed.len()).unwrap_or(i64::MAX);
+        on_tx!(tx,
+            conn => postgres::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
+            conn => sqlite::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
         );
         if claimed.is_empty() {
             tx.commit().await?;
@@ -195,6 +237,39 @@ impl Store {
             lease_expires_at: row.lease_expires_at.0,
             deadline: row.attempt_deadline.0,
         }))
+    }
+
+    /// Counts a failed attempt against the worker over HTTP that held it.
+    pub async fn count_worker_failure(&self, tenant_id: &str, worker: &str) -> Result<()> {
+        let _turn = self.write_turn().await;
+        crate::on_pool!(self,
+            pool => postgres::work::failed(pool, tenant_id, worker).await?,
+            pool => sqlite::work::failed(pool, tenant_id, worker).await?,
+        );
+        Ok(())
+    }
+
+    /// The tenant's workers over HTTP, the last seen first.
+    pub async fn workers(&self, tenant_id: &str) -> Result<Vec<WorkerRecord>> {
+        let rows = crate::on_pool!(self,
+            pool => postgres::work::list(pool, tenant_id).await?,
+            pool => sqlite::work::list(pool, tenant_id).await?,
+        );
+        rows.into_iter()
+            .map(|row| {
+                Ok(WorkerRecord {
+                    kinds: serde_json::from_str(&row.kinds.0).map_err(|e| {
+                        Error::Corrupt(format!("the kinds of worker {}: {e}", row.name))
+                    })?,
+                    name: row.name,
+                    first_seen_at: row.first_seen_at.0,
+                    last_seen_at: row.last_seen_at.0,
+                    leased: row.leased,
+                    failed: row.failed,
+                    holding: row.holding,
+                })
+            })
+            .collect()
     }
 
     /// The tenant's external job as it stands, if it has one of that id.

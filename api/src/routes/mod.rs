@@ -40,6 +40,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                         .put(kinds::put)
                         .delete(kinds::delete),
                 )
+                .service(web::resource("/workers").get(work::workers))
                 .service(web::resource("/work/lease").post(work::lease))
                 .service(web::resource("/work/attempts/{token}/heartbeat").post(work::heartbeat))
                 // A result streams in, bounded by the route itself.

@@ -284,12 +284,11 @@ pub async fn lease(
         ));
     }
     let kinds = leased_kinds(&state, &worker, &ask.kinds).await?;
-    let worker_id = format!("http:{}", ask.worker);
     let lease_ask = LeaseAsk {
         tenant_id: &worker.tenant_id,
         kinds: &kinds,
         most: most as usize,
-        worker_id: &worker_id,
+        worker: &ask.worker,
         lease: state.work.lease,
         caps: &state.caps,
     };
@@ -792,6 +791,12 @@ pub async fn fail(
             .await?;
         let now = reread(&state, &worker.tenant_id, &job_id).await?;
         if applied {
+            if let Some(name) = &job.worker {
+                state
+                    .store
+                    .count_worker_failure(&worker.tenant_id, name)
+                    .await?;
+            }
             return Ok(HttpResponse::Ok().json(report_answer(&job_id, &now)));
         }
         return answer_again_or_refuse(&now, &job_id, attempt, &error);
@@ -855,4 +860,68 @@ pub async fn cancelled(
         return Ok(HttpResponse::Ok().json(report_answer(&job_id, &now)));
     }
     Err(refusal(&now, &job_id, attempt))
+}
+
+/// A worker over HTTP, as `GET /v1/workers` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkerObject {
+    /// The name it leases under.
+    pub name: String,
+    /// The kinds its last lease named.
+    pub kinds: Vec<String>,
+    /// It leased within the last minute, or holds an attempt now.
+    pub connected: bool,
+    /// Attempts it holds now.
+    pub holding: i64,
+    /// Attempts it leased, in all.
+    pub leased: i64,
+    /// Attempts it reported failed, in all.
+    pub failed: i64,
+    pub first_seen_at: String,
+    /// Its last lease.
+    pub last_seen_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkerList {
+    pub workers: Vec<WorkerObject>,
+}
+
+/// A worker that has not leased for this long, and holds nothing, is no
+/// longer connected: a long poll waits at most [`MOST_LEASE_WAIT`].
+const CONNECTED_WITHIN: Duration = Duration::from_secs(60);
+
+pub fn worker_object(worker: store::WorkerRecord, now: i64) -> WorkerObject {
+    WorkerObject {
+        connected: worker.holding > 0 || now - worker.last_seen_at <= duration_ms(CONNECTED_WITHIN),
+        name: worker.name,
+        kinds: worker.kinds,
+        holding: worker.holding,
+        leased: worker.leased,
+        failed: worker.failed,
+        first_seen_at: to_rfc3339(worker.first_seen_at),
+        last_seen_at: to_rfc3339(worker.last_seen_at),
+    }
+}
+
+/// The tenant's workers over HTTP, the last seen first: what each runs,
+/// holds and has done.
+#[utoipa::path(
+    get, path = "/v1/workers", tag = "workers", operation_id = "listWorkers",
+    responses((status = 200, body = WorkerList)),
+    security(("bearer" = []))
+)]
+pub async fn workers(
+    tenant: crate::auth::Tenant,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
+    let now = now_ms();
+    let workers = state
+        .store
+        .workers(&tenant.0)
+        .await?
+        .into_iter()
+        .map(|worker| worker_object(worker, now))
+        .collect();
+    Ok(HttpResponse::Ok().json(WorkerList { workers }))
 }

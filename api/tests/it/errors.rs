@@ -1179,13 +1179,14 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 /// Every route of the API (see `api::routes::configure`); the dashboard's
 /// pages (`/dashboard`) are HTML for people, not part of the API document.
-const SERVED: [(&str, &str); 38] = [
+const SERVED: [(&str, &str); 39] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
     ("GET", "/openapi.json"),
     ("POST", "/v1/reports/{kind}"),
     ("GET", "/v1/kinds"),
+    ("GET", "/v1/workers"),
     ("GET", "/v1/kinds/{name}"),
     ("PUT", "/v1/kinds/{name}"),
     ("DELETE", "/v1/kinds/{name}"),

@@ -158,7 +158,14 @@ async fn a_registered_kind_runs_through_a_worker_with_every_guarantee(backend: B
         json!({"month": "2026-10", "region": "north"})
     );
     assert!(attempt["deadline"].is_string() && attempt["lease_expires_at"].is_string());
-    assert_eq!(api.job(job_id).await["status"], "RUNNING");
+    let running = api.job(job_id).await;
+    assert_eq!(running["status"], "RUNNING");
+    assert_eq!(
+        running["worker"], "test-worker",
+        "a running job names who holds it"
+    );
+    let holding = api.get("/v1/workers").await.json();
+    assert_eq!(holding["workers"][0]["holding"], 1);
 
     let beat = report(&worker, &attempt, "heartbeat", &json!({"progress": 0.5})).await;
     assert_eq!(beat.status, StatusCode::OK, "{}", beat.text);
@@ -183,6 +190,25 @@ async fn a_registered_kind_runs_through_a_worker_with_every_guarantee(backend: B
     let finished = api.wait_final(job_id).await;
     assert_eq!(finished["status"], "SUCCEEDED");
     assert_eq!(finished["attempts"], 1);
+    assert!(
+        finished.get("worker").is_none(),
+        "a finished job names a worker"
+    );
+    let workers = api.get("/v1/workers").await.json();
+    let seen = &workers["workers"][0];
+    assert_eq!(seen["name"], "test-worker");
+    assert_eq!(seen["kinds"], json!([KIND]));
+    assert_eq!(
+        (seen["leased"].as_i64(), seen["holding"].as_i64()),
+        (Some(1), Some(0))
+    );
+    assert_eq!(seen["connected"], true);
+    assert!(
+        api.as_tenant_b().get("/v1/workers").await.json()["workers"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     let stored = api.get(&format!("/v1/jobs/{job_id}/result")).await;
     assert_eq!(stored.json(), result);
 }
@@ -377,6 +403,8 @@ async fn a_retryable_failure_retries_until_attempts_run_out(backend: Backend) {
     let failed = api.wait_final(job_id).await;
     assert_eq!(failed["status"], "FAILED");
     assert_eq!(failed["error"]["type"], "db_timeout");
+    let workers = api.get("/v1/workers").await.json();
+    assert_eq!(workers["workers"][0]["failed"], 2, "{workers}");
 }
 
 async fn a_streamed_result_is_stored_and_served_as_sent(backend: Backend) {

@@ -14,7 +14,8 @@ pub(crate) async fn get(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
          FROM jobs WHERE job_id = $1 AND tenant_id = $2"
     ))
     .bind(job_id)
@@ -30,7 +31,8 @@ pub(crate) async fn get_unscoped(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
          FROM jobs WHERE job_id = $1"
     ))
     .bind(job_id)
@@ -49,7 +51,8 @@ pub(crate) async fn list_of_schedule(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
          FROM jobs WHERE schedule_id = $2 AND tenant_id = $1 AND job_id < $3
          ORDER BY job_id DESC LIMIT $4"
     ))
@@ -66,7 +69,8 @@ pub(crate) async fn ask_to_stop(conn: &mut Conn, job_id: &str) -> sqlx::Result<J
         "UPDATE jobs SET cancel_requested = true WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped"
+                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                   worker_id"
     ))
     .bind(job_id)
     .fetch_one(conn)
@@ -82,7 +86,8 @@ pub(crate) async fn cancel_queued(
         "UPDATE jobs SET status = 'CANCELLED', finished_at = $2 WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped"
+                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                   worker_id"
     ))
     .bind(job_id)
     .bind(now)
@@ -99,7 +104,8 @@ pub(crate) async fn mark_retry_of(
         "UPDATE jobs SET retry_of = $2 WHERE job_id = $1
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
-                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped"
+                   cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                   worker_id"
     ))
     .bind(new_job_id)
     .bind(job_id)

@@ -3,10 +3,10 @@
 
 use sqlx::Executor;
 
-use super::Db;
+use super::{Conn, Db};
 use crate::{
-    rows::work::{AttemptStateRow, HeartbeatRow},
-    sql::Millis,
+    rows::work::{AttemptStateRow, HeartbeatRow, WorkerRow},
+    sql::{JsonText, Millis},
 };
 
 /// Extends the lease of the tenant's external attempt, never past its
@@ -47,11 +47,72 @@ pub(crate) async fn state(
 ) -> sqlx::Result<Option<AttemptStateRow>> {
     sqlx::query_as(sql!(
         "SELECT kind, status, attempts, handbacks, max_attempts, cancel_requested, run_after,
-                attempt_deadline, error_type, error_message
+                attempt_deadline, error_type, error_message, worker_id
          FROM jobs WHERE job_id = $1 AND tenant_id = $2 AND external"
     ))
     .bind(job_id)
     .bind(tenant_id)
     .fetch_optional(db)
+    .await
+}
+
+/// Notes a lease of worker `name`: seen now, naming `kinds`, having taken
+/// `leased` more attempts.
+pub(crate) async fn seen(
+    conn: &mut Conn,
+    tenant_id: &str,
+    name: &str,
+    kinds: &JsonText,
+    now: Millis,
+    leased: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "INSERT INTO workers (tenant_id, name, kinds, first_seen_at, last_seen_at, leased)
+         VALUES ($1, $2, $3, $4, $4, $5)
+         ON CONFLICT (tenant_id, name) DO UPDATE SET kinds = excluded.kinds,
+             last_seen_at = excluded.last_seen_at, leased = workers.leased + excluded.leased"
+    ))
+    .bind(tenant_id)
+    .bind(name)
+    .bind(kinds)
+    .bind(now)
+    .bind(leased)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Counts a failed attempt against the worker that held it.
+pub(crate) async fn failed(
+    db: impl Executor<'_, Database = Db>,
+    tenant_id: &str,
+    name: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "UPDATE workers SET failed = failed + 1 WHERE tenant_id = $1 AND name = $2"
+    ))
+    .bind(tenant_id)
+    .bind(name)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The tenant's workers, the last seen first, with the attempts each
+/// holds now.
+pub(crate) async fn list(
+    db: impl Executor<'_, Database = Db>,
+    tenant_id: &str,
+) -> sqlx::Result<Vec<WorkerRow>> {
+    sqlx::query_as(sql!(
+        "SELECT w.name, w.kinds, w.first_seen_at, w.last_seen_at, w.leased, w.failed,
+                (SELECT count(*) FROM jobs j
+                 WHERE j.tenant_id = w.tenant_id AND j.status = 'RUNNING'
+                   AND j.worker_id = 'http:' || w.name) AS holding
+         FROM workers w WHERE w.tenant_id = $1
+         ORDER BY w.last_seen_at DESC, w.name"
+    ))
+    .bind(tenant_id)
+    .fetch_all(db)
     .await
 }

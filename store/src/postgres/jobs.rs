@@ -15,7 +15,8 @@ pub(crate) async fn lock(
     sqlx::query_as(sql!(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
-                cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
          FROM jobs WHERE job_id = $1 AND tenant_id = $2 FOR UPDATE"
     ))
     .bind(job_id)
@@ -40,7 +41,8 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -54,7 +56,8 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -69,7 +72,8 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND kind = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -84,7 +88,8 @@ pub(crate) async fn list(
             sqlx::query_as(sql!(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
-                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped
+                        error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
+                worker_id
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4 AND kind = $5
                  ORDER BY job_id DESC LIMIT $3"
             ))

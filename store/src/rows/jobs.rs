@@ -25,4 +25,5 @@ pub(crate) struct JobRow {
     pub(crate) schedule_id: Option<String>,
     pub(crate) priority: String,
     pub(crate) capped: Option<String>,
+    pub(crate) worker_id: Option<String>,
 }

@@ -1,6 +1,6 @@
 //! The worker protocol: the rows its statements read and write.
 
-use crate::sql::Millis;
+use crate::sql::{JsonText, Millis};
 
 /// A leased attempt's terms, as the lease's last statement returns them.
 #[derive(Debug, sqlx::FromRow)]
@@ -33,6 +33,19 @@ pub(crate) struct AttemptStateRow {
     pub(crate) attempt_deadline: Option<Millis>,
     pub(crate) error_type: Option<String>,
     pub(crate) error_message: Option<String>,
+    pub(crate) worker_id: Option<String>,
+}
+
+/// A worker over HTTP, as the list of a tenant's workers reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct WorkerRow {
+    pub(crate) name: String,
+    pub(crate) kinds: JsonText,
+    pub(crate) first_seen_at: Millis,
+    pub(crate) last_seen_at: Millis,
+    pub(crate) leased: i64,
+    pub(crate) failed: i64,
+    pub(crate) holding: i64,
 }
 
 /// A lease of external attempts, as the statements bind it.

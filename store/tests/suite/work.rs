@@ -84,7 +84,7 @@ async fn lease(
             tenant_id: tenant,
             kinds,
             most,
-            worker_id: "http:w1",
+            worker: "w1",
             lease,
             caps: &no_caps(),
         })
