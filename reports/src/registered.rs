@@ -11,11 +11,9 @@ use std::{
     time::Duration,
 };
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use shared::{ledger::FieldError, model::Priority};
+use shared::{ledger::FieldError, model::Priority, work::KindDeclaration};
 use store::RegisteredKind;
-use utoipa::ToSchema;
 
 use crate::{ParamsError, Registry};
 
@@ -30,35 +28,6 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_ATTEMPTS: i64 = 100;
 /// Compiled schemas kept per process.
 const MOST_COMPILED: usize = 1_000;
-
-/// A kind as its tenant declares it: the body of `PUT /v1/kinds/{name}`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct KindDeclaration {
-    /// What the kind does, in a sentence or two.
-    #[serde(default)]
-    pub about: Option<String>,
-    /// A JSON Schema (2020-12) of a submit's body. It may not refer to
-    /// documents outside itself.
-    #[schema(value_type = Object)]
-    pub params_schema: Value,
-    /// Whole seconds one attempt may run, from its lease: 1 to 86400.
-    pub timeout_secs: u64,
-    /// Attempts before a retryable failure becomes final: 1 to 100
-    /// (default 5).
-    #[serde(default)]
-    pub max_attempts: Option<i64>,
-    /// The media types a result may have (default `["application/json"]`).
-    #[serde(default)]
-    pub result_media_types: Option<Vec<String>>,
-    /// How many of the tenant's jobs of the kind may run at once (none
-    /// when absent).
-    #[serde(default)]
-    pub max_running: Option<i64>,
-    /// The priority of a submit that names none (default `normal`).
-    #[serde(default)]
-    pub priority: Option<Priority>,
-}
 
 /// Whether `name` may name a registered kind: 1 to 64 lowercase letters,
 /// digits, `-`, `_` or `.`, starting with a letter, and not a built-in
@@ -84,79 +53,81 @@ pub fn check_name(name: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
-impl KindDeclaration {
-    /// The kind this declaration registers for `tenant_id`, or every
-    /// field that is wrong.
-    pub fn to_kind(&self, tenant_id: &str, name: &str) -> Result<RegisteredKind, Vec<FieldError>> {
-        let mut errors = Vec::new();
-        if let Err(error) = check_name(name) {
-            errors.push(error);
-        }
-        if let Err(error) = compile(&self.params_schema) {
-            errors.push(error);
-        }
-        if !(1..=MAX_TIMEOUT.as_secs()).contains(&self.timeout_secs) {
-            errors.push(FieldError::new(
-                "timeout_secs",
-                format!("must be a whole number from 1 to {}", MAX_TIMEOUT.as_secs()),
-            ));
-        }
-        let max_attempts = self.max_attempts.unwrap_or(5);
-        if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
-            errors.push(FieldError::new(
-                "max_attempts",
-                format!("must be a whole number from 1 to {MAX_ATTEMPTS}"),
-            ));
-        }
-        if self
-            .max_running
-            .is_some_and(|cap| !(1..=10_000).contains(&cap))
-        {
-            errors.push(FieldError::new(
-                "max_running",
-                "must be a whole number from 1 to 10000",
-            ));
-        }
-        let about = self.about.clone().unwrap_or_default();
-        if about.chars().count() > 1_000 {
-            errors.push(FieldError::new("about", "must be at most 1000 characters"));
-        }
-        let media_types = self
-            .result_media_types
-            .clone()
-            .unwrap_or_else(|| vec!["application/json".to_owned()]);
-        if media_types.is_empty() || media_types.len() > 16 {
+/// The kind `declaration` registers for `tenant_id` under `name`, or every
+/// field that is wrong.
+pub fn kind_of(
+    declaration: &KindDeclaration,
+    tenant_id: &str,
+    name: &str,
+) -> Result<RegisteredKind, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    if let Err(error) = check_name(name) {
+        errors.push(error);
+    }
+    if let Err(error) = compile(&declaration.params_schema) {
+        errors.push(error);
+    }
+    if !(1..=MAX_TIMEOUT.as_secs()).contains(&declaration.timeout_secs) {
+        errors.push(FieldError::new(
+            "timeout_secs",
+            format!("must be a whole number from 1 to {}", MAX_TIMEOUT.as_secs()),
+        ));
+    }
+    let max_attempts = declaration.max_attempts.unwrap_or(5);
+    if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
+        errors.push(FieldError::new(
+            "max_attempts",
+            format!("must be a whole number from 1 to {MAX_ATTEMPTS}"),
+        ));
+    }
+    if declaration
+        .max_running
+        .is_some_and(|cap| !(1..=10_000).contains(&cap))
+    {
+        errors.push(FieldError::new(
+            "max_running",
+            "must be a whole number from 1 to 10000",
+        ));
+    }
+    let about = declaration.about.clone().unwrap_or_default();
+    if about.chars().count() > 1_000 {
+        errors.push(FieldError::new("about", "must be at most 1000 characters"));
+    }
+    let media_types = declaration
+        .result_media_types
+        .clone()
+        .unwrap_or_else(|| vec!["application/json".to_owned()]);
+    if media_types.is_empty() || media_types.len() > 16 {
+        errors.push(FieldError::new(
+            "result_media_types",
+            "must name 1 to 16 media types",
+        ));
+    }
+    for media_type in &media_types {
+        if !is_media_type(media_type) {
             errors.push(FieldError::new(
                 "result_media_types",
-                "must name 1 to 16 media types",
+                format!("{media_type:?} is not a media type (type/subtype, no parameters)"),
             ));
         }
-        for media_type in &media_types {
-            if !is_media_type(media_type) {
-                errors.push(FieldError::new(
-                    "result_media_types",
-                    format!("{media_type:?} is not a media type (type/subtype, no parameters)"),
-                ));
-            }
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        Ok(RegisteredKind {
-            tenant_id: tenant_id.to_owned(),
-            name: name.to_owned(),
-            about,
-            params_schema: self.params_schema.to_string(),
-            timeout_ms: i64::try_from(self.timeout_secs * 1000).unwrap_or(i64::MAX),
-            max_attempts,
-            result_media_types: media_types,
-            max_running: self.max_running,
-            priority: self.priority.unwrap_or(Priority::Normal),
-            created_at: 0,
-            updated_at: 0,
-            deleted_at: None,
-        })
     }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(RegisteredKind {
+        tenant_id: tenant_id.to_owned(),
+        name: name.to_owned(),
+        about,
+        params_schema: declaration.params_schema.to_string(),
+        timeout_ms: i64::try_from(declaration.timeout_secs * 1000).unwrap_or(i64::MAX),
+        max_attempts,
+        result_media_types: media_types,
+        max_running: declaration.max_running,
+        priority: declaration.priority.unwrap_or(Priority::Normal),
+        created_at: 0,
+        updated_at: 0,
+        deleted_at: None,
+    })
 }
 
 /// `type/subtype` of RFC 6838's restricted names, lowercase, no parameters.
@@ -282,7 +253,7 @@ impl CompiledSchemas {
 mod tests {
     use serde_json::json;
 
-    use super::{CompiledSchemas, KindDeclaration, check_name, is_media_type};
+    use super::{CompiledSchemas, KindDeclaration, check_name, is_media_type, kind_of};
     use crate::ParamsError;
 
     fn declaration(schema: serde_json::Value) -> KindDeclaration {
@@ -319,17 +290,17 @@ mod tests {
     #[test]
     fn a_schema_that_refers_outside_itself_or_is_no_schema_is_refused() {
         let outside = declaration(json!({"$ref": "https://example.com/schema.json"}));
-        let errors = outside.to_kind("t", "k").unwrap_err();
+        let errors = kind_of(&outside, "t", "k").unwrap_err();
         assert_eq!(errors[0].field, "params_schema", "{errors:?}");
         let wrong_type = declaration(json!({"type": "no-such-type"}));
-        assert!(wrong_type.to_kind("t", "k").is_err());
+        assert!(kind_of(&wrong_type, "t", "k").is_err());
         let draft7 = declaration(json!({"$schema": "http://json-schema.org/draft-07/schema#"}));
-        assert!(draft7.to_kind("t", "k").is_err());
+        assert!(kind_of(&draft7, "t", "k").is_err());
     }
 
     #[test]
     fn a_submit_is_checked_against_the_schema_naming_each_failing_field() {
-        let kind = declaration(json!({
+        let kind = kind_of(&declaration(json!({
             "type": "object",
             "properties": {
                 "month": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"},
@@ -338,8 +309,7 @@ mod tests {
             },
             "required": ["month"],
             "additionalProperties": false
-        }))
-        .to_kind("t", "sales-export")
+        })), "t", "sales-export")
         .unwrap();
         let schemas = CompiledSchemas::default();
         let good = br#"{"month": "2026-10", "rows": 3, "filter": {"region": "north"}}"#;

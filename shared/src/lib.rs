@@ -16,3 +16,4 @@ pub mod retry;
 pub mod schedule;
 pub mod settings;
 pub mod time;
+pub mod work;

@@ -2,12 +2,9 @@
 //! (`/v1/kinds`, `docs/api.md`, Kinds).
 
 use actix_web::{HttpRequest, HttpResponse, http::header, web};
-use reports::registered::KindDeclaration;
-use serde::Serialize;
-use serde_json::Value;
+use shared::work::{DeletedKind, KindDeclaration, KindList, KindObject};
 use shared::{model::Priority, time::to_rfc3339};
 use store::{PutKind, RegisteredKind};
-use utoipa::ToSchema;
 
 use crate::{
     auth::Tenant,
@@ -15,50 +12,6 @@ use crate::{
     error::{ApiError, ApiResult},
     state::AppState,
 };
-
-/// A report kind as `/v1/kinds` shows it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct KindObject {
-    pub name: String,
-    /// Built into Receipt (run by its own workers), or registered by the
-    /// tenant (run by the tenant's workers over HTTP).
-    pub builtin: bool,
-    pub about: String,
-    /// A registered kind's JSON Schema of a submit's body; a built-in
-    /// kind's is in the OpenAPI document.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub params_schema: Option<Value>,
-    pub timeout_secs: u64,
-    pub max_attempts: i64,
-    /// The media types a registered kind's result may have.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result_media_types: Option<Vec<String>>,
-    /// How many of the tenant's jobs of a registered kind may run at once.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_running: Option<i64>,
-    /// The priority of a submit that names none.
-    pub priority: Priority,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub created_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub updated_at: Option<String>,
-}
-
-/// The kinds a tenant may submit.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct KindList {
-    pub kinds: Vec<KindObject>,
-}
-
-/// The answer to a `DELETE` of a registered kind.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DeletedKind {
-    pub name: String,
-    /// The kind's jobs still queued or running: workers that name the
-    /// kind keep leasing them.
-    pub active_jobs: i64,
-}
 
 pub fn kind_object(kind: &RegisteredKind) -> KindObject {
     KindObject {
@@ -177,12 +130,12 @@ pub async fn put(
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
     let declaration: KindDeclaration = json_body(&request, &body)?;
-    let kind = declaration
-        .to_kind(&tenant.0, &name)
-        .map_err(|errors| ApiError::Validation {
+    let kind = reports::registered::kind_of(&declaration, &tenant.0, &name).map_err(|errors| {
+        ApiError::Validation {
             detail: format!("the declaration of kind {:?} is not valid", name.as_str()),
             errors,
-        })?;
+        }
+    })?;
     Ok(match state.store.put_kind(&kind).await? {
         PutKind::Created(kind) => HttpResponse::Created()
             .insert_header((header::LOCATION, format!("/v1/kinds/{}", kind.name)))

@@ -10,17 +10,19 @@ use std::{sync::Arc, time::Duration};
 
 use actix_web::{HttpRequest, HttpResponse, http::header, web};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, value::RawValue};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
+use shared::work::{
+    FailRequest, HeartbeatAnswer, HeartbeatRequest, LeaseAnswer, LeaseRequest, LeasedAttemptObject,
+    ReportAnswer, WorkerList, WorkerObject,
+};
 use shared::{
     ledger::FieldError,
-    model::{AttemptOutcome, JobErrorObject, JobStatus, Priority, ResultBody},
+    model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody},
     time::{backoff_delay, duration_ms, now_ms, to_rfc3339},
 };
 use store::{ExternalJobState, LeaseAsk, LeasedAttempt, LeasedKind, SuccessWrite};
 use tokio::sync::Notify;
-use utoipa::ToSchema;
 
 use crate::{
     auth::WorkerKey,
@@ -56,102 +58,6 @@ pub struct WorkSettings {
     pub woken: Arc<Notify>,
     /// How often a waiting lease looks again on its own.
     pub look: Duration,
-}
-
-/// A lease of due attempts.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LeaseRequest {
-    /// The worker's name, as the dashboard and the jobs it holds show it:
-    /// 1 to 64 letters, digits, `.`, `_`, `-`, `:` or `@`.
-    #[schema(example = "reports-1")]
-    pub worker: String,
-    /// The registered kinds the worker runs (1 to 32).
-    pub kinds: Vec<String>,
-    /// Attempts to take at most: 1 (the default) to 100.
-    #[serde(default)]
-    pub max: Option<u32>,
-    /// Seconds to wait for a due attempt when none is due: 0 (the
-    /// default) to 30.
-    #[serde(default)]
-    pub wait_secs: Option<u64>,
-}
-
-/// An attempt a lease took.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LeasedAttemptObject {
-    /// Names this attempt in every report on it; opaque.
-    pub token: String,
-    pub job_id: String,
-    pub kind: String,
-    /// Which attempt this is (1 for the first); attempts handed back at an
-    /// outage of Receipt's own database are not counted.
-    pub attempt: i64,
-    pub max_attempts: i64,
-    /// The job's parameters, as submitted (checked against the kind's
-    /// schema).
-    #[schema(value_type = Object)]
-    pub params: Box<RawValue>,
-    pub priority: Priority,
-    /// When the lease lapses unless a heartbeat extends it (RFC 3339).
-    pub lease_expires_at: String,
-    /// When the attempt must have ended, its kind's timeout from the lease
-    /// (RFC 3339): no heartbeat extends the lease past it.
-    pub deadline: String,
-    /// The W3C trace context of the submit that made the job, if traced.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub traceparent: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LeaseAnswer {
-    /// Empty when none was due within the wait.
-    pub attempts: Vec<LeasedAttemptObject>,
-}
-
-/// A heartbeat's body (optional).
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HeartbeatRequest {
-    /// How far the attempt is, from 0 to 1.
-    #[serde(default)]
-    pub progress: Option<f64>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct HeartbeatAnswer {
-    /// A client asked for the job's cancel: stop, and report it with
-    /// `POST /v1/work/attempts/{token}/cancelled`.
-    pub cancel_requested: bool,
-    pub lease_expires_at: String,
-    pub deadline: String,
-}
-
-/// How an attempt failed.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FailRequest {
-    /// Worth another attempt (after a backoff, while attempts are left),
-    /// or failed for good.
-    pub retryable: bool,
-    /// A short name of the error (1 to 64 letters, digits, `.`, `_` or
-    /// `-`; default `error`), which the job's `error.type` shows.
-    #[serde(default)]
-    pub error_type: Option<String>,
-    /// What went wrong, at most 4096 characters.
-    pub message: String,
-}
-
-/// What a report on an attempt did to its job.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ReportAnswer {
-    pub job_id: String,
-    /// The job's status after the report: `SUCCEEDED`, `QUEUED` (a retry),
-    /// `FAILED` or `CANCELLED`.
-    pub status: JobStatus,
-    /// When a retry is due (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_attempt_at: Option<String>,
 }
 
 /// An attempt's token: `{job_id}.{attempt}`, where `attempt` is the fence.
@@ -226,7 +132,7 @@ async fn leased_kinds(
 
 fn attempt_object(leased: LeasedAttempt) -> ApiResult<LeasedAttemptObject> {
     let claim = leased.claim;
-    let params = RawValue::from_string(claim.params)
+    let params = serde_json::from_str(&claim.params)
         .map_err(|e| ApiError::Internal(format!("stored parameters of {}: {e}", claim.job_id)))?;
     Ok(LeasedAttemptObject {
         token: token_of(&claim.job_id, claim.attempt),
@@ -860,31 +766,6 @@ pub async fn cancelled(
         return Ok(HttpResponse::Ok().json(report_answer(&job_id, &now)));
     }
     Err(refusal(&now, &job_id, attempt))
-}
-
-/// A worker over HTTP, as `GET /v1/workers` shows it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WorkerObject {
-    /// The name it leases under.
-    pub name: String,
-    /// The kinds its last lease named.
-    pub kinds: Vec<String>,
-    /// It leased within the last minute, or holds an attempt now.
-    pub connected: bool,
-    /// Attempts it holds now.
-    pub holding: i64,
-    /// Attempts it leased, in all.
-    pub leased: i64,
-    /// Attempts it reported failed, in all.
-    pub failed: i64,
-    pub first_seen_at: String,
-    /// Its last lease.
-    pub last_seen_at: String,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WorkerList {
-    pub workers: Vec<WorkerObject>,
 }
 
 /// A worker that has not leased for this long, and holds nothing, is no
