@@ -106,6 +106,10 @@ fn lease_check(cancel_requested: Option<bool>) -> LeaseCheck {
     }
 }
 
+/// Attempts of a job handed back because their lease was never taken up,
+/// at most: after that, a lease that lapses untaken counts as an attempt.
+const MOST_UNTAKEN_HANDBACKS: i64 = 3;
+
 /// Jobs woken by one look of [`Store::wake_parked`] at most, per cap
 /// without a limit (a cap that was removed).
 const WAKE_UNCAPPED: i64 = 1_000;
@@ -653,6 +657,19 @@ impl Store {
         let mut requeued = 0;
         let mut failed = Vec::new();
         for row in lapsed {
+            if row.untaken && row.handbacks < MOST_UNTAKEN_HANDBACKS {
+                // A lease whose answer never reached its worker (the long
+                // poll's client had gone): the attempt never started, so
+                // it is not counted. Bounded, so that a worker that dies
+                // before its first heartbeat cannot keep a job forever.
+                on_tx!(tx,
+                    conn => postgres::attempts::hand_back_untaken(conn, &row.job_id, now).await?,
+                    conn => sqlite::attempts::hand_back_untaken(conn, &row.job_id, now).await?,
+                );
+                queue_again(&mut tx, &row.job_id).await?;
+                requeued += 1;
+                continue;
+            }
             let message = format!(
                 "attempt {} stopped responding: its lease lapsed",
                 row.counted

@@ -260,7 +260,10 @@ async fn reread(state: &AppState, tenant_id: &str, job_id: &str) -> ApiResult<Ex
 fn refusal(job: &ExternalJobState, job_id: &str, attempt: i64) -> ApiError {
     let fenced = |reason, detail: String| ApiError::Fenced { reason, detail };
     if job.attempt < attempt {
-        return ApiError::NotFound(format!("there is no attempt {}", token_of(job_id, attempt)));
+        return ApiError::NotFound(format!(
+            "there is no attempt {:?}",
+            token_of(job_id, attempt)
+        ));
     }
     if job.attempt > attempt {
         return fenced(
@@ -272,11 +275,25 @@ fn refusal(job: &ExternalJobState, job_id: &str, attempt: i64) -> ApiError {
         );
     }
     match job.status {
+        JobStatus::Queued
+            if matches!(
+                job.error_type.as_deref(),
+                Some("lease_expired" | "lease_not_taken_up")
+            ) =>
+        {
+            fenced(
+                "attempt-superseded",
+                format!(
+                    "the lease of attempt {attempt} of job {job_id} lapsed; the job waits for \
+                     its next attempt"
+                ),
+            )
+        }
         JobStatus::Queued => fenced(
-            "attempt-superseded",
+            "attempt-ended",
             format!(
-                "the lease of attempt {attempt} of job {job_id} lapsed; the job waits for its \
-                 next attempt"
+                "attempt {attempt} of job {job_id} already ended with a retryable failure; the \
+                 job waits for its next attempt"
             ),
         ),
         JobStatus::Cancelled => fenced("job-cancelled", format!("job {job_id} was cancelled")),

@@ -338,6 +338,9 @@ async fn a_stale_or_cancelled_attempt_is_refused_and_changes_nothing(backend: Ba
     let job = api.submit(KIND, json!({"month": "2026-10"})).await;
     let job_id = job["job_id"].as_str().unwrap();
     let first = lease_one(&worker).await;
+    // Taken up, then left to lapse.
+    let taken = report(&worker, &first, "heartbeat", &json!({})).await;
+    assert_eq!(taken.status, StatusCode::OK, "{}", taken.text);
     let second = lease_one(&worker).await;
     assert_eq!(second["job_id"], job_id);
     assert_eq!(second["attempt"], 2, "the lapsed lease was not counted");

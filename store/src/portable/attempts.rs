@@ -164,6 +164,26 @@ pub(crate) async fn fail_lapsed(
     Ok(())
 }
 
+/// Hands back an attempt whose lease a worker over HTTP never took up.
+pub(crate) async fn hand_back_untaken(
+    conn: &mut Conn,
+    job_id: &str,
+    now: Millis,
+) -> sqlx::Result<()> {
+    sqlx::query(sql!(
+        "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
+             worker_id = NULL, handbacks = handbacks + 1, lease_taken_up = NULL,
+             error_type = 'lease_not_taken_up',
+             error_message = 'the lease was never taken up: no heartbeat or report came'
+         WHERE job_id = $1"
+    ))
+    .bind(job_id)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Hands a running attempt back to the queue; whether it applied.
 pub(crate) async fn hand_back(
     conn: &mut Conn,

@@ -24,7 +24,7 @@ pub(crate) async fn heartbeat(
     sqlx::query_as(sql!(
         "UPDATE jobs SET
              lease_expires_at = CASE WHEN attempt_deadline < $5 THEN attempt_deadline ELSE $5 END,
-             progress = COALESCE($6, progress)
+             progress = COALESCE($6, progress), lease_taken_up = true
          WHERE job_id = $1 AND tenant_id = $2 AND attempts = $3 AND status = 'RUNNING'
            AND external AND attempt_deadline > $4
          RETURNING cancel_requested, lease_expires_at, attempt_deadline"

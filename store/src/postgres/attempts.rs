@@ -260,7 +260,8 @@ pub(crate) async fn lapsed(
     limit: i64,
 ) -> sqlx::Result<Vec<LapsedRow>> {
     sqlx::query_as(sql!(
-        "SELECT job_id, attempts - handbacks AS counted, max_attempts,
+        "SELECT job_id, attempts - handbacks AS counted, max_attempts, handbacks,
+                COALESCE(NOT lease_taken_up, false) AS untaken,
                 EXISTS (SELECT 1 FROM saga_runs r
                         WHERE r.job_id = jobs.job_id
                           AND r.phase IN ('forward', 'compensating')) AS saga_unfinished

@@ -57,7 +57,7 @@ pub(crate) async fn set_deadlines(
     deadlines: &[Millis],
 ) -> sqlx::Result<Vec<LeaseTermsRow>> {
     sqlx::query_as(sql!(
-        "UPDATE jobs SET attempt_deadline = d.deadline,
+        "UPDATE jobs SET attempt_deadline = d.deadline, lease_taken_up = false,
              lease_expires_at = LEAST(jobs.lease_expires_at, d.deadline)
          FROM unnest($1::text[], $2::timestamptz[]) AS d (job_id, deadline)
          WHERE jobs.job_id = d.job_id

@@ -54,6 +54,10 @@ pub(crate) struct LapsedRow {
     pub(crate) job_id: String,
     pub(crate) counted: i64,
     pub(crate) max_attempts: i64,
+    pub(crate) handbacks: i64,
+    /// A worker over HTTP never took the lease up (see
+    /// `Store::requeue_lapsed_leases`).
+    pub(crate) untaken: bool,
     pub(crate) saga_unfinished: bool,
 }
 

@@ -59,7 +59,7 @@ pub(crate) async fn set_deadlines(
     let mut terms = Vec::with_capacity(job_ids.len());
     for (job_id, deadline) in job_ids.iter().zip(deadlines) {
         let row: Option<LeaseTermsRow> = sqlx::query_as(sql!(
-            "UPDATE jobs SET attempt_deadline = $2,
+            "UPDATE jobs SET attempt_deadline = $2, lease_taken_up = false,
                  lease_expires_at = min(lease_expires_at, $2)
              WHERE job_id = $1
              RETURNING job_id, priority, lease_expires_at, attempt_deadline"

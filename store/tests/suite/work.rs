@@ -20,6 +20,7 @@ use store::{
 use crate::{harness::TestDb, lifecycle::new_job, on_both_databases};
 
 on_both_databases!(
+    a_lease_never_taken_up_is_handed_back_uncounted_three_times_at_most,
     the_built_in_claims_never_take_external_jobs_and_leases_take_nothing_else,
     a_lease_takes_the_tenants_jobs_of_the_kinds_named_by_priority,
     a_heartbeat_extends_the_lease_up_to_the_deadline_and_only_for_the_held_attempt,
@@ -294,6 +295,12 @@ async fn a_lapsed_lease_counts_as_an_attempt_and_the_late_success_is_refused(db:
     let kinds = [kind("sales-export", 60_000, None)];
     let first = lease(db, "acme", &kinds, 1, Duration::ZERO).await;
     assert_eq!(first[0].claim.attempt, 1);
+    // Taken up by a heartbeat, then left to lapse.
+    db.store
+        .heartbeat_external("acme", &job_id, 1, Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("the lease taken up");
     let (requeued, _) = db.store.requeue_lapsed_leases(100).await.unwrap();
     assert_eq!(requeued, 1, "the lapsed lease was not swept");
 
@@ -474,4 +481,36 @@ async fn a_kind_registered_again_unchanged_writes_nothing_and_a_delete_keeps_its
             .unwrap()
             .is_empty()
     );
+}
+
+async fn a_lease_never_taken_up_is_handed_back_uncounted_three_times_at_most(db: &TestDb) {
+    let job_id = submit(
+        db,
+        vec![external_job("acme", "sales-export", Priority::Normal)],
+    )
+    .await
+    .pop()
+    .unwrap();
+    let kinds = [kind("sales-export", 60_000, None)];
+    for handed_back in 0..3 {
+        let leased = lease(db, "acme", &kinds, 1, Duration::ZERO).await;
+        assert_eq!(
+            leased[0].claim.counted_attempt, 1,
+            "an untaken lease was counted"
+        );
+        assert_eq!(leased[0].claim.handbacks(), handed_back);
+        let (requeued, _) = db.store.requeue_lapsed_leases(100).await.unwrap();
+        assert_eq!(requeued, 1);
+        let job = db.store.get_job("acme", &job_id).await.unwrap().unwrap();
+        assert_eq!((job.status, job.attempts), (JobStatus::Queued, 0));
+        assert_eq!(job.error_type.as_deref(), Some("lease_not_taken_up"));
+    }
+    // The fourth lapse counts: a worker that always dies before its first
+    // heartbeat cannot keep the job forever.
+    let leased = lease(db, "acme", &kinds, 1, Duration::ZERO).await;
+    assert_eq!(leased[0].claim.handbacks(), 3);
+    db.store.requeue_lapsed_leases(100).await.unwrap();
+    let job = db.store.get_job("acme", &job_id).await.unwrap().unwrap();
+    assert_eq!((job.status, job.attempts), (JobStatus::Queued, 1));
+    assert_eq!(job.error_type.as_deref(), Some("lease_expired"));
 }
