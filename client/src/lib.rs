@@ -45,6 +45,7 @@ mod error;
 mod objects;
 mod reports;
 mod webhooks;
+mod worker;
 
 use std::{
     fmt,
@@ -76,7 +77,13 @@ pub use shared::objects::{
     ImportResponse as ImportOutcome, PeriodObject as Period, ScheduleObject as Schedule,
     WebhookObject as Webhook,
 };
+pub use shared::work::{
+    DeletedKind, FailRequest, HeartbeatAnswer, KindDeclaration, KindObject as Kind, LeaseRequest,
+    LeasedAttemptObject as LeasedAttempt, ReportAnswer, WorkerObject as WorkerInfo,
+};
+use shared::work::{HeartbeatRequest, KindList, LeaseAnswer, WorkerList};
 pub use webhooks::{Rejection, WebhookVerifier};
+pub use worker::{Attempt, Output, WorkError, Worker};
 
 /// The longest `?wait=` the service holds a long poll (`docs/api.md`).
 const LONGEST_POLL: Duration = Duration::from_secs(60);
@@ -292,6 +299,8 @@ struct Call {
     method: Method,
     url: Url,
     body: Option<Vec<u8>>,
+    /// The body's media type (`application/json` unless said).
+    content_type: Option<String>,
     idempotency_key: Option<String>,
     accept: Option<&'static str>,
     /// More time for each try than the policy's (a long poll's wait).
@@ -766,6 +775,108 @@ impl Client {
         self.delete(&["v1", "schedules", schedule_id]).await
     }
 
+    // ----- registered kinds and workers -----
+
+    /// Every kind the tenant may submit: the built-in ones, then its
+    /// registered ones.
+    pub async fn kinds(&self) -> Result<Vec<Kind>> {
+        let list: KindList = self
+            .json(Call::new(Method::GET, self.url(&["v1", "kinds"])))
+            .await?;
+        Ok(list.kinds)
+    }
+
+    /// One kind, built in or registered.
+    pub async fn kind(&self, name: &str) -> Result<Kind> {
+        self.json(Call::new(Method::GET, self.url(&["v1", "kinds", name])))
+            .await
+    }
+
+    /// Registers a kind, or changes it; the same declaration again changes
+    /// nothing.
+    pub async fn put_kind(&self, name: &str, declaration: &KindDeclaration) -> Result<Kind> {
+        self.change(Method::PUT, &["v1", "kinds", name], Some(declaration))
+            .await
+    }
+
+    /// Deletes a registered kind: how many of its jobs are still queued
+    /// or running (its workers keep leasing them).
+    pub async fn delete_kind(&self, name: &str) -> Result<DeletedKind> {
+        let call = Call::new(Method::DELETE, self.url(&["v1", "kinds", name]));
+        self.json(call).await
+    }
+
+    /// The tenant's workers over HTTP, the last seen first.
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let list: WorkerList = self
+            .json(Call::new(Method::GET, self.url(&["v1", "workers"])))
+            .await?;
+        Ok(list.workers)
+    }
+
+    // ----- the worker protocol (a key with the `work` scope) -----
+
+    /// Leases due attempts (`docs/api.md`, Workers over HTTP), waiting up
+    /// to `wait_secs` for one.
+    pub async fn lease(&self, lease: &LeaseRequest) -> Result<Vec<LeasedAttempt>> {
+        let call = Call {
+            longer_try: Duration::from_secs(lease.wait_secs.unwrap_or(0)),
+            ..Call::new(Method::POST, self.url(&["v1", "work", "lease"])).json(lease)?
+        };
+        let answer: LeaseAnswer = self.json(call).await?;
+        Ok(answer.attempts)
+    }
+
+    /// Extends an attempt's lease and reports its progress; the answer
+    /// says whether a cancel was asked for. A 409 ([`Error::Api`]) means
+    /// the attempt is no longer held.
+    pub async fn heartbeat(&self, token: &str, progress: Option<f64>) -> Result<HeartbeatAnswer> {
+        let call = Call::new(Method::POST, self.attempt_url(token, "heartbeat"))
+            .json(&HeartbeatRequest { progress })?;
+        self.json(call).await
+    }
+
+    /// Reports an attempt's success with a JSON result.
+    pub async fn complete(&self, token: &str, result: &Value) -> Result<ReportAnswer> {
+        let call = Call::new(Method::POST, self.attempt_url(token, "complete")).json(result)?;
+        self.json(call).await
+    }
+
+    /// Reports an attempt's success with a result of another media type
+    /// its kind declares (`text/csv`), sent whole on each try.
+    pub async fn complete_with(
+        &self,
+        token: &str,
+        media_type: &str,
+        body: Vec<u8>,
+    ) -> Result<ReportAnswer> {
+        let call = Call {
+            body: Some(body),
+            content_type: Some(media_type.to_owned()),
+            ..Call::new(Method::POST, self.attempt_url(token, "complete"))
+        };
+        self.json(call).await
+    }
+
+    /// Reports that an attempt failed, retryably or for good.
+    pub async fn fail(&self, token: &str, failure: &FailRequest) -> Result<ReportAnswer> {
+        let call = Call::new(Method::POST, self.attempt_url(token, "fail")).json(failure)?;
+        self.json(call).await
+    }
+
+    /// Reports that an attempt stopped at a cancel its heartbeat announced.
+    pub async fn report_cancelled(&self, token: &str) -> Result<ReportAnswer> {
+        self.json(Call::new(
+            Method::POST,
+            self.attempt_url(token, "cancelled"),
+        ))
+        .await
+    }
+
+    fn attempt_url(&self, token: &str, report: &str) -> Url {
+        self.url(&["v1", "work", "attempts", token, report])
+    }
+
     // ----- the machinery -----
 
     /// The base URL with these path segments, each percent-encoded (an id
@@ -885,8 +996,9 @@ impl Client {
             request = request.header(reqwest::header::ACCEPT, accept);
         }
         if let Some(body) = &call.body {
+            let content_type = call.content_type.as_deref().unwrap_or("application/json");
             request = request
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(reqwest::header::CONTENT_TYPE, content_type)
                 .body(body.clone());
         }
         request
@@ -986,6 +1098,7 @@ impl Call {
             method,
             url,
             body: None,
+            content_type: None,
             idempotency_key: None,
             accept: None,
             longer_try: Duration::ZERO,

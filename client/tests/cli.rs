@@ -375,3 +375,58 @@ async fn bad_input_gets_one_line_naming_what_to_fix() {
     assert_exit(&not_a_url, 2);
     assert!(assert_one_line(&not_a_url).contains("localhost"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_are_registered_listed_and_deleted_and_workers_listed() {
+    let env = TestEnv::new(Backend::Sqlite).await;
+    let api = env.start_embedded().await;
+    let declaration = env.dir().join("sales-export.json");
+    std::fs::write(
+        &declaration,
+        r#"{"params_schema": {"type": "object"}, "timeout_secs": 60, "result_media_types": ["text/csv"]}"#,
+    )
+    .expect("the declaration");
+    let file = declaration.to_str().expect("a path");
+
+    let put = receipt(
+        &api,
+        &[
+            "kinds",
+            "put",
+            "sales-export",
+            "--file",
+            file,
+            "--output",
+            "json",
+        ],
+    );
+    assert_exit(&put, 0);
+    assert_eq!(
+        json(&put)["result_media_types"],
+        serde_json::json!(["text/csv"])
+    );
+    let listed = receipt(&api, &["kinds", "list", "--output", "json"]);
+    assert_exit(&listed, 0);
+    let names: Vec<String> = json(&listed)
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|kind| kind["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        names.contains(&"sales-export".to_owned()) && names.contains(&"gst-summary".to_owned()),
+        "{names:?}"
+    );
+    let bad = receipt(&api, &["kinds", "put", "gst-summary", "--file", file]);
+    assert_exit(&bad, 4);
+    let workers = receipt(&api, &["workers", "--output", "json"]);
+    assert_exit(&workers, 0);
+    assert_eq!(json(&workers), serde_json::json!([]));
+    let deleted = receipt(
+        &api,
+        &["kinds", "delete", "sales-export", "--output", "json"],
+    );
+    assert_exit(&deleted, 0);
+    assert_eq!(json(&deleted)["active_jobs"], 0);
+    assert_exit(&receipt(&api, &["kinds", "get", "sales-export"]), 4);
+}

@@ -83,6 +83,32 @@ pub enum Command {
     /// The filing endpoint period-close files returns with.
     #[command(subcommand, name = "filing-endpoint")]
     FilingEndpoint(FilingCommand),
+    /// Report kinds: the built-in ones, and the tenant's registered ones
+    /// (run by its workers over HTTP).
+    #[command(subcommand)]
+    Kinds(KindsCommand),
+    /// The tenant's workers over HTTP: what each runs and holds, when it
+    /// was last seen.
+    Workers,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KindsCommand {
+    /// Every kind the tenant may submit.
+    List,
+    /// One kind, with its schema.
+    Get { name: String },
+    /// Register a kind or change it, from a JSON declaration
+    /// (`docs/api.md`, Registered kinds); the same one again changes
+    /// nothing.
+    Put {
+        name: String,
+        /// The declaration's file (`-` for stdin).
+        #[arg(long)]
+        file: String,
+    },
+    /// Delete a registered kind; its queued jobs are still leased.
+    Delete { name: String },
 }
 
 #[derive(Debug, Args)]

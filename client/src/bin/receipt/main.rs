@@ -10,14 +10,14 @@ use std::{io::IsTerminal, process::ExitCode, time::Duration};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use receipt_client::{
-    Client, Error, Job, JobFilter, JobStatus, LedgerEntry, NewSchedule, NewWebhook, Priority,
-    ResultFormat, RetryPolicy, Submit,
+    Client, Error, Job, JobFilter, JobStatus, KindDeclaration, LedgerEntry, NewSchedule,
+    NewWebhook, Priority, ResultFormat, RetryPolicy, Submit,
 };
 use serde_json::{Map, Value};
 
 use args::{
-    Cli, Command, FilingCommand, JobsCommand, LedgerCommand, PeriodsCommand, SchedulesCommand,
-    WaitArgs, WebhooksCommand,
+    Cli, Command, FilingCommand, JobsCommand, KindsCommand, LedgerCommand, PeriodsCommand,
+    SchedulesCommand, WaitArgs, WebhooksCommand,
 };
 use show::Show;
 
@@ -206,6 +206,43 @@ async fn run(cli: Cli) -> Result<Exit, Failure> {
             Ok(Exit::Done)
         }
         Command::Webhooks(command) => webhooks(&client, &show, command).await,
+        Command::Kinds(KindsCommand::List) => {
+            show.rows(
+                &client.kinds().await?,
+                &["name", "builtin", "timeout_secs", "max_attempts", "about"],
+            );
+            Ok(Exit::Done)
+        }
+        Command::Kinds(KindsCommand::Get { name }) => {
+            show.record(&client.kind(&name).await?);
+            Ok(Exit::Done)
+        }
+        Command::Kinds(KindsCommand::Put { name, file }) => {
+            let text = read_small(&file).await?;
+            let declaration: KindDeclaration = serde_json::from_slice(&text)
+                .map_err(|e| bad_input(format!("{file} is not a kind's declaration: {e}")))?;
+            show.record(&client.put_kind(&name, &declaration).await?);
+            Ok(Exit::Done)
+        }
+        Command::Kinds(KindsCommand::Delete { name }) => {
+            show.record(&client.delete_kind(&name).await?);
+            Ok(Exit::Done)
+        }
+        Command::Workers => {
+            show.rows(
+                &client.workers().await?,
+                &[
+                    "name",
+                    "kinds",
+                    "connected",
+                    "holding",
+                    "leased",
+                    "failed",
+                    "last_seen_at",
+                ],
+            );
+            Ok(Exit::Done)
+        }
         Command::Schedules(command) => schedules(&client, &show, command).await,
         Command::Periods(PeriodsCommand::Get { month }) => {
             show.record(&client.period(&month).await?);
@@ -418,6 +455,34 @@ const IMPORT_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Ledger entries from a file (or stdin for `-`): `{"entries": [...]}` or
 /// a bare list.
+/// A kind's declaration is at most this big (the service's limit).
+const DECLARATION_LIMIT: u64 = 64 * 1024;
+
+/// A small file (or stdin, `-`), read whole: a kind's declaration.
+async fn read_small(file: &str) -> Result<Vec<u8>, Failure> {
+    use tokio::io::AsyncReadExt;
+    let mut text = Vec::new();
+    let read = if file == "-" {
+        tokio::io::stdin()
+            .take(DECLARATION_LIMIT + 1)
+            .read_to_end(&mut text)
+            .await
+    } else {
+        match tokio::fs::File::open(file).await {
+            Ok(f) => f.take(DECLARATION_LIMIT + 1).read_to_end(&mut text).await,
+            Err(e) => Err(e),
+        }
+    };
+    read.map_err(|e| bad_input(format!("cannot read {file}: {e}")))?;
+    if text.len() as u64 > DECLARATION_LIMIT {
+        return Err(bad_input(format!(
+            "{file} is over {} KiB, the most a declaration may be",
+            DECLARATION_LIMIT / 1024
+        )));
+    }
+    Ok(text)
+}
+
 async fn read_entries(file: &str) -> Result<Vec<LedgerEntry>, Failure> {
     use tokio::io::AsyncReadExt;
     let mut text = Vec::new();
