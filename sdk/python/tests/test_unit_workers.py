@@ -1,0 +1,484 @@
+"""The workers against a fake Receipt: how each end of a handler is
+reported, what a heartbeat's 409 and the deadline do, and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from receipt_worker import (
+    AsyncWorker,
+    Attempt,
+    Cancelled,
+    Permanent,
+    Result,
+    Retryable,
+    RetryPolicy,
+    Stream,
+    Worker,
+)
+
+from fake import Call, FakeReceipt, SilentServer, problem
+from support import HERE, InThread, wait_until
+
+FAST = RetryPolicy(first_backoff=0.01, max_backoff=0.05, deadline=5.0)
+
+
+def sync_worker(fake: FakeReceipt, **kwargs: Any) -> Worker:
+    kwargs.setdefault("concurrency", 4)
+    return Worker(
+        "http://receipt.test",
+        "rk_work",
+        name="unit",
+        retry=FAST,
+        transport=fake.transport(),
+        **kwargs,
+    )
+
+
+def async_worker(fake: FakeReceipt, **kwargs: Any) -> AsyncWorker:
+    kwargs.setdefault("concurrency", 4)
+    return AsyncWorker(
+        "http://receipt.test",
+        "rk_work",
+        name="unit",
+        retry=FAST,
+        transport=fake.transport(),
+        **kwargs,
+    )
+
+
+def handler(attempt: Attempt) -> Any:
+    how = attempt.params.get("how")
+    if how == "retryable":
+        raise Retryable("try later", error_type="db_timeout")
+    if how == "permanent":
+        raise Permanent("never", error_type="bad_month")
+    if how == "boom":
+        raise ZeroDivisionError("division by zero")
+    if how == "csv":
+        return Result("a,b\n1,2\n", "text/csv")
+    if how == "stream":
+        return Stream((f"{n}\n" for n in range(3)), "text/csv")
+    if how == "bytes":
+        return b"no media type"
+    return {"ok": True, "attempt": attempt.attempt}
+
+
+async def async_handler(attempt: Attempt) -> Any:
+    await asyncio.sleep(0)
+    return handler(attempt)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_each_end_of_a_handler_is_reported(flavour: str) -> None:
+    fake = FakeReceipt()
+    tokens = {
+        how: fake.add({"how": how}, job=f"job_{how}")
+        for how in ["ok", "retryable", "permanent", "boom", "csv", "stream", "bytes"]
+    }
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake, concurrency=8)
+        worker.add_kind("export", handler)
+    else:
+        worker = async_worker(fake, concurrency=8)
+        worker.add_kind("export", async_handler)
+    runner = InThread(worker).start()
+    try:
+        wait_until("every report", lambda: len(fake.reports()) == len(tokens))
+    finally:
+        runner.stop()
+
+    def only(how: str) -> Call:
+        (call,) = fake.reports(tokens[how])
+        return call
+
+    assert (only("ok").action, only("ok").json()) == ("complete", {"ok": True, "attempt": 1})
+    assert only("ok").headers["content-type"] == "application/json"
+    assert only("retryable").json() == {
+        "retryable": True,
+        "error_type": "db_timeout",
+        "message": "try later",
+    }
+    assert only("permanent").json()["retryable"] is False
+    assert only("boom").json() == {
+        "retryable": True,
+        "error_type": "ZeroDivisionError",
+        "message": "division by zero",
+    }
+    assert (only("csv").headers["content-type"], only("csv").body) == ("text/csv", b"a,b\n1,2\n")
+    assert (only("stream").headers["content-type"], only("stream").body) == (
+        "text/csv",
+        b"0\n1\n2\n",
+    )
+    assert only("bytes").action == "fail"
+    assert only("bytes").json()["error_type"] == "invalid_result"
+    lease = next(c for c in fake.calls if c.action == "lease")
+    assert lease.json() == {"worker": "unit", "kinds": ["export"], "max": 8, "wait_secs": 30}
+    assert lease.headers["authorization"] == "Bearer rk_work"
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_heartbeats_come_three_times_a_lease_with_progress(flavour: str) -> None:
+    fake = FakeReceipt(lease_secs=0.6)
+    token = fake.add({})
+    release = threading.Event()
+
+    def slow(attempt: Attempt) -> dict[str, bool]:
+        attempt.progress(0.25)
+        release.wait(10)
+        return {"ok": True}
+
+    async def aslow(attempt: Attempt) -> dict[str, bool]:
+        attempt.progress(0.25)
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        return {"ok": True}
+
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake)
+        worker.add_kind("export", slow)
+    else:
+        worker = async_worker(fake)
+        worker.add_kind("export", aslow)
+    runner = InThread(worker).start()
+    try:
+        started = time.monotonic()
+        wait_until("six heartbeats", lambda: len(fake.beats(token)) >= 6, timeout=10)
+        took = time.monotonic() - started
+        # Six beats within about two leases of 0.6 s: three per lease.
+        assert took < 1.6, took
+        assert fake.beats(token)[-1].json() == {"progress": 0.25}
+        release.set()
+        wait_until("the complete", lambda: fake.reports(token))
+    finally:
+        release.set()
+        runner.stop()
+
+
+def test_a_cancel_request_reaches_a_sync_handler_which_reports_cancelled() -> None:
+    fake = FakeReceipt(lease_secs=0.3)
+    token = fake.add({})
+    fake.hooks["heartbeat"] = lambda call: httpx.Response(
+        200,
+        json={
+            "cancel_requested": True,
+            "lease_expires_at": "2099-01-01T00:00:00.000Z",
+            "deadline": "2099-01-01T00:00:00.000Z",
+        },
+    )
+    reasons: list[str | None] = []
+
+    def loop(attempt: Attempt) -> None:
+        try:
+            while True:
+                attempt.sleep(0.01)
+        except Cancelled as e:
+            reasons.append(e.reason)
+            raise
+
+    worker = sync_worker(fake)
+    worker.add_kind("export", loop)
+    runner = InThread(worker).start()
+    try:
+        wait_until("the report", lambda: fake.reports(token))
+    finally:
+        runner.stop()
+    assert [c.action for c in fake.reports(token)] == ["cancelled"]
+    assert fake.reports(token)[0].body == b""
+    assert reasons == ["cancel_requested"]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_heartbeats_409_stops_the_handler_and_reports_nothing(flavour: str) -> None:
+    fake = FakeReceipt(lease_secs=0.3)
+    token = fake.add({})
+    fake.hooks["heartbeat"] = lambda call: problem(409, "/problems/attempt-superseded")
+    stopped = threading.Event()
+    reasons: list[str | None] = []
+
+    def loop(attempt: Attempt) -> dict[str, bool]:
+        attempt.wait_cancelled(10)
+        reasons.append(attempt.stop_reason)
+        stopped.set()
+        return {"finished": True}  # not reported: the attempt was lost
+
+    async def aloop(attempt: Attempt) -> dict[str, bool]:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            reasons.append(attempt.stop_reason)
+            stopped.set()
+        return {"finished": True}
+
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake)
+        worker.add_kind("export", loop)
+    else:
+        worker = async_worker(fake)
+        worker.add_kind("export", aloop)
+    runner = InThread(worker).start()
+    try:
+        wait_until("the handler to stop", stopped.is_set)
+        # Its slot frees, and the worker leases again.
+        leases = len([c for c in fake.calls if c.action == "lease"])
+        wait_until(
+            "another lease", lambda: len([c for c in fake.calls if c.action == "lease"]) > leases
+        )
+    finally:
+        runner.stop()
+    assert fake.reports(token) == []
+    assert len(fake.beats(token)) == 1
+    assert reasons == ["lost"]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_handler_past_its_deadline_is_stopped_and_reported_as_a_timeout(flavour: str) -> None:
+    fake = FakeReceipt(lease_secs=0.5)
+    deadline = time.monotonic() + 1.0
+    token = fake.add({}, deadline_secs=1.0)
+    reasons: list[str | None] = []
+
+    def loop(attempt: Attempt) -> dict[str, bool]:
+        attempt.wait_cancelled(10)
+        reasons.append(attempt.stop_reason)
+        return {"finished": True}  # too late: not reported
+
+    async def aloop(attempt: Attempt) -> dict[str, bool]:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            reasons.append(attempt.stop_reason)
+            raise
+        return {"finished": True}
+
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake)
+        worker.add_kind("export", loop)
+    else:
+        worker = async_worker(fake)
+        worker.add_kind("export", aloop)
+    runner = InThread(worker).start()
+    try:
+        wait_until("the timeout's report", lambda: fake.reports(token), timeout=5)
+        wait_until("the handler to stop", lambda: reasons)
+    finally:
+        runner.stop()
+    (report,) = fake.reports(token)
+    assert report.action == "fail"
+    assert report.json()["retryable"] is True and report.json()["error_type"] == "timeout"
+    assert report.at < deadline  # sent before the deadline, so that it is taken
+    assert reasons == ["timeout"]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_409_on_a_report_is_dropped_and_a_503_tried_again_with_the_same_body(
+    flavour: str,
+) -> None:
+    fake = FakeReceipt()
+    fenced = fake.add({"n": 1}, job="job_fenced")
+    flaky = fake.add({"n": 2}, job="job_flaky")
+    answered: dict[str, int] = {}
+
+    def complete(call: Call) -> httpx.Response | None:
+        answered[call.token] = answered.get(call.token, 0) + 1
+        if call.token == fenced:
+            return problem(409, "/problems/attempt-superseded")
+        if answered[call.token] == 1:
+            return problem(503, "/problems/service-unavailable", **{"retry-after": "0"})
+        return None
+
+    fake.hooks["complete"] = complete
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake)
+        worker.add_kind("export", lambda a: {"n": a.params["n"]})
+    else:
+        worker = async_worker(fake)
+        worker.add_kind("export", async_handler)
+    runner = InThread(worker).start()
+    try:
+        wait_until("both reports", lambda: answered.get(flaky, 0) == 2 and fenced in answered)
+    finally:
+        runner.stop()
+    assert len(fake.reports(fenced)) == 1
+    first, second = fake.reports(flaky)
+    assert first.body == second.body
+
+
+def test_a_result_receipt_refuses_becomes_a_permanent_failure() -> None:
+    fake = FakeReceipt()
+    token = fake.add({})
+    fake.hooks["complete"] = lambda call: problem(
+        415, "/problems/unsupported-media-type", "a result of kind export is application/json"
+    )
+    worker = sync_worker(fake)
+    worker.add_kind("export", lambda a: Result("x", "text/csv"))
+    runner = InThread(worker).start()
+    try:
+        wait_until("the fail", lambda: len(fake.reports(token)) == 2)
+    finally:
+        runner.stop()
+    complete, fail = fake.reports(token)
+    assert fail.action == "fail"
+    assert fail.json()["retryable"] is False and fail.json()["error_type"] == "result_rejected"
+    assert "application/json" in fail.json()["message"]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_stop_waits_for_running_handlers_and_reports_them(flavour: str) -> None:
+    fake = FakeReceipt()
+    token = fake.add({})
+    started = threading.Event()
+
+    def slow(attempt: Attempt) -> dict[str, bool]:
+        started.set()
+        time.sleep(0.4)
+        return {"shutting_down": attempt.shutting_down}
+
+    async def aslow(attempt: Attempt) -> dict[str, bool]:
+        started.set()
+        await asyncio.sleep(0.4)
+        return {"shutting_down": attempt.shutting_down}
+
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake, shutdown_grace=5)
+        worker.add_kind("export", slow)
+    else:
+        worker = async_worker(fake, shutdown_grace=5)
+        worker.add_kind("export", aslow)
+    runner = InThread(worker).start()
+    wait_until("the handler to start", started.is_set)
+    runner.stop()  # returns once the handler's outcome is reported
+    (report,) = fake.reports(token)
+    assert (report.action, report.json()) == ("complete", {"shutting_down": True})
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_handler_still_running_after_the_grace_is_not_reported(flavour: str) -> None:
+    fake = FakeReceipt(lease_secs=0.3)
+    token = fake.add({})
+    started = threading.Event()
+    reasons: list[str | None] = []
+
+    def stuck(attempt: Attempt) -> dict[str, bool]:
+        started.set()
+        attempt.wait_cancelled(10)
+        reasons.append(attempt.stop_reason)
+        return {"finished": True}
+
+    async def astuck(attempt: Attempt) -> dict[str, bool]:
+        started.set()
+        try:
+            await asyncio.sleep(10)
+        finally:
+            reasons.append(attempt.stop_reason)
+        return {"finished": True}
+
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake, shutdown_grace=0.5)
+        worker.add_kind("export", stuck)
+    else:
+        worker = async_worker(fake, shutdown_grace=0.5)
+        worker.add_kind("export", astuck)
+    runner = InThread(worker).start()
+    wait_until("the handler to start", started.is_set)
+    stopped_at = time.monotonic()
+    runner.stop()
+    assert time.monotonic() - stopped_at < 2.5
+    wait_until("the handler to see the shutdown", lambda: reasons)
+    beats = len(fake.beats(token))
+    time.sleep(0.4)  # the heartbeats have stopped: the lease lapses
+    assert len(fake.beats(token)) == beats
+    assert fake.reports(token) == []
+    assert reasons == ["shutdown"]
+
+
+def test_stop_cuts_off_a_lease_waiting_in_a_long_poll() -> None:
+    silent = SilentServer()
+    try:
+        worker = Worker(silent.url, "rk_work", name="unit")
+        worker.add_kind("export", handler)
+        runner = InThread(worker).start()
+        wait_until("the lease to be sent", lambda: silent.accepted)
+        time.sleep(0.1)  # the lease is waiting for its answer
+        stopped_at = time.monotonic()
+        runner.stop(timeout=5)
+        assert time.monotonic() - stopped_at < 1.0
+    finally:
+        silent.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_sigterm_stops_a_worker_waiting_in_a_long_poll(flavour: str, tmp_path: Path) -> None:
+    silent = SilentServer()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, str(HERE / "scripts" / "silent_server_worker.py"), flavour],
+            env={**os.environ, "RECEIPT_URL": silent.url},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            lines: Iterator[str] = iter(process.stdout.readline, "")
+            assert "READY" in next(line for line in lines if "READY" in line or not line)
+            wait_until("the lease to be sent", lambda: silent.accepted)
+            time.sleep(0.1)
+            stopped_at = time.monotonic()
+            process.terminate()  # SIGTERM
+            assert process.wait(timeout=10) == 0
+            assert time.monotonic() - stopped_at < 2.0
+            assert "EXITED" in process.stdout.read()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    finally:
+        silent.close()
+
+
+def test_kinds_and_names_are_checked() -> None:
+    worker = Worker("http://receipt.test", "rk_work", name="unit")
+    with pytest.raises(ValueError):
+        worker.add_kind("Bad Kind", handler)
+    with pytest.raises(TypeError):
+        worker.add_kind("export", async_handler)
+    with pytest.raises(ValueError):
+        Worker("http://receipt.test", "rk_work", name="no spaces")
+    with pytest.raises(ValueError):
+        worker.run()  # no kinds
+    with pytest.raises(ValueError):
+        Attempt.progress(
+            Attempt.from_lease(
+                {
+                    "token": "job_1.1",
+                    "job_id": "job_1",
+                    "kind": "export",
+                    "attempt": 1,
+                    "max_attempts": 1,
+                    "params": {},
+                    "lease_expires_at": "2026-10-03T09:15:00.123Z",
+                    "deadline": "2026-10-03T09:15:00.123Z",
+                },
+                0.0,
+            ),
+            1.5,
+        )
