@@ -69,6 +69,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(web::resource("/jobs/{job_id}/result").get(job_download))
             .service(web::resource("/jobs/{job_id}/cancel").post(job_cancel))
             .service(web::resource("/jobs/{job_id}/retry").post(job_retry))
+            .service(web::resource("/kinds").get(kinds))
             .service(web::resource("/schedules").get(schedules))
             .service(web::resource("/schedules/{schedule_id}").get(schedule))
             .service(web::resource("/schedules/{schedule_id}/pause").post(schedule_pause))
@@ -718,6 +719,23 @@ async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
 }
 
 /// The tenant's schedules, newest first, each with its next fires.
+/// The kinds the tenant may submit, and its workers over HTTP.
+async fn kinds(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    respond(&state, &request, async |viewer| {
+        let kinds = crate::routes::kinds::kind_list(&state, &viewer.tenant_id).await?;
+        let now = shared::time::now_ms();
+        let workers: Vec<_> = state
+            .store
+            .workers(&viewer.tenant_id)
+            .await?
+            .into_iter()
+            .map(|worker| crate::routes::work::worker_object(worker, now))
+            .collect();
+        Ok(html(StatusCode::OK, pages::kinds(viewer, &kinds, &workers)))
+    })
+    .await
+}
+
 async fn schedules(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
     respond(&state, &request, async |viewer| {
         let query = query_of(&request);

@@ -4,6 +4,7 @@
 use actix_web::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
 use shared::model::{Job, JobStatus, WaitReason};
+use shared::work::{KindObject, WorkerObject};
 use store::{Delivery, JobCounts, ThroughputMinute, Webhook, WebhookHealth};
 
 use super::{PATH, Viewer};
@@ -48,6 +49,7 @@ enum Section {
     Jobs,
     Schedules,
     Webhooks,
+    Kinds,
     None,
 }
 
@@ -71,6 +73,7 @@ fn layout(title: &str, viewer: Option<&Viewer>, section: Section, body: Markup) 
                             (nav_link("Jobs", format!("{PATH}/jobs"), section == Section::Jobs))
                             (nav_link("Schedules", format!("{PATH}/schedules"), section == Section::Schedules))
                             (nav_link("Webhooks", format!("{PATH}/webhooks"), section == Section::Webhooks))
+                            (nav_link("Kinds & workers", format!("{PATH}/kinds"), section == Section::Kinds))
                         }
                         div.who {
                             span { "Tenant " strong #tenant { (viewer.tenant_id) } }
@@ -495,6 +498,11 @@ pub fn job_panel(viewer: &Viewer, view: &JobView) -> Markup {
                 dt { "Job" } dd.mono { (job.job_id) }
                 dt { "Attempts" } dd #job-attempts { (job.attempts) " of at most " (job.max_attempts) }
                 dt { "Progress" } dd #job-progress { (progress_bar(job)) }
+                @if job.status == JobStatus::Running {
+                    @if let Some(worker) = job.worker_name() {
+                        dt { "Held by" } dd.mono #job-worker { (worker) }
+                    }
+                }
                 dt { "Created" } dd { (clock(job.created_at)) }
                 dt { "Started" } dd { (job.started_at.map(clock).unwrap_or_else(|| "—".into())) }
                 dt { "Finished" } dd { (job.finished_at.map(clock).unwrap_or_else(|| "—".into())) }
@@ -571,6 +579,56 @@ pub fn webhooks(
         }
     };
     layout("Webhooks", Some(viewer), Section::Webhooks, body)
+}
+
+/// The kinds the tenant may submit (built in, and its registered ones,
+/// which its workers over HTTP run) and those workers.
+pub fn kinds(viewer: &Viewer, kinds: &[KindObject], workers: &[WorkerObject]) -> Markup {
+    let body = html! {
+        h1 { "Kinds & workers" }
+        p.muted { "Registered kinds are run by the tenant's own workers over HTTP (PUT /v1/kinds/{name}; docs/workers.md)." }
+        section.card.flush {
+            table #kinds {
+                thead { tr { th { "Kind" } th { "Run by" } th { "Timeout" } th { "Attempts" } th { "Results" } th { "About" } } }
+                tbody {
+                    @for kind in kinds {
+                        tr data-kind=(kind.name) {
+                            td.mono { (kind.name) }
+                            td { @if kind.builtin { "Receipt" } @else { "its workers" } }
+                            td.nowrap { (kind.timeout_secs) " s" }
+                            td { (kind.max_attempts) }
+                            td.mono { (kind.result_media_types.as_deref().map(|t| t.join(", ")).unwrap_or_else(|| "application/json".into())) }
+                            td { (kind.about) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Workers" }
+        section.card.flush {
+            @if workers.is_empty() {
+                p.muted.pad #no-workers { "No worker has leased yet. A worker needs a key with the work scope: api keys create --tenant T --scope work." }
+            } @else {
+                table #workers {
+                    thead { tr { th { "Worker" } th { "Kinds" } th { "State" } th { "Holds" } th { "Leased" } th { "Failed" } th { "Last seen (UTC)" } } }
+                    tbody {
+                        @for worker in workers {
+                            tr data-worker=(worker.name) {
+                                td.mono { (worker.name) }
+                                td.mono { (worker.kinds.join(", ")) }
+                                td { @if worker.connected { span.badge.ok { "connected" } } @else { span.badge { "gone" } } }
+                                td.holding { (worker.holding) }
+                                td { (worker.leased) }
+                                td { (worker.failed) }
+                                td.nowrap { (worker.last_seen_at) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout("Kinds & workers", Some(viewer), Section::Kinds, body)
 }
 
 pub fn schedules(

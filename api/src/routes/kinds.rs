@@ -67,17 +67,23 @@ pub async fn live_kind(
     security(("bearer" = []))
 )]
 pub async fn list(tenant: Tenant, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+    let kinds = kind_list(&state, &tenant.0).await?;
+    Ok(HttpResponse::Ok().json(KindList { kinds }))
+}
+
+/// The kinds `GET /v1/kinds` lists, as the dashboard shows them too.
+pub async fn kind_list(state: &AppState, tenant_id: &str) -> ApiResult<Vec<KindObject>> {
     let mut kinds: Vec<KindObject> = state.registry.kinds().map(builtin_object).collect();
     kinds.extend(
         state
             .store
-            .registered_kinds(&tenant.0)
+            .registered_kinds(tenant_id)
             .await?
             .iter()
             .filter(|kind| kind.deleted_at.is_none())
             .map(kind_object),
     );
-    Ok(HttpResponse::Ok().json(KindList { kinds }))
+    Ok(kinds)
 }
 
 /// One kind the tenant may submit: built in, or registered.
