@@ -515,4 +515,66 @@ crate::on_both_backends!(
     a_streamed_result_is_stored_and_served_as_sent,
     a_deleted_kind_refuses_submits_and_its_jobs_are_still_leased,
     a_waiting_lease_takes_a_job_submitted_while_it_waits,
+    a_lease_whose_client_went_away_does_not_use_up_an_attempt,
 );
+
+/// A lease whose client went away while it waited still takes the job
+/// that comes (nothing stops its handler); its worker never takes the
+/// lease up, so when the lease lapses the attempt is handed back
+/// uncounted, and the next worker's attempt is the job's first.
+async fn a_lease_whose_client_went_away_does_not_use_up_an_attempt(backend: Backend) {
+    use tokio::io::AsyncWriteExt;
+
+    let (_env, api, worker) = with_a_kind(backend).await;
+    let body = lease_body(&[KIND], 30).to_string();
+    let address = api.base.trim_start_matches("http://").to_owned();
+    let mut ghost = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("a connection");
+    let request = format!(
+        "POST /v1/work/lease HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        worker.key,
+        body.len()
+    );
+    ghost
+        .write_all(request.as_bytes())
+        .await
+        .expect("the lease sent");
+    // Its lease is waiting once the api counts the worker as seen.
+    wait::until_true(
+        "the ghost's lease waits",
+        Duration::from_secs(10),
+        async || api.get("/v1/workers").await.json()["workers"][0]["connected"] == true,
+    )
+    .await;
+    drop(ghost);
+
+    let job = api.submit(KIND, json!({"month": "2026-10"})).await;
+    let job_id = job["job_id"].as_str().unwrap();
+    let taken = wait::until_ok(
+        "the ghost's lease took the job",
+        Duration::from_secs(10),
+        async || {
+            let seen = api.job(job_id).await;
+            if seen["status"] == "RUNNING" {
+                Ok(seen)
+            } else {
+                Err(seen)
+            }
+        },
+    )
+    .await;
+    assert_eq!(taken["worker"], "test-worker");
+
+    // JOB_LEASE is 3 s in tests: the untaken lease lapses and is handed back.
+    let attempt = lease_one(&worker).await;
+    assert_eq!(attempt["job_id"], job["job_id"]);
+    assert_eq!(
+        attempt["attempt"], 1,
+        "the lease never taken up was counted"
+    );
+    let done = report(&worker, &attempt, "complete", &json!({"rows": 1})).await;
+    assert_eq!(done.json()["status"], "SUCCEEDED", "{}", done.text);
+    assert_eq!(api.wait_final(job_id).await["attempts"], 1);
+}
