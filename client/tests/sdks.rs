@@ -38,3 +38,12 @@ fn the_python_sdk_passes_its_tests_against_the_service() {
             .env("RECEIPT_API_BIN", api_binary()),
     );
 }
+
+#[test]
+fn the_typescript_sdk_passes_its_tests_against_the_service() {
+    run(
+        "the TypeScript SDK's tests (sdk/typescript/run-tests.sh; it needs node and npm)",
+        Command::new(Path::new(SDK).join("typescript/run-tests.sh"))
+            .env("RECEIPT_API_BIN", api_binary()),
+    );
+}
