@@ -19,6 +19,7 @@ use sqlx::{AnyPool, Row};
 use testkit::{Api, Backend, Process, REDIS_URL, TestEnv};
 
 mod backlog;
+mod external;
 mod graphile;
 mod offered;
 mod peer;
@@ -41,7 +42,10 @@ struct Args {
     /// dashboard (not run by default: it fills `--rows` jobs), delayed and schedules (not run by
     /// default: they wait for jobs' starts and for fires), priority and caps (not run by
     /// default: they drain a backlog), backlog (not run by default: a closed-loop run, then
-    /// `--backlog-jobs` jobs submitted with the pools stopped and drained by new ones).
+    /// `--backlog-jobs` jobs submitted with the pools stopped and drained by new ones), external
+    /// (not run by default: no-op jobs of a built-in kind, then of a registered kind run by the
+    /// Python SDK, bench/peers/python-worker, with `--concurrency` slots; pickup through its
+    /// waiting lease, `--pickup-jobs` jobs).
     #[arg(
         long,
         default_value = "e2e,submit,pickup,fairness,scale,prune,report,bullmq"
@@ -514,10 +518,20 @@ struct Run {
 /// Scenario 1: N jobs by C concurrent clients, from the first submit until
 /// the database counts all N SUCCEEDED.
 async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Result<Run> {
+    end_to_end_of(target, jobs, concurrency, &sleep(0)).await
+}
+
+/// [`end_to_end`] of jobs such as `job`.
+async fn end_to_end_of(
+    target: &Target<'_>,
+    jobs: usize,
+    concurrency: usize,
+    job: &Submit,
+) -> Result<Run> {
     let pool = target.pool().await?;
     let meter = CpuMeter::start(&target.watched, &pool).await?;
     let started = Instant::now();
-    let first_id = submit_all(target.client, jobs, concurrency).await?;
+    let first_id = submit_all_of(target.client, jobs, concurrency, job).await?;
     println!(
         "# e2e: every submit answered after {:.2} s",
         started.elapsed().as_secs_f64()
@@ -536,13 +550,23 @@ async fn end_to_end(target: &Target<'_>, jobs: usize, concurrency: usize) -> Res
 /// (submitted before the others, so every job of the run has an id at or
 /// after it).
 async fn submit_all(client: &Client, jobs: usize, concurrency: usize) -> Result<String> {
-    let first_id = client.submit(sleep(0)).await?.job_id;
+    submit_all_of(client, jobs, concurrency, &sleep(0)).await
+}
+
+/// [`submit_all`] of jobs such as `job`.
+async fn submit_all_of(
+    client: &Client,
+    jobs: usize,
+    concurrency: usize,
+    job: &Submit,
+) -> Result<String> {
+    let first_id = client.submit(job.clone()).await?.job_id;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(1));
     let clients = (0..concurrency).map(|_| {
         let next = next.clone();
         async move {
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < jobs {
-                client.submit(sleep(0)).await?;
+                client.submit(job.clone()).await?;
             }
             anyhow::Ok(())
         }
@@ -1691,6 +1715,14 @@ async fn main() -> Result<()> {
                     cpu_summary(&cpu)
                 ),
             );
+        }
+        if wants("external") {
+            let service = Service::start(shape, &args).await?;
+            let result = external::external(&service, &args).await?;
+            let label = service.label();
+            service.stop().await?;
+            let summary = external::summary(&result);
+            print_result("external", label, result, &summary);
         }
         if wants("backlog") {
             let mut service = Service::start(shape, &args).await?;

@@ -183,7 +183,18 @@ pub struct Process {
 impl Process {
     /// Starts `path` with only `PATH` and `env` in its environment.
     pub fn spawn(path: &Path, env: &[(String, String)], stderr: Stderr) -> Self {
+        Self::spawn_with_args(path, &[], env, stderr)
+    }
+
+    /// [`Process::spawn`] with arguments (an interpreter and its script).
+    pub fn spawn_with_args(
+        path: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+        stderr: Stderr,
+    ) -> Self {
         let mut command = command(path, env);
+        command.args(args);
         let echo = matches!(stderr, Stderr::Echo);
         command.stdout(Stdio::piped()).stderr(match stderr {
             Stderr::Echo => Stdio::piped(),

@@ -1,0 +1,136 @@
+//! Scenario: external. The same no-op jobs run by a built-in kind and by
+//! a registered kind whose worker is Receipt's Python SDK
+//! (`bench/peers/python-worker/noop.py`, an asyncio worker of
+//! `--concurrency` slots, in a process of its own) in one run: closed-loop
+//! e2e of both, the pickup of an idle system through the worker's waiting
+//! lease, and the CPU per job of each process, the SDK's included.
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use receipt_client::{Client, KindDeclaration, Submit};
+use serde_json::{Value, json};
+use testkit::{Process, Stderr, tools};
+
+use crate::{
+    Service, Target, cpu_summary, end_to_end_of, pickup_latencies, sleep, stats::percentile,
+};
+
+const REQUIREMENTS: &str = include_str!("../../sdk/python/requirements-test.txt");
+
+/// A venv with the SDK installed from the tree, made once per set of pins.
+fn python() -> PathBuf {
+    let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/python");
+    let venv = tools::installed("python-sdk-bench-venv", REQUIREMENTS, |dir| {
+        tools::run(
+            "making a virtualenv for the Python SDK (python3 with venv, 3.10 or newer)",
+            Command::new("python3").arg("-m").arg("venv").arg(dir),
+        );
+    });
+    tools::run(
+        "installing the Python SDK from sdk/python",
+        Command::new(venv.join("bin/pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--force-reinstall",
+            sdk,
+        ]),
+    );
+    venv.join("bin/python")
+}
+
+fn noop() -> Submit {
+    Submit::json("noop", json!({}))
+}
+
+/// A key of the bench tenant with the work scope.
+fn work_key(service: &Service) -> Result<String> {
+    let run = service.env.run_api(
+        &["keys", "create", "--tenant", "bench", "--scope", "work"],
+        &[],
+    );
+    if !run.status.success() {
+        bail!("api keys create: {}\n{}", run.stdout, run.stderr);
+    }
+    run.stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("API key: "))
+        .map(str::to_owned)
+        .context("no key printed")
+}
+
+pub(crate) async fn external(service: &Service, args: &crate::Args) -> Result<Value> {
+    let clients = args.clients.unwrap_or(args.concurrency);
+    let built_in = end_to_end_of(&service.target(), args.jobs, clients, &sleep(0)).await?;
+
+    let declaration: KindDeclaration = serde_json::from_value(json!({
+        "params_schema": {"type": "object"}, "timeout_secs": 60,
+    }))?;
+    service.client.put_kind("noop", &declaration).await?;
+    let key = work_key(service)?;
+    let python = python();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/python-worker/noop.py");
+    let concurrency = args.concurrency.to_string();
+    let worker = Process::spawn_with_args(
+        &python,
+        &[script],
+        &[
+            ("RECEIPT_URL".into(), service.api.base.clone()),
+            ("RECEIPT_WORKER_KEY".into(), key),
+            ("CONCURRENCY".into(), concurrency),
+        ],
+        Stderr::Echo,
+    );
+    wait_connected(&service.client).await?;
+
+    let pickups = pickup_latencies(&service.client, &noop(), args.pickup_jobs).await?;
+    let mut target: Target<'_> = service.target();
+    target.watched.processes.push(("sdk", worker.pid()));
+    let through_sdk = end_to_end_of(&target, args.jobs, clients, &noop()).await?;
+    drop(worker);
+    Ok(json!({
+        "jobs": args.jobs,
+        "slots": args.concurrency,
+        "built_in_jobs_per_s": built_in.jobs_per_s,
+        "built_in_cpu_ms_per_job": built_in.cpu_ms_per_job,
+        "sdk_jobs_per_s": through_sdk.jobs_per_s,
+        "sdk_cpu_ms_per_job": through_sdk.cpu_ms_per_job,
+        "share": through_sdk.jobs_per_s / built_in.jobs_per_s,
+        "pickup_jobs": pickups.len(),
+        "pickup_p50_ms": percentile(&pickups, 0.5),
+        "pickup_p99_ms": percentile(&pickups, 0.99),
+    }))
+}
+
+/// Waits until the SDK's worker has leased once (it waits in its long poll).
+async fn wait_connected(client: &Client) -> Result<()> {
+    for _ in 0..300 {
+        if client
+            .workers()
+            .await?
+            .iter()
+            .any(|worker| worker.connected)
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the Python SDK's worker did not lease within 30 s")
+}
+
+/// The scenario's lines of the table.
+pub(crate) fn summary(result: &Value) -> String {
+    format!(
+        "{:>8.0} jobs/s through the Python SDK = {:.0}% of the built-in kind's {:.0}; pickup p50 {:.1} p99 {:.1} ms\n{:>25}CPU ms per job, SDK: {}\n{:>25}CPU ms per job, built in: {}",
+        result["sdk_jobs_per_s"].as_f64().unwrap_or_default(),
+        100.0 * result["share"].as_f64().unwrap_or_default(),
+        result["built_in_jobs_per_s"].as_f64().unwrap_or_default(),
+        result["pickup_p50_ms"].as_f64().unwrap_or_default(),
+        result["pickup_p99_ms"].as_f64().unwrap_or_default(),
+        "",
+        cpu_summary(&result["sdk_cpu_ms_per_job"]),
+        "",
+        cpu_summary(&result["built_in_cpu_ms_per_job"]),
+    )
+}
