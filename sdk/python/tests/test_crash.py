@@ -41,7 +41,13 @@ def test_a_killed_workers_attempt_is_taken_over_and_its_late_complete_changes_no
     cleanup.callback(kill_if_running, doomed)
     wait_until("the handler to write its token", token_file.exists, timeout=30)
     first_token = token_file.read_text()
-    running = client.job(job_id)
+    # Its first heartbeat took the lease up (and carried its progress): the
+    # attempt counts, killed or not.
+    running = wait_until(
+        "the first heartbeat",
+        lambda: (j := client.job(job_id))["progress"] == 0.25 and j,
+        timeout=30,
+    )
     assert running["status"] == "RUNNING" and running["attempts"] == 1, running
 
     doomed.kill()  # SIGKILL, mid-job

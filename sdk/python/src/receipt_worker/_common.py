@@ -128,6 +128,10 @@ def timeout_failure(attempt: Attempt) -> Failure:
     )
 
 
+# The first heartbeat of an attempt comes this soon (seconds) at most.
+FIRST_BEAT = 1.0
+
+
 class Schedule:
     """When an attempt's next heartbeat is due, and when its deadline
     makes the SDK stop its handler (all ``time.monotonic()`` values)."""
@@ -147,10 +151,13 @@ class Schedule:
         # arrives while the attempt is still held.
         self.timeout_at = deadline - min(1.0, 0.05 * span)
         self.lease_until = clock.monotonic_of(attempt.lease_expires_at)
-        # The first beat at once: it takes the lease up. A lease that lapses
-        # before any heartbeat was never received, and Receipt hands its
-        # attempt back uncounted (a few times at most).
-        self.next_beat = time.monotonic()
+        # The first beat soon: it takes the lease up (a lease that lapses
+        # before any heartbeat or report was never received, and Receipt
+        # hands its attempt back uncounted, a few times at most). Not at
+        # once: an attempt done within the second takes it up with its
+        # report, one call fewer.
+        now = time.monotonic()
+        self.next_beat = min(now + FIRST_BEAT, self._next(now))
 
     def _next(self, now: float) -> float:
         """Three heartbeats (at least) per lease: a third of what is left

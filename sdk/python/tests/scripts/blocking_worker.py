@@ -25,6 +25,9 @@ worker = Worker(
 
 @worker.kind(os.environ["KIND"])
 def block(attempt: Attempt) -> dict[str, str]:
+    # Sent with the first heartbeat, which takes the lease up: the test
+    # waits for it, so the attempt killed is one that had started.
+    attempt.progress(0.25)
     token_file = Path(os.environ["TOKEN_FILE"])
     partial = token_file.with_suffix(".partial")
     partial.write_text(attempt.token)
