@@ -44,6 +44,8 @@ const LEASE_WAIT_SECS: u64 = 30;
 /// How often an attempt is heartbeaten when its lease's length cannot be
 /// told (`JOB_LEASE`'s default is 30 s: three beats in it).
 const DEFAULT_BEAT: Duration = Duration::from_secs(10);
+/// The first heartbeat of an attempt comes this soon at most.
+const FIRST_BEAT: Duration = Duration::from_secs(1);
 /// The pause after a lease that failed for good (the service away past the
 /// client's deadline, a refusal) before the next.
 const LEASE_PAUSE: Duration = Duration::from_secs(1);
@@ -378,18 +380,17 @@ impl Worker {
             },
             ..self.client.clone()
         };
-        // The first beat at once: it takes the lease up (a lease never
-        // taken up is handed back when it lapses, as one whose answer was
-        // lost on the way).
-        let mut first = true;
+        // The first beat soon: it takes the lease up (a lease never taken
+        // up is handed back when it lapses, as one whose answer was lost on
+        // the way). Not at once: an attempt done within the second takes
+        // it up with its report, one call fewer.
+        let mut next = every.min(FIRST_BEAT);
         loop {
-            if !first {
-                tokio::select! {
-                    () = &mut deadline => return Stop::Deadline,
-                    () = tokio::time::sleep(every) => {}
-                }
+            tokio::select! {
+                () = &mut deadline => return Stop::Deadline,
+                () = tokio::time::sleep(next) => {}
             }
-            first = false;
+            next = every;
             let progress = *attempt
                 .progress
                 .lock()
