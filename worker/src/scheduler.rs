@@ -125,11 +125,13 @@ fn plan(registry: &Registry, crons: &mut Crons, schedule: &Schedule, now: i64) -
                 tenant_id: schedule.tenant_id.clone(),
                 kind: schedule.kind.clone(),
                 params: render(&template, fire_at, cron.zone()).to_string(),
+                // A kind the tenant registered: its attempts, and that it is
+                // external, are read with the fire's insert (the kind's
+                // row), as this process knows only the built-in kinds.
                 max_attempts: registry
                     .get(&schedule.kind)
                     .map_or(UNKNOWN_KIND_ATTEMPTS, |kind| kind.max_attempts()),
                 priority: schedule.priority,
-                // Schedules are of the built-in kinds.
                 external: false,
             },
             schedule_id: schedule.schedule_id.clone(),

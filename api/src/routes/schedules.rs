@@ -142,11 +142,30 @@ fn first_fire(
         .filter(|fire| ends_at.is_none_or(|end| *fire <= end))
 }
 
+/// A schedule's kind: one this service runs, or one the tenant
+/// registered (and did not delete).
+enum ScheduledKind<'a> {
+    BuiltIn(&'static dyn reports::AnyReportKind),
+    Registered(&'a store::RegisteredKind),
+}
+
 /// Checks every value of `schedule` (its template against its kind, as
 /// the first fire fills it in) and gives its next fire from `now`.
-fn check(state: &AppState, schedule: &mut Schedule, now: i64) -> ApiResult<()> {
+/// `registered` are the tenant's registered kinds.
+fn check(
+    state: &AppState,
+    schedule: &mut Schedule,
+    now: i64,
+    registered: &[store::RegisteredKind],
+) -> ApiResult<()> {
     let mut errors = Vec::new();
-    let kind = state.registry.get(&schedule.kind);
+    let kind = match state.registry.get(&schedule.kind) {
+        Some(kind) => Some(ScheduledKind::BuiltIn(kind)),
+        None => registered
+            .iter()
+            .find(|kind| kind.name == schedule.kind && kind.deleted_at.is_none())
+            .map(ScheduledKind::Registered),
+    };
     if kind.is_none() {
         errors.push(FieldError::new(
             "kind",
@@ -174,8 +193,15 @@ fn check(state: &AppState, schedule: &mut Schedule, now: i64) -> ApiResult<()> {
     if let (Some(kind), Some(cron), true, true) = (kind, &cron, template_ok, template.is_object()) {
         let fire = first_fire(cron, schedule.starts_at, schedule.ends_at, now).unwrap_or(now);
         let params = render(&template, fire, cron.zone());
-        match kind.accept(RawParams::Stored(&params)) {
-            Ok(_) => {}
+        let accepted = match kind {
+            ScheduledKind::BuiltIn(kind) => kind.accept(RawParams::Stored(&params)).map(drop),
+            ScheduledKind::Registered(kind) => state
+                .schemas
+                .accept(kind, params.to_string().as_bytes())
+                .map(drop),
+        };
+        match accepted {
+            Ok(()) => {}
             Err(ParamsError::Malformed(detail)) => errors.push(FieldError::new(
                 "params",
                 format!(
@@ -305,7 +331,8 @@ pub async fn create(
         created_at: now,
         updated_at: now,
     };
-    check(&state, &mut schedule, now)?;
+    let registered = state.store.registered_kinds(&tenant.0).await?;
+    check(&state, &mut schedule, now, &registered)?;
     execute(
         &state,
         &tenant.0,
@@ -441,7 +468,13 @@ impl Edit {
 
     /// Writes the members given over `schedule`, checked as a new
     /// schedule's are.
-    fn apply(&self, state: &AppState, schedule: &mut Schedule, now: i64) -> ApiResult<()> {
+    fn apply(
+        &self,
+        state: &AppState,
+        schedule: &mut Schedule,
+        now: i64,
+        registered: &[store::RegisteredKind],
+    ) -> ApiResult<()> {
         let kept_next = schedule.next_fire_at;
         if let Some(kind) = &self.given.kind {
             schedule.kind.clone_from(kind);
@@ -467,7 +500,7 @@ impl Edit {
         if let Some(priority) = self.priority {
             schedule.priority = priority;
         }
-        check(state, schedule, now)?;
+        check(state, schedule, now, registered)?;
         // Only a change of its timing moves the next fire: one due now is
         // still made.
         if !self.moves_fires() {
@@ -491,6 +524,7 @@ pub async fn change_schedule(
     if !is_id(schedule_id, "sch_") {
         return Err(not_found(schedule_id));
     }
+    let registered = state.store.registered_kinds(tenant_id).await?;
     execute(
         state,
         tenant_id,
@@ -505,7 +539,7 @@ pub async fn change_schedule(
                 .ok_or_else(|| not_found(schedule_id))?;
             let now = now_ms();
             match &change {
-                Change::Edit(edit) => edit.apply(state, &mut schedule, now)?,
+                Change::Edit(edit) => edit.apply(state, &mut schedule, now, &registered)?,
                 Change::Pause => schedule.paused = true,
                 Change::Resume => {
                     if schedule.paused {

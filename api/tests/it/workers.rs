@@ -516,6 +516,7 @@ crate::on_both_backends!(
     a_deleted_kind_refuses_submits_and_its_jobs_are_still_leased,
     a_waiting_lease_takes_a_job_submitted_while_it_waits,
     a_lease_whose_client_went_away_does_not_use_up_an_attempt,
+    a_schedule_of_a_registered_kind_makes_jobs_its_workers_lease,
 );
 
 /// A lease whose client went away while it waited still takes the job
@@ -577,4 +578,51 @@ async fn a_lease_whose_client_went_away_does_not_use_up_an_attempt(backend: Back
     let done = report(&worker, &attempt, "complete", &json!({"rows": 1})).await;
     assert_eq!(done.json()["status"], "SUCCEEDED", "{}", done.text);
     assert_eq!(api.wait_final(job_id).await["attempts"], 1);
+}
+
+/// A schedule may fire a registered kind: each fire's job is external,
+/// with the kind's attempts, and its workers lease it.
+async fn a_schedule_of_a_registered_kind_makes_jobs_its_workers_lease(backend: Backend) {
+    let (env, api, worker) = with_a_kind(backend).await;
+    let refused = api
+        .post(
+            "/v1/schedules",
+            &json!({"kind": KIND, "params": {"month": "October"}, "cron": "0 6 1 * *", "timezone": "UTC"}),
+        )
+        .await;
+    assert_eq!(
+        refused.assert_problem(422)["errors"][0]["field"],
+        "params.month"
+    );
+    let created = api
+        .post(
+            "/v1/schedules",
+            &json!({"kind": KIND, "params": {"month": {"$fire": "previous_month"}},
+                    "cron": "0 6 1 * *", "timezone": "UTC"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let schedule_id = created.json()["schedule_id"].as_str().unwrap().to_owned();
+    let due = shared::time::now_ms() - 1_000;
+    env.execute_sql(&format!(
+        "UPDATE schedules SET next_fire_at = {} WHERE schedule_id = '{schedule_id}'",
+        crate::common::moment_sql(backend, &due.to_string())
+    ))
+    .await;
+
+    let attempt = lease_one(&worker).await;
+    let job = api.job(attempt["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["schedule_id"], schedule_id.as_str());
+    assert_eq!(
+        attempt["max_attempts"], 2,
+        "not the registered kind's attempts"
+    );
+    assert!(
+        attempt["params"]["month"]
+            .as_str()
+            .is_some_and(|m| m.len() == 7),
+        "{attempt}"
+    );
+    let done = report(&worker, &attempt, "complete", &json!({"rows": 0})).await;
+    assert_eq!(done.json()["status"], "SUCCEEDED", "{}", done.text);
 }

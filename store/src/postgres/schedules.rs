@@ -66,13 +66,18 @@ pub(crate) async fn insert_fired_jobs(
     let made: Vec<String> = sqlx::query_scalar(sql!(
         "WITH inserted AS (
              INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at,
-                               run_after, status, schedule_id, fire_at, priority, rank_at)
-             SELECT job_id, tenant_id, kind, params, max_attempts, $1, GREATEST(fire_at, $1),
-                    'QUEUED', schedule_id, fire_at, priority, rank_at
+                               run_after, status, schedule_id, fire_at, priority, rank_at,
+                               external)
+             SELECT s.job_id, s.tenant_id, s.kind, s.params,
+                    COALESCE(k.max_attempts, s.max_attempts), $1, GREATEST(s.fire_at, $1),
+                    'QUEUED', s.schedule_id, s.fire_at, s.priority, s.rank_at,
+                    k.name IS NOT NULL
              FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[],
                          $7::text[], $8::timestamptz[], $9::text[], $10::timestamptz[])
                  AS s (job_id, tenant_id, kind, params, max_attempts, schedule_id, fire_at,
                        priority, rank_at)
+             LEFT JOIN registered_kinds k
+                 ON k.tenant_id = s.tenant_id AND k.name = s.kind AND k.deleted_at IS NULL
              ON CONFLICT (schedule_id, fire_at) WHERE schedule_id IS NOT NULL DO NOTHING
              RETURNING job_id, run_after, rank_at
          ), queued AS (

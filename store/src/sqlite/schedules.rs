@@ -57,13 +57,19 @@ pub(crate) async fn insert_fired_jobs(
     .to_string();
     let made = sqlx::query(sql!(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, max_attempts, created_at, run_after,
-                           status, schedule_id, fire_at, priority, rank_at)
-         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
-                json_extract(value, '$[2]'), json_extract(value, '$[3]'),
-                json_extract(value, '$[4]'), $2, MAX(json_extract(value, '$[6]'), $2), 'QUEUED',
-                json_extract(value, '$[5]'), json_extract(value, '$[6]'),
-                json_extract(value, '$[7]'), json_extract(value, '$[8]')
-         FROM json_each($1) WHERE true
+                           status, schedule_id, fire_at, priority, rank_at, external)
+         SELECT json_extract(f.value, '$[0]'), json_extract(f.value, '$[1]'),
+                json_extract(f.value, '$[2]'), json_extract(f.value, '$[3]'),
+                COALESCE(k.max_attempts, json_extract(f.value, '$[4]')), $2,
+                MAX(json_extract(f.value, '$[6]'), $2), 'QUEUED',
+                json_extract(f.value, '$[5]'), json_extract(f.value, '$[6]'),
+                json_extract(f.value, '$[7]'), json_extract(f.value, '$[8]'),
+                k.name IS NOT NULL
+         FROM json_each($1) AS f
+         LEFT JOIN registered_kinds k
+             ON k.tenant_id = json_extract(f.value, '$[1]')
+            AND k.name = json_extract(f.value, '$[2]') AND k.deleted_at IS NULL
+         WHERE true
          ON CONFLICT (schedule_id, fire_at) WHERE schedule_id IS NOT NULL DO NOTHING"
     ))
     .bind(&rows)
@@ -76,7 +82,7 @@ pub(crate) async fn insert_fired_jobs(
         "INSERT INTO outbox (job_id, publish_at, republish_ms, rank_at)
          SELECT job_id, run_after, 0, rank_at FROM jobs
          WHERE job_id IN (SELECT json_extract(value, '$[0]') FROM json_each($1))
-           AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)"
+           AND NOT external AND NOT EXISTS (SELECT 1 FROM queue_in_job_rows)"
     ))
     .bind(&rows)
     .execute(conn)
