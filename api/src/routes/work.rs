@@ -161,6 +161,7 @@ fn attempt_object(leased: LeasedAttempt) -> ApiResult<LeasedAttemptObject> {
         (status = 403, description = "not a key with the work scope, or one that may not work on a kind named"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "a bad worker name, `max` or `wait_secs` out of range, or a kind that is not registered"),
+        (status = 429, description = "a waiting lease over the tenant's MAX_LONG_POLLS, with Retry-After"),
     ),
     security(("bearer" = []))
 )]
@@ -190,6 +191,12 @@ pub async fn lease(
         ));
     }
     let kinds = leased_kinds(&state, &worker, &ask.kinds).await?;
+    // A waiting lease is a long poll: it counts against MAX_LONG_POLLS,
+    // so a tenant cannot hold leases open without bound (each waiting
+    // one looks again at every wake).
+    let _open = (!wait.is_zero())
+        .then(|| state.limits.long_poll(&worker.tenant_id))
+        .transpose()?;
     let lease_ask = LeaseAsk {
         tenant_id: &worker.tenant_id,
         kinds: &kinds,

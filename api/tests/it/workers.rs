@@ -517,6 +517,7 @@ crate::on_both_backends!(
     a_waiting_lease_takes_a_job_submitted_while_it_waits,
     a_lease_whose_client_went_away_does_not_use_up_an_attempt,
     a_schedule_of_a_registered_kind_makes_jobs_its_workers_lease,
+    waiting_leases_count_against_the_tenants_long_polls,
 );
 
 /// A lease whose client went away while it waited still takes the job
@@ -625,4 +626,57 @@ async fn a_schedule_of_a_registered_kind_makes_jobs_its_workers_lease(backend: B
     );
     let done = report(&worker, &attempt, "complete", &json!({"rows": 0})).await;
     assert_eq!(done.json()["status"], "SUCCEEDED", "{}", done.text);
+}
+
+/// A waiting lease is a long poll: over the tenant's MAX_LONG_POLLS it is
+/// a 429, and a lease that does not wait is never refused for it.
+async fn waiting_leases_count_against_the_tenants_long_polls(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "true"), ("MAX_LONG_POLLS", "1")])
+        .await;
+    let created = register(&api, KIND, &declaration()).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let worker = worker_key(&env, &api, "tenant-a", None).await;
+
+    let waiting = {
+        let worker = worker.with_key(&worker.key);
+        tokio::spawn(async move {
+            let body = json!({"worker": "waiter", "kinds": [KIND], "wait_secs": 8});
+            worker.post("/v1/work/lease", &body).await
+        })
+    };
+    // It holds its place once it has looked for a job: the api notes the
+    // worker at each look.
+    wait::until_true(
+        "the first lease waits",
+        Duration::from_secs(10),
+        async || {
+            let workers = api.get("/v1/workers").await.json();
+            workers["workers"]
+                .as_array()
+                .is_some_and(|all| all.iter().any(|w| w["name"] == "waiter"))
+        },
+    )
+    .await;
+    let refused = wait::until_ok(
+        "a second waiting lease refused",
+        Duration::from_secs(10),
+        async || {
+            let reply = worker.post("/v1/work/lease", &lease_body(&[KIND], 1)).await;
+            if reply.status == StatusCode::TOO_MANY_REQUESTS {
+                Ok(reply)
+            } else {
+                Err(reply.status)
+            }
+        },
+    )
+    .await;
+    assert!(refused.header("retry-after").is_some());
+    let at_once = worker.post("/v1/work/lease", &lease_body(&[KIND], 0)).await;
+    assert_eq!(at_once.status, StatusCode::OK, "{}", at_once.text);
+    assert_eq!(
+        waiting.await.expect("the first lease").status,
+        StatusCode::OK
+    );
 }
