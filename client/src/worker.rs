@@ -123,6 +123,7 @@ impl WorkError {
             retryable,
             error_type: Some(error_type.clone()),
             message: message.chars().take(4096).collect(),
+            details: None,
         }
     }
 }

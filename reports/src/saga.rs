@@ -743,6 +743,7 @@ pub fn job_view(
         (Some(t), Some(m)) => Some(JobErrorObject {
             error_type: t.clone(),
             message: m.clone(),
+            details: None,
         }),
         _ => None,
     };

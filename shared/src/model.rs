@@ -188,6 +188,8 @@ pub struct Job {
     /// Who holds its running attempt: a worker over HTTP as `http:{name}`,
     /// a built-in worker by its id.
     pub worker_id: Option<String>,
+    /// The last failure's details (JSON), from a worker over HTTP.
+    pub error_details: Option<String>,
 }
 
 /// The job object of `docs/api.md`.
@@ -337,6 +339,11 @@ pub struct JobErrorObject {
     #[serde(rename = "type")]
     pub error_type: String,
     pub message: String,
+    /// What a worker over HTTP reported beside the message (a JSON
+    /// object); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, nullable = false))]
+    pub details: Option<serde_json::Value>,
 }
 
 impl Job {
@@ -376,6 +383,10 @@ impl Job {
             (JobStatus::Failed, Some(t), Some(m)) => Some(JobErrorObject {
                 error_type: t.clone(),
                 message: m.clone(),
+                details: self
+                    .error_details
+                    .as_deref()
+                    .and_then(|d| serde_json::from_str(d).ok()),
             }),
             _ => None,
         };

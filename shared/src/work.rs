@@ -143,6 +143,11 @@ pub struct FailRequest {
     pub error_type: Option<String>,
     /// What went wrong, at most 4096 characters.
     pub message: String,
+    /// More about it, as a JSON object of at most 16 KiB, which the
+    /// job's `error.details` shows once it has FAILED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub details: Option<Value>,
 }
 
 /// What a report on an attempt did to its job.

@@ -42,6 +42,7 @@ impl TryFrom<JobRow> for Job {
                 })
                 .transpose()?,
             worker_id: row.worker_id,
+            error_details: row.error_details.map(String::from),
         })
     }
 }

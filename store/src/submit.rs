@@ -173,6 +173,7 @@ impl NewJob {
             priority: self.priority,
             capped: None,
             worker_id: None,
+            error_details: None,
         }
     }
 }

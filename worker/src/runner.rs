@@ -771,6 +771,7 @@ fn error_object(error_type: &str, message: impl Into<String>) -> JobErrorObject 
     JobErrorObject {
         error_type: error_type.to_owned(),
         message: message.into(),
+        details: None,
     }
 }
 

@@ -45,6 +45,8 @@ const MOST_JSON_RESULT: usize = 1024 * 1024;
 pub const MOST_STREAMED_RESULT: u64 = 256 * 1024 * 1024;
 /// An error message, at most (in characters).
 const MOST_MESSAGE_CHARS: usize = 4_096;
+/// A failure's details, at most (in bytes of JSON).
+const MOST_DETAILS_BYTES: usize = 16 * 1024;
 
 /// What the worker protocol needs beyond the store.
 #[derive(Clone)]
@@ -663,7 +665,7 @@ async fn replay_of_stream(
         (status = 404, description = "no such attempt of this tenant"),
         (status = 409, description = "the attempt is no longer held (`type` names why); nothing changed"),
         (status = 415, description = "body not application/json"),
-        (status = 422, description = "a bad error_type, or a message over 4096 characters"),
+        (status = 422, description = "a bad error_type, a message over 4096 characters, or details that are not a JSON object of at most 16 KiB"),
     ),
     security(("bearer" = []))
 )]
@@ -694,9 +696,18 @@ pub async fn fail(
         ));
     }
     let job = job_of(&state, &worker, &job_id, &token).await?;
+    if let Some(details) = &failure.details
+        && (!details.is_object() || details.to_string().len() > MOST_DETAILS_BYTES)
+    {
+        return Err(ApiError::validation(
+            "details",
+            "must be a JSON object of at most 16 KiB",
+        ));
+    }
     let error = JobErrorObject {
         error_type,
         message: failure.message,
+        details: failure.details,
     };
     if is_held(&job, attempt) {
         let outcome = if failure.retryable && job.counted_attempt < job.max_attempts {

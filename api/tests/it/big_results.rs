@@ -653,6 +653,7 @@ async fn a_job_ending_without_a_result_takes_its_chunks_with_it(backend: Backend
         error: JobErrorObject {
             error_type: "broken".into(),
             message: "it broke".into(),
+            details: None,
         },
     };
     assert!(

@@ -408,6 +408,7 @@ async fn a_stale_attempt_cannot_overwrite_the_current_one(backend: Backend) {
         error: JobErrorObject {
             error_type: "late".into(),
             message: "too late".into(),
+            details: None,
         },
     };
     assert!(
@@ -554,6 +555,7 @@ async fn a_success_is_recorded_after_a_retry_on_the_same_connection(backend: Bac
         error: JobErrorObject {
             error_type: "flaky".into(),
             message: "try again".into(),
+            details: None,
         },
     };
     assert!(
@@ -895,6 +897,7 @@ async fn a_cancel_during_an_attempt_that_then_fails_retryably_ends_cancelled(bac
         error: JobErrorObject {
             error_type: "flaky".into(),
             message: "try again".into(),
+            details: None,
         },
     };
     assert!(

@@ -397,6 +397,13 @@ async fn a_retryable_failure_retries_until_attempts_run_out(backend: Backend) {
 
     let second = lease_one(&worker).await;
     assert_eq!(second["attempt"], 2);
+    let bad_details = json!({"retryable": true, "message": "x", "details": [1, 2]});
+    report(&worker, &second, "fail", &bad_details)
+        .await
+        .assert_problem(422);
+    let failure = json!({"retryable": true, "error_type": "db_timeout",
+                         "message": "the sales database timed out",
+                         "details": {"host": "sales-db-2", "waited_ms": 30000}});
     let last = report(&worker, &second, "fail", &failure).await;
     assert_eq!(
         last.json()["status"],
@@ -406,6 +413,10 @@ async fn a_retryable_failure_retries_until_attempts_run_out(backend: Backend) {
     let failed = api.wait_final(job_id).await;
     assert_eq!(failed["status"], "FAILED");
     assert_eq!(failed["error"]["type"], "db_timeout");
+    assert_eq!(
+        failed["error"]["details"],
+        json!({"host": "sales-db-2", "waited_ms": 30000})
+    );
     let workers = api.get("/v1/workers").await.json();
     assert_eq!(workers["workers"][0]["failed"], 2, "{workers}");
 }

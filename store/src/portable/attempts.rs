@@ -6,7 +6,7 @@ use sqlx::Executor;
 use super::{Conn, Db};
 use crate::{
     rows::attempts::{AttemptEnd, ClaimRow},
-    sql::Millis,
+    sql::{JsonText, Millis},
 };
 
 pub(crate) async fn held_by(
@@ -107,7 +107,8 @@ pub(crate) async fn end(
     let done = sqlx::query(sql!(
         "UPDATE jobs SET status = $3, finished_at = $4, run_after = COALESCE($5, run_after),
              rank_at = COALESCE($5, run_after) + (rank_at - run_after),
-             error_type = $6, error_message = $7, lease_expires_at = NULL, worker_id = NULL,
+             error_type = $6, error_message = $7, error_details = $9, lease_expires_at = NULL,
+             worker_id = NULL,
              cancel_requested = CASE WHEN $3 = 'QUEUED' THEN cancel_requested ELSE false END,
              handbacks = handbacks + $8
          WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'"
@@ -120,6 +121,7 @@ pub(crate) async fn end(
     .bind(end.error.map(|e| e.error_type.as_str()))
     .bind(end.error.map(|e| e.message.as_str()))
     .bind(i64::from(end.handed_back))
+    .bind(end.error.and_then(|e| e.details.as_ref()).map(|d| JsonText(d.to_string())))
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -133,7 +135,8 @@ pub(crate) async fn requeue_lapsed(
 ) -> sqlx::Result<()> {
     sqlx::query(sql!(
         "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
-             worker_id = NULL, error_type = 'lease_expired', error_message = $3
+             worker_id = NULL, error_type = 'lease_expired', error_message = $3,
+             error_details = NULL
          WHERE job_id = $1"
     ))
     .bind(job_id)
@@ -153,7 +156,7 @@ pub(crate) async fn fail_lapsed(
     sqlx::query(sql!(
         "UPDATE jobs SET status = 'FAILED', finished_at = $2, lease_expires_at = NULL,
              worker_id = NULL, error_type = 'lease_expired', error_message = $3,
-             cancel_requested = false
+             error_details = NULL, cancel_requested = false
          WHERE job_id = $1"
     ))
     .bind(job_id)
@@ -173,7 +176,7 @@ pub(crate) async fn hand_back_untaken(
     sqlx::query(sql!(
         "UPDATE jobs SET status = 'QUEUED', run_after = $2, lease_expires_at = NULL,
              worker_id = NULL, handbacks = handbacks + 1, lease_taken_up = NULL,
-             error_type = 'lease_not_taken_up',
+             error_type = 'lease_not_taken_up', error_details = NULL,
              error_message = 'the lease was never taken up: no heartbeat or report came'
          WHERE job_id = $1"
     ))
@@ -194,6 +197,7 @@ pub(crate) async fn hand_back(
     let done = sqlx::query(sql!(
         "UPDATE jobs SET status = 'QUEUED', run_after = $3, lease_expires_at = NULL,
              worker_id = NULL, handbacks = handbacks + 1, error_type = 'shutdown',
+             error_details = NULL,
              error_message = 'the worker shut down before the attempt finished'
          WHERE job_id = $1 AND attempts = $2 AND status = 'RUNNING'"
     ))

@@ -15,7 +15,7 @@ pub(crate) async fn get(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
                 cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
          FROM jobs WHERE job_id = $1 AND tenant_id = $2"
     ))
     .bind(job_id)
@@ -32,7 +32,7 @@ pub(crate) async fn get_unscoped(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
                 cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
          FROM jobs WHERE job_id = $1"
     ))
     .bind(job_id)
@@ -52,7 +52,7 @@ pub(crate) async fn list_of_schedule(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
                 cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
          FROM jobs WHERE schedule_id = $2 AND tenant_id = $1 AND job_id < $3
          ORDER BY job_id DESC LIMIT $4"
     ))
@@ -70,7 +70,7 @@ pub(crate) async fn ask_to_stop(conn: &mut Conn, job_id: &str) -> sqlx::Result<J
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
                    cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                   worker_id"
+                   worker_id, error_details"
     ))
     .bind(job_id)
     .fetch_one(conn)
@@ -87,7 +87,7 @@ pub(crate) async fn cancel_queued(
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
                    cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                   worker_id"
+                   worker_id, error_details"
     ))
     .bind(job_id)
     .bind(now)
@@ -105,7 +105,7 @@ pub(crate) async fn mark_retry_of(
          RETURNING job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                    created_at, started_at, finished_at, run_after, error_type, error_message,
                    cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                   worker_id"
+                   worker_id, error_details"
     ))
     .bind(new_job_id)
     .bind(job_id)

@@ -163,7 +163,8 @@ pub(crate) async fn claim_and_succeed(
                  AS a (job_id, attempt, body, chunk_count)
          ), done AS (
              UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
-                 error_type = NULL, error_message = NULL, lease_expires_at = NULL,
+                 error_type = NULL, error_message = NULL, error_details = NULL,
+                 lease_expires_at = NULL,
                  worker_id = NULL, cancel_requested = false
              FROM attempt a
              WHERE jobs.job_id = a.job_id

@@ -16,7 +16,7 @@ pub(crate) async fn lock(
         "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts, progress,
                 created_at, started_at, finished_at, run_after, error_type, error_message,
                 cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
          FROM jobs WHERE job_id = $1 AND tenant_id = $2 FOR UPDATE"
     ))
     .bind(job_id)
@@ -42,7 +42,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -57,7 +57,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -73,7 +73,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND kind = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -89,7 +89,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4 AND kind = $5
                  ORDER BY job_id DESC LIMIT $3"
             ))

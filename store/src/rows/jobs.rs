@@ -26,4 +26,5 @@ pub(crate) struct JobRow {
     pub(crate) priority: String,
     pub(crate) capped: Option<String>,
     pub(crate) worker_id: Option<String>,
+    pub(crate) error_details: Option<JsonText>,
 }

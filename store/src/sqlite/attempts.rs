@@ -182,7 +182,8 @@ pub(crate) async fn succeed(
     let pairs: Vec<(&str, i64)> = successes.iter().map(|s| (s.job_id, s.attempt)).collect();
     let applied: Vec<(String, i64)> = sqlx::query_as(sql!(
         "UPDATE jobs SET status = 'SUCCEEDED', finished_at = $1, progress = 1.0,
-             error_type = NULL, error_message = NULL, lease_expires_at = NULL,
+             error_type = NULL, error_message = NULL, error_details = NULL,
+                 lease_expires_at = NULL,
              worker_id = NULL, cancel_requested = false
          WHERE status = 'RUNNING' AND (job_id, attempts) IN (
              SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($2))

@@ -22,7 +22,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -37,7 +37,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -53,7 +53,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND kind = $4
                  ORDER BY job_id DESC LIMIT $3"
             ))
@@ -69,7 +69,7 @@ pub(crate) async fn list(
                 "SELECT job_id, tenant_id, kind, params, status, attempts, max_attempts,
                         progress, created_at, started_at, finished_at, run_after, error_type,
                         error_message, cancel_requested, handbacks, retry_of, schedule_id, priority, capped,
-                worker_id
+                worker_id, error_details
                  FROM jobs WHERE tenant_id = $1 AND job_id < $2 AND status = $4 AND kind = $5
                  ORDER BY job_id DESC LIMIT $3"
             ))

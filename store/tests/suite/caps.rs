@@ -70,6 +70,7 @@ async fn fail(db: &TestDb, claim: &Claim) {
         error: JobErrorObject {
             error_type: "test".into(),
             message: "ends the attempt".into(),
+            details: None,
         },
     };
     assert!(

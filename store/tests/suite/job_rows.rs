@@ -41,6 +41,7 @@ fn error() -> JobErrorObject {
     JobErrorObject {
         error_type: "test".into(),
         message: "ends the attempt".into(),
+        details: None,
     }
 }
 

@@ -46,6 +46,7 @@ fn error(kind: &str) -> JobErrorObject {
     JobErrorObject {
         error_type: kind.into(),
         message: format!("{kind} happened"),
+        details: None,
     }
 }
 

@@ -373,6 +373,7 @@ async fn the_cap_of_a_registered_kind_parks_its_jobs_until_one_ends(db: &TestDb)
         error: JobErrorObject {
             error_type: "test".into(),
             message: "ends the attempt".into(),
+            details: None,
         },
     };
     assert!(
