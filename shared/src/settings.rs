@@ -180,8 +180,9 @@ pub struct Settings {
     #[arg(long, env = "MAX_WEBHOOKS_PER_JOB", default_value = "10", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_webhooks_per_job: u64,
 
-    /// Long polls (`GET /v1/jobs/{id}?wait=N`) one tenant may hold open at
-    /// once in each api process; one more is refused with 429.
+    /// Long polls (`GET /v1/jobs/{id}?wait=N`, and waiting leases of
+    /// workers over HTTP) one tenant may hold open at once in each api
+    /// process; one more is refused with 429.
     #[arg(long, env = "MAX_LONG_POLLS", default_value = "100", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_long_polls: u32,
 
