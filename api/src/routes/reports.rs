@@ -7,7 +7,7 @@ use shared::{
     ids::new_job_id,
     model::{JobObject, Priority},
 };
-use store::{NewJob, Submission};
+use store::{KindTerms, NewJob, Submission};
 use utoipa::{
     PartialSchema, ToSchema,
     openapi::{OneOfBuilder, Ref, RefOr, Schema},
@@ -79,27 +79,27 @@ pub async fn submit(
             .ok_or_else(|| ApiError::NotFound(format!("there is no report kind {kind_name:?}")))?;
         json_media_type(&request)?;
         let params = state.schemas.accept(&registered, &body).map_err(refused)?;
-        state.limits.admit_job(&state.store, &tenant.0).await?;
-        let new_job = NewJob {
-            job_id: new_job_id(),
-            tenant_id: tenant.0.clone(),
-            kind: kind_name.clone(),
-            params: canonical_json(&params),
+        let priority = if query.contains_key("priority") {
+            priority
+        } else {
+            registered.priority
+        };
+        let terms = KindTerms {
             max_attempts: registered.max_attempts,
-            priority: if query.contains_key("priority") {
-                priority
-            } else {
-                registered.priority
-            },
             external: true,
         };
-        let submission = Submission {
-            run_after,
-            traceparent: telemetry::trace::traceparent(&tracing::Span::current()),
-            ..Submission::at_once(new_job, created_at)
-        };
-        let answer = accepted(&submission.queued())?;
-        let response = submits::submit(&state, &key, &request, submission, answer).await;
+        let response = make_job(
+            &state,
+            &key,
+            &request,
+            &tenant.0,
+            kind_name.clone(),
+            canonical_json(&params),
+            terms,
+            priority,
+            (run_after, created_at),
+        )
+        .await;
         // Leases waiting in this process look at once.
         state.work.woken.notify_waiters();
         return response;
@@ -123,15 +123,47 @@ pub async fn submit(
         })
         .await;
     }
-    state.limits.admit_job(&state.store, &tenant.0).await?;
+    let terms = KindTerms {
+        max_attempts: kind.max_attempts(),
+        external: false,
+    };
+    make_job(
+        &state,
+        &key,
+        &request,
+        &tenant.0,
+        kind_name,
+        params_text,
+        terms,
+        priority,
+        (run_after, created_at),
+    )
+    .await
+}
+
+/// Makes a submit's job of checked parameters, once the tenant's active
+/// jobs admit it, through the group commit of submits.
+#[allow(clippy::too_many_arguments)]
+async fn make_job(
+    state: &AppState,
+    key: &IdempotencyKey,
+    request: &HttpRequest,
+    tenant_id: &str,
+    kind: String,
+    params: String,
+    terms: KindTerms,
+    priority: Priority,
+    (run_after, created_at): (i64, i64),
+) -> ApiResult<HttpResponse> {
+    state.limits.admit_job(&state.store, tenant_id).await?;
     let new_job = NewJob {
         job_id: new_job_id(),
-        tenant_id: tenant.0.clone(),
-        kind: kind_name,
-        params: params_text,
-        max_attempts: kind.max_attempts(),
+        tenant_id: tenant_id.to_owned(),
+        kind,
+        params,
+        max_attempts: terms.max_attempts,
         priority,
-        external: false,
+        external: terms.external,
     };
     let submission = Submission {
         run_after,
@@ -140,7 +172,7 @@ pub async fn submit(
         ..Submission::at_once(new_job, created_at)
     };
     let answer = accepted(&submission.queued())?;
-    submits::submit(&state, &key, &request, submission, answer).await
+    submits::submit(state, key, request, submission, answer).await
 }
 
 /// How far ahead a submit may ask its job to start.
