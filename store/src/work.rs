@@ -43,6 +43,10 @@ pub struct LeaseAsk<'a> {
     pub most: usize,
     /// The worker's name.
     pub worker: &'a str,
+    /// Note the worker as seen even when this look takes nothing (the
+    /// first look of a lease request; a waiting lease's later looks
+    /// write only when they take attempts).
+    pub note_seen: bool,
     /// How long the lease lasts without a heartbeat.
     pub lease: Duration,
     /// The deployment's caps (`MAX_RUNNING_PER_TENANT`); each kind's own
@@ -170,10 +174,12 @@ impl Store {
             conn => sqlite::work::claim(conn, &terms, &caps).await?,
         );
         let leased = i64::try_from(claimed.len()).unwrap_or(i64::MAX);
-        on_tx!(tx,
-            conn => postgres::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
-            conn => sqlite::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
-        );
+        if leased > 0 || ask.note_seen {
+            on_tx!(tx,
+                conn => postgres::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
+                conn => sqlite::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
+            );
+        }
         if claimed.is_empty() {
             tx.commit().await?;
             return Ok(Vec::new());

@@ -199,11 +199,12 @@ pub async fn lease(
     let _open = (!wait.is_zero())
         .then(|| state.limits.long_poll(&worker.tenant_id))
         .transpose()?;
-    let lease_ask = LeaseAsk {
+    let mut lease_ask = LeaseAsk {
         tenant_id: &worker.tenant_id,
         kinds: &kinds,
         most: most as usize,
         worker: &ask.worker,
+        note_seen: true,
         lease: state.work.lease,
         caps: &state.caps,
     };
@@ -215,6 +216,7 @@ pub async fn lease(
         tokio::pin!(woken);
         woken.as_mut().enable();
         let leased = state.store.lease_external(&lease_ask).await?;
+        lease_ask.note_seen = false;
         if !leased.is_empty() || tokio::time::Instant::now() >= until {
             break leased;
         }

@@ -86,6 +86,7 @@ async fn lease(
             kinds,
             most,
             worker: "w1",
+            note_seen: true,
             lease,
             caps: &no_caps(),
         })
