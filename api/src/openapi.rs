@@ -177,6 +177,107 @@ impl Modify for ReportKinds {
     }
 }
 
+/// The document as a tenant sees it (`GET /openapi.json` with a key): the
+/// base document, with each kind the tenant registered among the bodies of
+/// `POST /v1/reports/{kind}` (`components.schemas."Registered.<name>"`) and
+/// in that operation's description. A registered schema's `$defs` become
+/// schemas of their own beside it (`Registered.<name>.<def>`), and its
+/// references follow them, since generators resolve only references to
+/// whole schemas of the document.
+pub fn for_tenant(base: &[u8], kinds: &[store::RegisteredKind]) -> serde_json::Result<Vec<u8>> {
+    use serde_json::{Value, json};
+    let mut document: Value = serde_json::from_slice(base)?;
+    for kind in kinds {
+        let Ok(Value::Object(mut schema)) = serde_json::from_str::<Value>(&kind.params_schema)
+        else {
+            continue;
+        };
+        let name = format!("Registered.{}", kind.name);
+        let mut moves = vec![("#".to_owned(), format!("#/components/schemas/{name}"))];
+        let mut parts = vec![];
+        for keyword in ["$defs", "definitions"] {
+            let Some(Value::Object(defs)) = schema.remove(keyword) else {
+                continue;
+            };
+            for (def, part) in defs {
+                let escaped = def.replace('~', "~0").replace('/', "~1");
+                let own: String = def
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                let own = format!("{name}.{own}");
+                moves.push((
+                    format!("#/{keyword}/{escaped}"),
+                    format!("#/components/schemas/{own}"),
+                ));
+                parts.push((own, part));
+            }
+        }
+        // Longest first, so a def's own pointer wins over the schema's.
+        moves.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+        let mut schema = Value::Object(schema);
+        rebase_references(&mut schema, &moves);
+        let schemas = &mut document["components"]["schemas"];
+        for (own, mut part) in parts {
+            rebase_references(&mut part, &moves);
+            schemas[&own] = part;
+        }
+        schemas[&name] = schema;
+        if let Some(bodies) = schemas["ReportParams"]["oneOf"].as_array_mut() {
+            bodies.push(json!({ "$ref": format!("#/components/schemas/{name}") }));
+        }
+        let submit = &mut document["paths"]["/v1/reports/{kind}"]["post"];
+        if let Some(description) = submit["description"].as_str() {
+            let about = if kind.about.is_empty() {
+                "run by the tenant's workers"
+            } else {
+                &kind.about
+            };
+            submit["description"] = Value::String(format!(
+                "{description}\n- `{}` (`{name}`, registered by this tenant): {about}",
+                kind.name
+            ));
+        }
+    }
+    serde_json::to_vec(&document)
+}
+
+/// Every `$ref` inside a schema that points into the schema itself made to
+/// point where that part now is: `moves` pairs an old pointer's start with
+/// its new one, longest first.
+fn rebase_references(schema: &mut serde_json::Value, moves: &[(String, String)]) {
+    use serde_json::Value;
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    Value::String(target) if key == "$ref" => {
+                        let moved = moves.iter().find(|(from, _)| {
+                            target.strip_prefix(from.as_str()).is_some_and(|rest| {
+                                rest.is_empty() || rest.starts_with('/') || from == "#"
+                            })
+                        });
+                        if let Some((from, to)) = moved {
+                            *target = format!("{to}{}", &target[from.len()..]);
+                        }
+                    }
+                    _ => rebase_references(value, moves),
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| rebase_references(item, moves)),
+        _ => {}
+    }
+}
+
 struct BearerAuth;
 
 impl Modify for BearerAuth {

@@ -157,7 +157,8 @@ pub struct Settings {
 
     /// Requests per second per tenant, with bursts of twice that, counted
     /// by each api process; over it: 429 with Retry-After. Health,
-    /// readiness, metrics and the OpenAPI document are not limited.
+    /// readiness, metrics and the OpenAPI document are not limited (the
+    /// document read with a key counts).
     #[arg(long, env = "RATE_LIMIT", default_value = "20000", value_parser = clap::value_parser!(u32).range(1..))]
     pub rate_limit: u32,
 

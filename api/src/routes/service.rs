@@ -1,9 +1,9 @@
-use actix_web::{HttpResponse, http::header, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, http::header, web};
 use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use crate::{error::ApiError, state::AppState};
+use crate::{auth::Tenant, error::ApiError, state::AppState};
 
 /// The answer of `/healthz`.
 #[derive(Serialize, ToSchema)]
@@ -83,11 +83,34 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .body(state.metrics.render())
 }
 
-/// This document.
+/// This document. With a key (optional), it also holds the kinds the key's
+/// tenant registered, among the bodies of a submit.
 #[utoipa::path(get, path = "/openapi.json", tag = "service", operation_id = "openapi",
-    responses((status = 200, body = Object, description = "the OpenAPI 3.1 document")))]
-pub async fn openapi(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok()
+    responses(
+        (status = 200, body = Object, description = "the OpenAPI 3.1 document; with a key, the tenant's registered kinds are among a submit's bodies (`Registered.<name>`)"),
+        (status = 401, description = "a key was sent and is not valid"),
+    ))]
+pub async fn openapi(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let mut document = state.openapi.clone();
+    if request.headers().contains_key(header::AUTHORIZATION) {
+        let tenant = Tenant::extract(&request).await?;
+        let kinds: Vec<_> = state
+            .store
+            .registered_kinds(&tenant.0)
+            .await?
+            .into_iter()
+            .filter(|kind| kind.deleted_at.is_none())
+            .collect();
+        if !kinds.is_empty() {
+            document = crate::openapi::for_tenant(&document, &kinds)
+                .map_err(|e| ApiError::Internal(format!("the tenant's OpenAPI document: {e}")))?
+                .into();
+        }
+    }
+    Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "application/json"))
-        .body(state.openapi.clone())
+        .body(document))
 }

@@ -46,6 +46,38 @@ async fn standard_tools_accept_the_openapi_document_and_its_generated_client_rou
     let reply = Api::read(api.client.get(api.url("/openapi.json"))).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let work = tempfile::tempdir().expect("temp dir");
+    let keyless = work.path().join("openapi-keyless.json");
+    fs::write(&keyless, &reply.text).expect("write the document");
+    // A kind the tenant registers, with a reference of its own, joins the
+    // document its key reads; the generated client is made from that one.
+    let registered = api
+        .send(
+            reqwest::Method::PUT,
+            "/v1/kinds/sales-export",
+            Some(&serde_json::json!({
+                "about": "The month's sales",
+                "params_schema": {
+                    "type": "object",
+                    "$defs": {"month": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+                    "properties": {"month": {"$ref": "#/$defs/month"}},
+                    "required": ["month"],
+                    "additionalProperties": false
+                },
+                "timeout_secs": 60,
+                "max_attempts": 2,
+                "result_media_types": ["text/csv"]
+            })),
+        )
+        .await;
+    assert_eq!(
+        registered.status,
+        StatusCode::CREATED,
+        "{}",
+        registered.text
+    );
+    let reply = api.get("/openapi.json").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(reply.text.contains("Registered.sales-export"));
     let document = work.path().join("openapi.json");
     fs::write(&document, &reply.text).expect("write the document");
     // The generator formats its output with ruff, installed beside it.
@@ -55,9 +87,13 @@ async fn standard_tools_accept_the_openapi_document_and_its_generated_client_rou
         std::env::var("PATH").unwrap_or_default()
     );
 
-    // Act and assert: the validator accepts the document ...
+    // Act and assert: the validator accepts both documents ...
     run(
         "openapi-spec-validator on /openapi.json",
+        Command::new(bin.join("openapi-spec-validator")).arg(&keyless),
+    );
+    run(
+        "openapi-spec-validator on /openapi.json read with a key",
         Command::new(bin.join("openapi-spec-validator")).arg(&document),
     );
 

@@ -517,8 +517,69 @@ async fn a_waiting_lease_takes_a_job_submitted_while_it_waits(backend: Backend) 
     assert_eq!(attempts[0]["job_id"], job["job_id"]);
 }
 
+/// `/openapi.json` with a key holds the tenant's registered kinds among a
+/// submit's bodies, their `$defs` as schemas of their own beside them;
+/// without a key, or for another tenant, it holds none; a bad key is a 401.
+async fn the_openapi_document_of_a_key_holds_its_tenants_kinds(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded().await;
+    let mut declaration = declaration();
+    declaration["params_schema"] = json!({
+        "type": "object",
+        "$defs": {"month": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}},
+        "properties": {"month": {"$ref": "#/$defs/month"}},
+        "required": ["month"],
+        "additionalProperties": false
+    });
+    let created = register(&api, KIND, &declaration).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let name = "Registered.sales-export";
+    let place = format!("#/components/schemas/{name}");
+
+    let document = api.get("/openapi.json").await.json();
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(
+        schemas[name]["properties"]["month"]["$ref"],
+        format!("{place}.month"),
+        "{}",
+        schemas[name]
+    );
+    assert_eq!(schemas[&format!("{name}.month")]["type"], "string");
+    assert!(schemas[name].get("$defs").is_none());
+    assert_eq!(schemas[name]["required"], json!(["month"]));
+    let bodies = schemas["ReportParams"]["oneOf"].as_array().unwrap();
+    assert!(bodies.contains(&json!({"$ref": place})), "{bodies:?}");
+    assert!(bodies.len() > 1, "the built-in bodies stay: {bodies:?}");
+    let description = document["paths"]["/v1/reports/{kind}"]["post"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        description.contains("`sales-export`") && description.contains("gst-summary"),
+        "{description}"
+    );
+
+    for (whose, other) in [
+        (
+            "no key",
+            Api::read(api.client.get(api.url("/openapi.json"))).await,
+        ),
+        ("tenant-b", api.as_tenant_b().get("/openapi.json").await),
+    ] {
+        assert_eq!(other.status, StatusCode::OK, "{whose}: {}", other.text);
+        assert!(
+            other.json()["components"]["schemas"].get(name).is_none(),
+            "{whose} sees tenant-a's kind"
+        );
+    }
+    api.with_key("rk_not-a-key")
+        .get("/openapi.json")
+        .await
+        .assert_problem(401);
+}
+
 crate::on_both_backends!(
     a_registered_kind_runs_through_a_worker_with_every_guarantee,
+    the_openapi_document_of_a_key_holds_its_tenants_kinds,
     a_submit_that_fails_the_schema_names_each_field_and_stores_nothing,
     keys_are_held_to_their_scope,
     a_stale_or_cancelled_attempt_is_refused_and_changes_nothing,
