@@ -2,17 +2,22 @@
 //! policy for fires missed while nothing ran, and the params template whose
 //! `{"$fire": "..."}` values are filled in from each fire's time.
 //!
-//! Daylight-saving changes follow the cron rules every Unix user knows
-//! (croner implements them): a fixed time that a zone skips (02:30 on the
-//! night the clocks go forward) fires once, at the first minute after the
-//! gap; a fixed time that a zone repeats (01:30 on the night they go back)
-//! fires once, at its first occurrence. Patterns with a wildcard or a step
-//! in the hour (`*/15 * * * *`) follow the clock as it runs.
+//! Daylight-saving changes follow the cron rules every Unix user knows: a
+//! fixed time (one minute, one hour) that a zone skips (02:30 on the night
+//! the clocks go forward) fires once, at the first minute after the gap; a
+//! fixed time that a zone repeats (01:30 on the night they go back) fires
+//! once, at its first pass. Any other pattern (`30 * * * *`, `*/15 1 * * *`)
+//! follows the clock as it runs: at both passes of a repeated hour, never
+//! in a skipped one. Croner finds the fires, except within three hours of a
+//! change of offset, where it misses a repeated hour's second pass and its
+//! backward search can answer a time that is no whole minute; there the
+//! minutes are read one by one.
 
+use chrono::Offset;
 use chrono::{DateTime, Datelike, Days, Months, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::{
-    Cron,
+    Cron, JobType,
     parser::{CronParser, Seconds, Year},
 };
 use serde_json::{Map, Value};
@@ -87,29 +92,58 @@ impl CronSchedule {
     /// The first fire strictly after `after_ms` (unix ms), as unix ms;
     /// `None` when the pattern fires no more.
     pub fn next_after(&self, after_ms: i64) -> Option<i64> {
-        // Fires are whole minutes; croner keeps the start's fraction of a
-        // second, so the search starts from the whole second.
-        let after = self
-            .zone
-            .timestamp_millis_opt(whole_second(after_ms))
-            .single()?;
-        self.cron
-            .find_next_occurrence(&after, false)
-            .ok()
-            .map(|fire| fire.timestamp_millis())
+        let mut from = after_ms;
+        loop {
+            // Croner finds a fire whenever there is one: it misses only a
+            // second pass of an hour the zone repeats.
+            let found = self.croner_next(from)?;
+            let until = found.max(from) + 1;
+            let Some((start, end)) = self.transition_window(from, until, Direction::Forward) else {
+                return Some(found).filter(|fire| *fire > after_ms);
+            };
+            // Only fires that croner found before the window are its to
+            // decide; around a change of offset the minutes decide.
+            if found > from && found < start {
+                return Some(found);
+            }
+            let first = next_minute(from.max(start - MINUTE_MS));
+            if let Some(fire) = (0..)
+                .map(|n| first + n * MINUTE_MS)
+                .take_while(|minute| *minute <= end)
+                .find(|minute| self.fires_at(*minute))
+            {
+                return Some(fire);
+            }
+            from = end;
+        }
     }
 
     /// The latest fire at or before `at_ms`, not before `not_before_ms`.
     pub fn latest_at_or_before(&self, at_ms: i64, not_before_ms: i64) -> Option<i64> {
-        let at = self
-            .zone
-            .timestamp_millis_opt(whole_second(at_ms))
-            .single()?;
-        self.cron
-            .find_previous_occurrence(&at, true)
-            .ok()
-            .map(|fire| fire.timestamp_millis())
-            .filter(|fire| *fire >= not_before_ms)
+        let mut to = at_ms;
+        loop {
+            let found = self.croner_previous(to)?;
+            let since = found.min(to) - 1;
+            let fire = match self.transition_window(since, to, Direction::Backward) {
+                None => Some(found),
+                Some((start, end)) => match Some(found).filter(|fire| *fire <= to && *fire > end) {
+                    Some(fire) => Some(fire),
+                    None => {
+                        let last = whole_minute_at_or_before(to.min(end));
+                        let scanned = (0..)
+                            .map(|n| last - n * MINUTE_MS)
+                            .take_while(|minute| *minute >= start && *minute >= not_before_ms)
+                            .find(|minute| self.fires_at(*minute));
+                        if scanned.is_none() && start > not_before_ms {
+                            to = start - 1;
+                            continue;
+                        }
+                        scanned
+                    }
+                },
+            };
+            return fire.filter(|fire| *fire >= not_before_ms && *fire <= at_ms);
+        }
     }
 
     /// Up to `count` fires after `after_ms`, none after `until_ms`.
@@ -127,6 +161,125 @@ impl CronSchedule {
         }
         fires
     }
+
+    fn croner_next(&self, after_ms: i64) -> Option<i64> {
+        // Fires are whole minutes; croner keeps the start's fraction of a
+        // second, so the search starts from the whole second.
+        let after = self
+            .zone
+            .timestamp_millis_opt(whole_second(after_ms))
+            .single()?;
+        self.cron
+            .find_next_occurrence(&after, false)
+            .ok()
+            .map(|fire| fire.timestamp_millis())
+    }
+
+    fn croner_previous(&self, at_ms: i64) -> Option<i64> {
+        let at = self
+            .zone
+            .timestamp_millis_opt(whole_second(at_ms))
+            .single()?;
+        self.cron
+            .find_previous_occurrence(&at, true)
+            .ok()
+            .map(|fire| fire.timestamp_millis())
+    }
+
+    /// The first (forward) or last (backward) stretch around a change of
+    /// the zone's offset near `[from, to]`: from three hours before the
+    /// change to three hours after it, more than any zone's change.
+    fn transition_window(&self, from: i64, to: i64, direction: Direction) -> Option<(i64, i64)> {
+        let steps = (to - from + 2 * WINDOW_MS).div_euclid(STEP_MS) + 1;
+        let step_at = |n: i64| match direction {
+            Direction::Forward => from - WINDOW_MS + n * STEP_MS,
+            Direction::Backward => to + WINDOW_MS - (n + 1) * STEP_MS,
+        };
+        let (mut before, mut after) = (0..steps)
+            .map(step_at)
+            .map(|at| (at, at + STEP_MS))
+            .find(|(at, then)| self.offset_at(*at) != self.offset_at(*then))?;
+        // The change to the minute: offsets change on whole minutes.
+        let offset = self.offset_at(before);
+        while after - before > MINUTE_MS {
+            let middle = whole_minute_at_or_before(before + (after - before) / 2);
+            if middle <= before {
+                break;
+            }
+            if self.offset_at(middle) == offset {
+                before = middle;
+            } else {
+                after = middle;
+            }
+        }
+        Some((after - WINDOW_MS, after + WINDOW_MS))
+    }
+
+    fn offset_at(&self, ms: i64) -> Option<i32> {
+        self.zone
+            .timestamp_millis_opt(ms)
+            .single()
+            .map(|time| time.offset().fix().local_minus_utc())
+    }
+
+    /// Whether the schedule fires at the whole minute `minute_ms`, by the
+    /// rules of the module's head: a fixed time fires at its first pass
+    /// only, and, when the zone skips it, at the first minute after the
+    /// gap; any other pattern fires whenever the clock shows a time it
+    /// matches.
+    fn fires_at(&self, minute_ms: i64) -> bool {
+        let Some(local) = self.zone.timestamp_millis_opt(minute_ms).single() else {
+            return false;
+        };
+        let fixed = self.cron.determine_job_type() == JobType::FixedTime;
+        if self.cron.is_time_matching(&local).unwrap_or(false) {
+            let first_pass = self
+                .zone
+                .from_local_datetime(&local.naive_local())
+                .earliest()
+                .is_some_and(|first| first == local);
+            return first_pass || !fixed;
+        }
+        // A fixed time the zone skipped just now fires here.
+        let (Some(before), Some(now)) = (
+            self.offset_at(minute_ms - MINUTE_MS),
+            self.offset_at(minute_ms),
+        ) else {
+            return false;
+        };
+        if !fixed || now <= before {
+            return false;
+        }
+        let skipped = i64::from(now - before) / 60;
+        (1..skipped + 1).any(|back| {
+            let naive = local.naive_local() - chrono::Duration::minutes(back);
+            // The skipped wall-clock time, its fields read as they are.
+            self.cron
+                .is_time_matching(&naive.and_utc())
+                .unwrap_or(false)
+        })
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    Forward,
+    Backward,
+}
+
+const MINUTE_MS: i64 = 60_000;
+/// How far around a change of offset the minutes are read one by one.
+const WINDOW_MS: i64 = 3 * 3_600_000;
+/// The step of the search for a change of offset: no zone changes twice
+/// within it.
+const STEP_MS: i64 = 6 * 3_600_000;
+
+fn next_minute(after_ms: i64) -> i64 {
+    (after_ms.div_euclid(MINUTE_MS) + 1) * MINUTE_MS
+}
+
+fn whole_minute_at_or_before(ms: i64) -> i64 {
+    ms.div_euclid(MINUTE_MS) * MINUTE_MS
 }
 
 fn whole_second(ms: i64) -> i64 {
@@ -373,6 +526,161 @@ mod tests {
                 "2026-11-02 01:30 EST",
                 "2026-11-03 01:30 EST"
             ]
+        );
+    }
+
+    fn utc(text: &str) -> i64 {
+        crate::time::parse_rfc3339(text).expect("an RFC 3339 time")
+    }
+
+    /// Every fire of `cron` in New York on a night the clocks change, as
+    /// UTC times listed in order: from any time between the first and the
+    /// last, the next fire is the first listed after it, and the latest
+    /// fire at or before it is the last listed not after it.
+    fn assert_fires_over_the_night(cron: &str, fires: &[&str]) {
+        let schedule = CronSchedule::parse(cron, "America/New_York").unwrap();
+        let fires: Vec<i64> = fires.iter().map(|fire| utc(fire)).collect();
+        let (first, last) = (fires[0], fires[fires.len() - 1]);
+        let shown = |fire: Option<i64>| fire.map(crate::time::to_rfc3339);
+        // Every 7.5 minutes, and at each fire and a second either side.
+        let mut times: Vec<i64> = (0..)
+            .map(|n| first + n * 450_000)
+            .take_while(|at| *at < last)
+            .collect();
+        times.extend(
+            fires
+                .iter()
+                .flat_map(|fire| [fire - 1_000, *fire, fire + 1_000]),
+        );
+        times.retain(|at| *at >= first && *at < last);
+        for at in times {
+            let next = fires.iter().copied().find(|fire| *fire > at);
+            assert_eq!(
+                shown(schedule.next_after(at)),
+                shown(next),
+                "{cron}: the next fire after {}",
+                crate::time::to_rfc3339(at)
+            );
+            let latest = fires.iter().copied().rev().find(|fire| *fire <= at);
+            assert_eq!(
+                shown(schedule.latest_at_or_before(at, first)),
+                shown(latest),
+                "{cron}: the latest fire at or before {}",
+                crate::time::to_rfc3339(at)
+            );
+        }
+    }
+
+    #[test]
+    fn on_the_night_the_clocks_go_back_a_pattern_with_a_wildcard_hour_fires_at_both_passes() {
+        // 7 November 2027: 02:00 EDT (06:00Z) becomes 01:00 EST, so the
+        // clock shows 01:00 to 01:59 from 05:00Z and again from 06:00Z.
+        assert_fires_over_the_night(
+            "30 * * * *",
+            &[
+                "2027-11-07T04:30:00Z",
+                "2027-11-07T05:30:00Z",
+                "2027-11-07T06:30:00Z",
+                "2027-11-07T07:30:00Z",
+                "2027-11-07T08:30:00Z",
+            ],
+        );
+        assert_fires_over_the_night(
+            "*/20 * * * *",
+            &[
+                "2027-11-07T04:40:00Z",
+                "2027-11-07T05:00:00Z",
+                "2027-11-07T05:20:00Z",
+                "2027-11-07T05:40:00Z",
+                "2027-11-07T06:00:00Z",
+                "2027-11-07T06:20:00Z",
+                "2027-11-07T06:40:00Z",
+                "2027-11-07T07:00:00Z",
+                "2027-11-07T07:20:00Z",
+            ],
+        );
+        // A step in the hour: 00:00 EDT, then 02:00 and 04:00 EST; the
+        // clock shows no even hour twice.
+        assert_fires_over_the_night(
+            "0 */2 * * *",
+            &[
+                "2027-11-07T02:00:00Z",
+                "2027-11-07T04:00:00Z",
+                "2027-11-07T07:00:00Z",
+                "2027-11-07T09:00:00Z",
+            ],
+        );
+        // Every minute of 01:xx, at both passes.
+        assert_fires_over_the_night(
+            "*/30 1 * * *",
+            &[
+                "2027-11-06T05:00:00Z",
+                "2027-11-06T05:30:00Z",
+                "2027-11-07T05:00:00Z",
+                "2027-11-07T05:30:00Z",
+                "2027-11-07T06:00:00Z",
+                "2027-11-07T06:30:00Z",
+                "2027-11-08T06:00:00Z",
+            ],
+        );
+        // A fixed time fires once, at its first pass.
+        assert_fires_over_the_night(
+            "30 1 * * *",
+            &[
+                "2027-11-06T05:30:00Z",
+                "2027-11-07T05:30:00Z",
+                "2027-11-08T06:30:00Z",
+            ],
+        );
+    }
+
+    #[test]
+    fn on_the_night_the_clocks_go_forward_a_wildcard_hour_follows_the_clock_and_a_fixed_time_fires_after_the_gap()
+     {
+        // 14 March 2027: 02:00 EST (07:00Z) becomes 03:00 EDT; the clock
+        // never shows 02:xx.
+        assert_fires_over_the_night(
+            "30 * * * *",
+            &[
+                "2027-03-14T05:30:00Z",
+                "2027-03-14T06:30:00Z",
+                "2027-03-14T07:30:00Z",
+                "2027-03-14T08:30:00Z",
+            ],
+        );
+        assert_fires_over_the_night(
+            "*/20 * * * *",
+            &[
+                "2027-03-14T06:20:00Z",
+                "2027-03-14T06:40:00Z",
+                "2027-03-14T07:00:00Z",
+                "2027-03-14T07:20:00Z",
+            ],
+        );
+        assert_fires_over_the_night(
+            "0 */2 * * *",
+            &[
+                "2027-03-14T03:00:00Z",
+                "2027-03-14T05:00:00Z",
+                "2027-03-14T08:00:00Z",
+                "2027-03-14T10:00:00Z",
+            ],
+        );
+        assert_fires_over_the_night(
+            "30 2 * * *",
+            &[
+                "2027-03-13T07:30:00Z",
+                "2027-03-14T07:00:00Z",
+                "2027-03-15T06:30:00Z",
+            ],
+        );
+        assert_fires_over_the_night(
+            "0 2 * * *",
+            &[
+                "2027-03-13T07:00:00Z",
+                "2027-03-14T07:00:00Z",
+                "2027-03-15T06:00:00Z",
+            ],
         );
     }
 
