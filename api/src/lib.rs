@@ -7,6 +7,7 @@ pub mod auth;
 pub mod background;
 pub mod body;
 pub mod dashboard;
+pub mod deadline;
 pub mod error;
 pub mod idempotency;
 pub mod key_commands;

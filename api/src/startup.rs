@@ -15,6 +15,7 @@ use worker::cancel_on_signal;
 use crate::{
     api_keys::ApiKeys,
     background::BackgroundTasks,
+    deadline,
     error::{BoxError, problem_fallback},
     key_commands::ensure_api_keys,
     limits::Limits,
@@ -86,6 +87,7 @@ impl Application {
             },
             schemas: reports::registered::CompiledSchemas::default(),
             shutdown: shutdown.clone(),
+            request_timeout: settings.request_timeout,
         });
         {
             let (store, woken, stop) = (
@@ -101,6 +103,7 @@ impl Application {
                 .wrap(ErrorHandlers::new().default_handler(problem_fallback))
                 .wrap(actix_web::middleware::from_fn(metrics::count_requests))
                 .wrap(actix_web::middleware::from_fn(traces::trace_requests))
+                .wrap(actix_web::middleware::from_fn(deadline::bound_requests))
                 .configure(routes::configure)
         })
         .disable_signals()

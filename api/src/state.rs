@@ -33,4 +33,6 @@ pub struct AppState {
     pub schemas: reports::registered::CompiledSchemas,
     /// Cancelled at SIGTERM/SIGINT: long polls answer at once.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// `REQUEST_TIMEOUT` ([`crate::deadline`]).
+    pub request_timeout: std::time::Duration,
 }

@@ -181,6 +181,13 @@ pub struct Settings {
     #[arg(long, env = "MAX_WEBHOOKS_PER_JOB", default_value = "10", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_webhooks_per_job: u64,
 
+    /// How long a `/v1` request may take before it is answered 503 with
+    /// Retry-After, whatever it waits on (a database or a Redis that does
+    /// not answer, a full group commit). A long poll may take its wait on
+    /// top; a body of over 1 MiB (a streamed result) is not bounded by it.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_request_timeout)]
+    pub request_timeout: Duration,
+
     /// Long polls (`GET /v1/jobs/{id}?wait=N`, and waiting leases of
     /// workers over HTTP) one tenant may hold open at once in each api
     /// process; one more is refused with 429.
@@ -218,6 +225,14 @@ fn parse_sample_interval(text: &str) -> Result<Duration, String> {
         return Err("at least 100ms".into());
     }
     Ok(interval)
+}
+
+fn parse_request_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&timeout) {
+        return Err("from 1s to 10m".into());
+    }
+    Ok(timeout)
 }
 
 /// `MAX_RUNNING_PER_KIND`: caps per kind, each at least 1.

@@ -103,6 +103,21 @@ const MIGRATIONS_TABLE: &str = "receipt_migrations";
 /// request is answered 503): every pool of a store waits as long.
 const POOL_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What every session of a direct connection to Postgres sets (behind a
+/// pooler, which may refuse startup parameters, the role's settings do:
+/// docs/operations.md): no statement runs for more than a minute, a
+/// transaction left idle (its client gone silent mid-transaction) is ended
+/// after a minute, releasing its locks, and the server probes a quiet
+/// connection after 30 s, so a client that vanished is found within about
+/// a minute. Migrations run on a connection of their own, without them.
+const SESSION_TIMEOUTS: [(&str, &str); 5] = [
+    ("statement_timeout", "60s"),
+    ("idle_in_transaction_session_timeout", "60s"),
+    ("tcp_keepalives_idle", "30"),
+    ("tcp_keepalives_interval", "10"),
+    ("tcp_keepalives_count", "3"),
+];
+
 /// `DATABASE_POOL_SIZE`'s default, for a store opened from a URL alone.
 const DEFAULT_POOL_SIZE: u32 = 20;
 
@@ -387,7 +402,10 @@ impl Store {
         let mut generic_plans = None;
         let (db, url) = match Dialect::of_url(url)? {
             Dialect::Postgres => {
-                let options = PgConnectOptions::from_str(url)?;
+                let mut options = PgConnectOptions::from_str(url)?;
+                if session_url.is_none() {
+                    options = options.options(SESSION_TIMEOUTS);
+                }
                 let pool = PgPoolOptions::new()
                     .max_connections(pool_size)
                     .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
@@ -538,25 +556,22 @@ impl Store {
     /// migrator finds them applied.
     pub async fn migrate(&self) -> Result<()> {
         match &self.db {
-            Db::Postgres(pool) => {
+            Db::Postgres(_) => {
                 let migrator = migrator(Dialect::Postgres);
-                if self.session_url == self.url {
-                    postgres::carry_renamed_migrations(&mut *pool.acquire().await?).await?;
-                    migrator.run(pool).await?;
-                } else {
-                    // The migrator's lock is a session's advisory lock: taken
-                    // and released on one connection to Postgres itself.
-                    let mut conn = PgConnection::connect(&self.session_url).await?;
-                    let mut outcome = postgres::carry_renamed_migrations(&mut conn)
-                        .await
-                        .map(drop)
-                        .map_err(Error::from);
-                    if outcome.is_ok() {
-                        outcome = migrator.run(&mut conn).await.map_err(Error::from);
-                    }
-                    let _ = conn.close().await;
-                    outcome?;
+                // On a connection of their own to Postgres itself: the
+                // migrator's lock is a session's advisory lock, and a
+                // migration (an index on a large table) may run for longer
+                // than the pools' statement timeout.
+                let mut conn = PgConnection::connect(&self.session_url).await?;
+                let mut outcome = postgres::carry_renamed_migrations(&mut conn)
+                    .await
+                    .map(drop)
+                    .map_err(Error::from);
+                if outcome.is_ok() {
+                    outcome = migrator.run(&mut conn).await.map_err(Error::from);
                 }
+                let _ = conn.close().await;
+                outcome?;
             }
             Db::Sqlite(db) => {
                 sqlite::carry_renamed_migrations(&mut *db.pool.acquire().await?).await?;

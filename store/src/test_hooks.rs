@@ -88,6 +88,18 @@ impl Store {
         ))
     }
 
+    /// Postgres: a setting of the sessions the store's pool opens
+    /// (`SHOW name`); `None` on SQLite.
+    pub async fn session_setting(&self, name: &str) -> Result<Option<String>> {
+        let crate::Db::Postgres(pool) = &self.db else {
+            return Ok(None);
+        };
+        let shown: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
+            .fetch_one(pool)
+            .await?;
+        Ok(Some(shown))
+    }
+
     /// Postgres: the plans each statement prepared on the per-job pool's
     /// connections has had, as `(statement, generic plans, custom plans)`
     /// summed over its connections. Call it while nothing else uses the pool.

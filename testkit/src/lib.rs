@@ -4,8 +4,9 @@
 //! started on it ([`Process`]), an HTTP client of the api ([`Api`]),
 //! receivers of the test's own on loopback (one that records each
 //! job's announcements: [`Announcements`]), Postgres, PgBouncer, Redis and
-//! Sentinel servers of a run's own ([`servers`]), a process whose clock is
-//! wrong ([`clock`]), tools installed from
+//! Sentinel servers of a run's own ([`servers`]), a network between a
+//! process and a server that misbehaves on cue ([`proxy`]), a process whose
+//! clock is wrong ([`clock`]), tools installed from
 //! package registries ([`tools`]), and waiting for events with a deadline
 //! ([`wait`]). It talks HTTP and SQL only: it depends on
 //! no crate of the workspace.
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod env;
 pub mod ledger;
 pub mod process;
+pub mod proxy;
 pub mod receiver;
 pub mod servers;
 pub mod tenants;
@@ -29,6 +31,7 @@ pub use env::{
     test_settings, through_pgbouncer,
 };
 pub use process::{Finished, Process, Stderr, binary, peak_rss_bytes, peak_rss_mib};
+pub use proxy::{Fault, FaultProxy, Way};
 pub use receiver::{headers_of, serve_on_loopback};
 pub use tenants::{KEY_A, KEY_B};
 pub use wait::Record;

@@ -21,12 +21,12 @@ use crate::common::{
 /// Retrying clients and the jobs they were given.
 pub(crate) struct Stream {
     clients: Vec<tokio::task::JoinHandle<Vec<(String, String)>>>,
-    answers: std::sync::Arc<Answers>,
+    pub(crate) answers: std::sync::Arc<Answers>,
 }
 
 /// What the stream's clients have been answered so far.
 #[derive(Default)]
-struct Answers {
+pub(crate) struct Answers {
     /// 202s.
     accepted: std::sync::atomic::AtomicUsize,
     /// 503s, and requests that got no answer at all.
@@ -34,11 +34,11 @@ struct Answers {
 }
 
 impl Answers {
-    fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.accepted.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn refused(&self) -> usize {
+    pub(crate) fn refused(&self) -> usize {
         self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
@@ -82,7 +82,7 @@ impl Stream {
     /// Waits (up to 60 s) until `holds` is true of what the clients have
     /// been answered so far: so many accepted (the stream is under way), so
     /// many refused (the clients have felt an outage).
-    async fn wait_until(&self, what: &str, holds: impl Fn(&Answers) -> bool) {
+    pub(crate) async fn wait_until(&self, what: &str, holds: impl Fn(&Answers) -> bool) {
         let answers = &self.answers;
         wait::until_true(what, Duration::from_secs(60), async || holds(answers)).await;
     }

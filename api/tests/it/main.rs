@@ -22,6 +22,7 @@ mod lifecycle;
 mod limits;
 mod observability;
 mod openapi_client;
+mod partitions;
 mod priorities;
 mod query_plans;
 mod reports;

@@ -18,5 +18,6 @@ mod outbox;
 mod periods;
 mod retention;
 mod sagas;
+mod sessions;
 mod webhooks;
 mod work;
