@@ -71,7 +71,35 @@ impl RedisQueue {
             .set_response_timeout(Some(Duration::from_secs(10)))
             .set_connection_timeout(Some(Duration::from_secs(5)));
         let conn = Primary::connect(url, config).await?;
-        Ok(Self { conn, prefix })
+        let queue = Self { conn, prefix };
+        queue.warn_unless_noeviction().await;
+        Ok(queue)
+    }
+
+    /// A Redis that evicts keys when full may drop queued messages (the
+    /// lost-message sweep republishes their jobs, seconds later) and the
+    /// keys that find them; one that refuses writes (`noeviction`) only
+    /// delays pushes, which the outbox retries. Said once at start, when
+    /// Redis tells its policy (`INFO memory`; some managed Redis hide it).
+    async fn warn_unless_noeviction(&self) {
+        let info: redis::RedisResult<String> = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut self.conn.clone())
+            .await;
+        let policy = info.ok().and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+                .map(|policy| policy.trim().to_owned())
+        });
+        match policy.as_deref() {
+            Some("noeviction") | None => {}
+            Some(policy) => tracing::warn!(
+                policy,
+                "Redis's maxmemory-policy is not noeviction: when Redis is full it evicts \
+                 keys, queued messages among them, and their jobs wait for the lost-message \
+                 sweep; set maxmemory-policy noeviction (docs/operations.md, Redis)"
+            ),
+        }
     }
 
     pub fn key(&self, name: &str) -> String {

@@ -395,6 +395,20 @@ impl PrivateRedis {
         }
         wait_until("Redis is gone", || !answers(self.port));
     }
+
+    /// One command's answer as text (an array's items one per line);
+    /// `None` if the server does not answer or refuses it.
+    pub fn query(&self, args: &[&str]) -> Option<String> {
+        redis_query(self.port, args)
+    }
+
+    /// A field of `INFO` (`used_memory`, `evicted_keys`, ...).
+    pub fn info_field(&self, field: &str) -> Option<String> {
+        let info = self.query(&["INFO"])?;
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{field}:")))
+            .map(|value| value.trim().to_owned())
+    }
 }
 
 impl Drop for PrivateRedis {

@@ -255,13 +255,13 @@ pub(crate) fn assert_up(what: &str, process: &mut Process) {
     );
 }
 
-struct Shape {
-    env: TestEnv,
-    api: Api,
-    worker: Process,
+pub(crate) struct Shape {
+    pub(crate) env: TestEnv,
+    pub(crate) api: Api,
+    pub(crate) worker: Process,
 }
 
-async fn production_shape(postgres: &PrivatePostgres, redis: &PrivateRedis) -> Shape {
+pub(crate) async fn production_shape(postgres: &PrivatePostgres, redis: &PrivateRedis) -> Shape {
     production_shape_with(postgres, redis, &[]).await
 }
 

@@ -25,6 +25,7 @@ mod openapi_client;
 mod partitions;
 mod priorities;
 mod query_plans;
+mod redis_memory;
 mod reports;
 mod retention;
 mod retries;
