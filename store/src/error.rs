@@ -34,18 +34,27 @@ impl From<sqlx::Error> for Error {
 }
 
 /// Postgres codes that mean "try again": the server is starting, stopping,
-/// overloaded or refusing connections (classes 08, 53, 57P, and 55000 for a
-/// database not accepting connections), or the transaction lost a race it
-/// can win on a second try (40001 serialization failure, 40P01 deadlock,
-/// 40003 completion unknown); and SQLite's busy/locked, which pass.
+/// overloaded, out of disk or memory, or refusing connections (classes 08,
+/// 53 (53100 is a full disk), 57P, and 55000 for a database not accepting
+/// connections), or the transaction lost a race it can win on a second try
+/// (40001 serialization failure, 40P01 deadlock, 40003 completion unknown).
 fn is_unavailable_code(code: Option<&str>) -> bool {
     let Some(code) = code else {
         return false;
     };
-    matches!(code, "40001" | "40P01" | "40003" | "55000" | "5" | "6")
+    matches!(code, "40001" | "40P01" | "40003" | "55000")
         || code.starts_with("08")
         || code.starts_with("53")
         || code.starts_with("57P")
+}
+
+/// SQLite's (extended) result codes that mean "try again": busy and locked
+/// (5, 6), which pass; a full disk (13) and a failed read or write (10,
+/// with its extended codes), which pass once space returns. SQLite rolls
+/// back the statement or transaction that met them, so the file stays
+/// whole.
+fn is_unavailable_sqlite_code(code: i32) -> bool {
+    matches!(code & 0xff, 5 | 6 | 10 | 13)
 }
 
 impl From<shared::settings::SettingsError> for Error {
@@ -65,7 +74,12 @@ fn is_unavailable_sqlx(error: &sqlx::Error) -> bool {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => is_unavailable_code(db.code().as_deref()),
+        sqlx::Error::Database(db) => match db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+            Some(sqlite) => sqlx::error::DatabaseError::code(sqlite)
+                .and_then(|code| code.parse().ok())
+                .is_some_and(is_unavailable_sqlite_code),
+            None => is_unavailable_code(db.code().as_deref()),
+        },
         _ => false,
     }
 }
@@ -105,12 +119,24 @@ pub fn lose_answer<T>(point: &str, result: Result<T>) -> Result<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_unavailable_code;
+    use super::{is_unavailable_code, is_unavailable_sqlite_code};
+
+    #[test]
+    fn sqlite_busy_locked_full_or_failing_to_write_is_worth_another_try_and_a_bug_is_not() {
+        // BUSY, BUSY_SNAPSHOT, LOCKED, IOERR_WRITE, IOERR_FSYNC, FULL.
+        for code in [5, 517, 6, 778, 1034, 13] {
+            assert!(is_unavailable_sqlite_code(code), "{code}");
+        }
+        // CONSTRAINT_UNIQUE, ERROR, MISMATCH, CORRUPT.
+        for code in [2067, 1, 20, 11] {
+            assert!(!is_unavailable_sqlite_code(code), "{code}");
+        }
+    }
 
     #[test]
     fn a_lost_race_or_a_lost_server_is_worth_another_try_and_a_bug_is_not() {
         for code in [
-            "40001", "40P01", "08006", "08003", "57P01", "53300", "55000", "5",
+            "40001", "40P01", "08006", "08003", "57P01", "53300", "53100", "55000",
         ] {
             assert!(is_unavailable_code(Some(code)), "{code}");
         }

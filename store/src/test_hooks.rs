@@ -94,10 +94,9 @@ impl Store {
         let crate::Db::Postgres(pool) = &self.db else {
             return Ok(None);
         };
-        let shown: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
-            .fetch_one(pool)
-            .await?;
-        Ok(Some(shown))
+        Ok(Some(
+            postgres::test_hooks::session_setting(pool, name).await?,
+        ))
     }
 
     /// Postgres: the plans each statement prepared on the per-job pool's

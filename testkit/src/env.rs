@@ -284,6 +284,17 @@ impl TestEnv {
 
     fn spawn(&self, binary: &str, extra: &[(&str, &str)]) -> Process {
         let path = process::binary(binary).unwrap_or_else(|e| panic!("{e}"));
+        self.spawn_at(&path, binary, extra)
+    }
+
+    /// The binary at `path` (another build's `api` or `worker`, named
+    /// `binary` in the logs) in this environment, with extra settings.
+    pub fn spawn_at(
+        &self,
+        path: &std::path::Path,
+        binary: &str,
+        extra: &[(&str, &str)],
+    ) -> Process {
         let stderr = match &self.logs {
             None => Stderr::Echo,
             Some(dir) => {
@@ -294,7 +305,7 @@ impl TestEnv {
                 Stderr::File(std::fs::File::create(&log).expect("a log file"))
             }
         };
-        let process = Process::spawn(&path, &self.env_with(extra), stderr);
+        let process = Process::spawn(path, &self.env_with(extra), stderr);
         self.spawned
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -7,7 +7,8 @@
 //! Sentinel servers of a run's own ([`servers`]), a network between a
 //! process and a server that misbehaves on cue ([`proxy`]), a process whose
 //! clock is wrong ([`clock`]), tools installed from
-//! package registries ([`tools`]), and waiting for events with a deadline
+//! package registries ([`tools`]), a small volume to fill ([`volume`]),
+//! and waiting for events with a deadline
 //! ([`wait`]). It talks HTTP and SQL only: it depends on
 //! no crate of the workspace.
 
@@ -22,6 +23,7 @@ pub mod receiver;
 pub mod servers;
 pub mod tenants;
 pub mod tools;
+pub mod volume;
 pub mod wait;
 
 pub use announcements::{Announcement, Announcements};
@@ -30,7 +32,10 @@ pub use env::{
     Backend, PG_ADMIN_URL, REDIS_URL, TestEnv, admin_sql, count_at, execute_at, redis_at,
     test_settings, through_pgbouncer,
 };
-pub use process::{Finished, Process, Stderr, binary, peak_rss_bytes, peak_rss_mib};
+pub use process::{
+    Finished, PREVIOUS_RELEASE, Process, Stderr, binary, peak_rss_bytes, peak_rss_mib,
+    previous_release_binary,
+};
 pub use proxy::{Fault, FaultProxy, Way};
 pub use receiver::{headers_of, serve_on_loopback};
 pub use tenants::{KEY_A, KEY_B};

@@ -36,6 +36,30 @@ pub fn binary(name: &str) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
+/// The commit of the release before this one, whose binaries the
+/// rolling-upgrade test runs beside this build's.
+pub const PREVIOUS_RELEASE: &str = include_str!("../../scripts/previous-release.commit");
+
+/// A binary (`api`, `worker`) of [`PREVIOUS_RELEASE`], which
+/// `scripts/previous-release` builds (`scripts/test` runs it).
+pub fn previous_release_binary(name: &str) -> std::io::Result<PathBuf> {
+    let commit = PREVIOUS_RELEASE.trim();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/previous-release")
+        .join(commit)
+        .join(name);
+    if !path.exists() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "{} is missing: run scripts/previous-release (scripts/test does)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(path)
+}
+
 /// Peak resident memory of a process (`VmHWM`), in bytes; `None` once it
 /// is gone.
 pub fn peak_rss_bytes(pid: u32) -> Option<u64> {

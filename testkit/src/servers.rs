@@ -91,8 +91,25 @@ impl PrivatePostgres {
     /// With this `max_connections` and further server settings
     /// (`name=value`), such as `shared_preload_libraries=pg_stat_statements`.
     pub fn start_with(max_connections: u32, settings: &[&str]) -> Self {
+        Self::start_at(
+            tempfile::tempdir().expect("temp dir"),
+            max_connections,
+            settings,
+        )
+    }
+
+    /// With its data directory, WAL included, in a directory made under
+    /// `parent` (a [`crate::volume::SmallVolume`] that a test fills).
+    pub fn start_in(parent: &Path) -> Self {
+        Self::start_at(
+            tempfile::tempdir_in(parent).expect("a directory on the volume"),
+            200,
+            &[],
+        )
+    }
+
+    fn start_at(dir: tempfile::TempDir, max_connections: u32, settings: &[&str]) -> Self {
         let bin = postgres_bin_dir();
-        let dir = tempfile::tempdir().expect("temp dir");
         if running_as_root() {
             let status = Command::new("chown")
                 .args(["postgres:", &dir.path().display().to_string()])

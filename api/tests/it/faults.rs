@@ -52,7 +52,7 @@ impl Stream {
 
     /// As [`Stream::start`], sending to wherever `target` points at the
     /// moment (an api may be replaced mid-stream).
-    fn start_on(target: &Target, clients: usize, per_client: usize, ms: u64) -> Self {
+    pub(crate) fn start_on(target: &Target, clients: usize, per_client: usize, ms: u64) -> Self {
         let answers = std::sync::Arc::new(Answers::default());
         let clients = (0..clients)
             .map(|client| {
@@ -100,10 +100,10 @@ impl Stream {
 /// Where clients send their requests: the base URL of an api, which a test
 /// may change when it replaces the api.
 #[derive(Clone)]
-struct Target(std::sync::Arc<std::sync::RwLock<String>>);
+pub(crate) struct Target(std::sync::Arc<std::sync::RwLock<String>>);
 
 impl Target {
-    fn new(base: &str) -> Self {
+    pub(crate) fn new(base: &str) -> Self {
         Target(std::sync::Arc::new(std::sync::RwLock::new(base.to_owned())))
     }
 
@@ -111,7 +111,7 @@ impl Target {
         self.0.read().unwrap().clone()
     }
 
-    fn point_at(&self, base: &str) {
+    pub(crate) fn point_at(&self, base: &str) {
         *self.0.write().unwrap() = base.to_owned();
     }
 }

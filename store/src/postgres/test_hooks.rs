@@ -48,3 +48,10 @@ pub(crate) async fn chunk_counts(
     .fetch_all(db)
     .await
 }
+
+/// A setting of a session the pool opens (`SHOW name`).
+pub(crate) async fn session_setting(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<String> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
+        .fetch_one(db)
+        .await
+}

@@ -302,6 +302,8 @@ async fn a_lapsed_lease_counts_as_an_attempt_and_the_late_success_is_refused(db:
         .await
         .unwrap()
         .expect("the lease taken up");
+    // Lapsed for certain, not only within the same millisecond.
+    db.store.expire_lease_now(&job_id).await.unwrap();
     let (requeued, _) = db.store.requeue_lapsed_leases(100).await.unwrap();
     assert_eq!(requeued, 1, "the lapsed lease was not swept");
 
@@ -501,6 +503,7 @@ async fn a_lease_never_taken_up_is_handed_back_uncounted_three_times_at_most(db:
             "an untaken lease was counted"
         );
         assert_eq!(leased[0].claim.handbacks(), handed_back);
+        db.store.expire_lease_now(&job_id).await.unwrap();
         let (requeued, _) = db.store.requeue_lapsed_leases(100).await.unwrap();
         assert_eq!(requeued, 1);
         let job = db.store.get_job("acme", &job_id).await.unwrap().unwrap();
@@ -511,6 +514,7 @@ async fn a_lease_never_taken_up_is_handed_back_uncounted_three_times_at_most(db:
     // heartbeat cannot keep the job forever.
     let leased = lease(db, "acme", &kinds, 1, Duration::ZERO).await;
     assert_eq!(leased[0].claim.handbacks(), 3);
+    db.store.expire_lease_now(&job_id).await.unwrap();
     db.store.requeue_lapsed_leases(100).await.unwrap();
     let job = db.store.get_job("acme", &job_id).await.unwrap().unwrap();
     assert_eq!((job.status, job.attempts), (JobStatus::Queued, 1));
