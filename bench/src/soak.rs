@@ -1,10 +1,14 @@
 //! `receipt-soak`: the production shape (one api, several workers, Postgres
 //! and Redis of the run's own) under a mixed load for a set time, while
 //! faults are injected: a worker killed every minute, Redis restarted
-//! without its data once, Postgres crashed once. Then it lets everything
-//! finish and counts what was lost or done twice. Its clients are
-//! Receipt's own (`receipt_client`), which retry through the faults as a
-//! user's program would.
+//! without its data once, Postgres crashed once; and with `--faults all`
+//! also partitions and latency (each process reaches Postgres and Redis
+//! through a proxy of its own, `testkit::proxy`), two workers with clocks
+//! 90 s ahead and behind (`testkit::clock`), and Redis out of memory. Then
+//! it lets everything finish and counts what was lost or done twice, and
+//! how long each fault took to recover from. Its clients are Receipt's own
+//! (`receipt_client`), which retry through the faults as a user's program
+//! would.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -14,13 +18,13 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use rand::Rng;
-use receipt_client::{Client, NewWebhook, RetryPolicy, Submit};
+use receipt_client::{Client, JobStatus, NewWebhook, RetryPolicy, Submit};
 use serde_json::{Value, json};
 use sqlx::AnyPool;
 use testkit::{
-    Announcements, Api, Process, TestEnv, peak_rss_mib,
+    Announcements, Api, Fault, FaultProxy, Process, TestEnv, peak_rss_mib,
     servers::{PrivatePostgres, PrivateRedis},
 };
 
@@ -46,6 +50,46 @@ struct Args {
     /// How long to wait, after the load ends, for every job to finish.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     drain: Duration,
+    /// `basic`: workers killed, Redis restarted empty, Postgres crashed.
+    /// `all`: those, and partitions, latency, clock skew and Redis out of
+    /// memory (see the module's head).
+    #[arg(long, value_enum, default_value_t = Faults::Basic)]
+    faults: Faults,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Faults {
+    Basic,
+    All,
+}
+
+/// A process's links to Postgres and Redis, each through a proxy that the
+/// soak can silence or slow.
+struct Links {
+    postgres: FaultProxy,
+    redis: FaultProxy,
+    database_url: String,
+    redis_url: String,
+}
+
+impl Links {
+    async fn to(env: &TestEnv) -> Links {
+        let (postgres, database_url) = FaultProxy::in_front_of(&env.database_url).await;
+        let (redis, redis_url) = FaultProxy::in_front_of(&env.redis_url).await;
+        Links {
+            postgres,
+            redis,
+            database_url,
+            redis_url,
+        }
+    }
+
+    fn settings(&self) -> [(&str, &str); 2] {
+        [
+            ("DATABASE_URL", self.database_url.as_str()),
+            ("REDIS_URL", self.redis_url.as_str()),
+        ]
+    }
 }
 
 /// What the clients saw.
@@ -67,29 +111,52 @@ type Shared = Arc<Mutex<Seen>>;
 /// own; killed when dropped.
 struct Processes {
     api: Api,
+    /// Each worker in its slot: a killed worker's successor takes its slot,
+    /// with the slot's links and clock.
     workers: Vec<Process>,
+    /// With `--faults all`: each slot's links, and its clock's offset.
+    slots: Vec<(Option<Arc<Links>>, i64)>,
     started_workers: usize,
     /// Peak RSS of workers already killed.
     killed_peaks: Vec<f64>,
 }
 
 impl Processes {
-    fn start_worker(&mut self, env: &TestEnv) {
+    fn worker_in(&mut self, env: &TestEnv, slot: usize) -> Process {
         self.started_workers += 1;
-        self.workers.push(env.start_worker(&[]));
+        let (links, offset) = &self.slots[slot];
+        let mut settings: Vec<(String, String)> = match offset {
+            0 => Vec::new(),
+            offset => testkit::clock::skewed_by(*offset),
+        };
+        if let Some(links) = links {
+            settings.extend(
+                links
+                    .settings()
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+            );
+        }
+        env.start_worker_owned(&settings)
+    }
+
+    fn start_workers(&mut self, env: &TestEnv) {
+        for slot in 0..self.slots.len() {
+            let worker = self.worker_in(env, slot);
+            self.workers.push(worker);
+        }
     }
 
     fn kill_a_worker(&mut self, env: &TestEnv) {
         if self.workers.is_empty() {
             return;
         }
-        let index = rand::rng().random_range(0..self.workers.len());
-        let mut worker = self.workers.remove(index);
-        if let Some(peak) = peak_rss_mib(worker.pid()) {
+        let slot = rand::rng().random_range(0..self.workers.len());
+        if let Some(peak) = peak_rss_mib(self.workers[slot].pid()) {
             self.killed_peaks.push(peak);
         }
-        worker.kill_hard();
-        self.start_worker(env);
+        self.workers[slot].kill_hard();
+        self.workers[slot] = self.worker_in(env, slot);
     }
 
     fn peaks(&self) -> Value {
@@ -254,17 +321,40 @@ async fn main() -> Result<()> {
             ("RUST_LOG", "warn"),
         ])
         .log_to(logs.path().to_owned());
-    let api = env.start_api(&[]).await;
+    let every_fault = args.faults == Faults::All;
+    // With every fault, the api and each worker slot reach the servers
+    // through links of their own, and two workers' clocks are wrong.
+    let api_links = match every_fault {
+        true => Some(Arc::new(Links::to(&env).await)),
+        false => None,
+    };
+    let api = match &api_links {
+        Some(links) => env.start_api(&links.settings()).await,
+        None => env.start_api(&[]).await,
+    };
     let base = api.base.clone();
+    let mut slots = Vec::new();
+    for slot in 0..args.workers {
+        let links = match every_fault {
+            true => Some(Arc::new(Links::to(&env).await)),
+            false => None,
+        };
+        let offset = match (every_fault, slot) {
+            (true, 0) => 90,
+            (true, 1) => -90,
+            _ => 0,
+        };
+        slots.push((links, offset));
+    }
+    let worker_links: Vec<Arc<Links>> = slots.iter().filter_map(|(l, _)| l.clone()).collect();
     let mut processes = Processes {
         api,
         workers: Vec::new(),
+        slots,
         started_workers: 0,
         killed_peaks: Vec::new(),
     };
-    for _ in 0..args.workers {
-        processes.start_worker(&env);
-    }
+    processes.start_workers(&env);
     let pool = sqlx::any::AnyPoolOptions::new()
         .max_connections(2)
         .connect(&env.database_url)
@@ -317,10 +407,36 @@ async fn main() -> Result<()> {
         .await?;
 
     println!(
-        "soak: {:?} at {} submits/s, {} workers; a worker killed every {:?}, Redis restarted empty at 1/3, Postgres crashed at 2/3",
-        args.duration, args.rate, args.workers, args.kill_every
+        "soak: {:?} at {} submits/s, {} workers; a worker killed every {:?}, Redis restarted empty at 1/3, Postgres crashed at 2/3{}",
+        args.duration,
+        args.rate,
+        args.workers,
+        args.kill_every,
+        if every_fault {
+            "; workers 90 s ahead and behind; partitions, Redis out of memory and latency (--faults all)"
+        } else {
+            ""
+        }
     );
     let started = Instant::now();
+    let recoveries: Recoveries = Arc::default();
+    let prober = Prober {
+        submitter: submitter.clone(),
+        poller: poller.clone(),
+        seen: seen.clone(),
+        recoveries: recoveries.clone(),
+    };
+    let timed = match (&api_links, every_fault) {
+        (Some(api_links), true) => Some(tokio::spawn(timed_faults(
+            started,
+            args.duration,
+            api_links.clone(),
+            worker_links,
+            redis.url(),
+            prober.clone(),
+        ))),
+        _ => None,
+    };
     let load_ends = started + args.duration;
     let pollers: Vec<_> = (0..4)
         .map(|_| tokio::spawn(long_poller(poller.clone(), seen.clone(), load_ends)))
@@ -357,6 +473,7 @@ async fn main() -> Result<()> {
                 "{:>5.0}s Redis restarted empty (3 s down)",
                 elapsed.as_secs_f64()
             ));
+            tokio::spawn(prober.clone().probe("Redis restarted empty"));
         }
         if !postgres_done && elapsed >= args.duration * 2 / 3 {
             postgres_done = true;
@@ -367,12 +484,16 @@ async fn main() -> Result<()> {
                 "{:>5.0}s Postgres crashed (5 s down)",
                 elapsed.as_secs_f64()
             ));
+            tokio::spawn(prober.clone().probe("Postgres crashed"));
         }
     }
     println!(
         "load ended after {:.0} s; {n} intents; waiting for every answer",
         started.elapsed().as_secs_f64()
     );
+    if let Some(timed) = timed {
+        faults.extend(timed.await.unwrap_or_default());
+    }
     for intent in intents {
         let _ = intent.await;
     }
@@ -411,6 +532,7 @@ async fn main() -> Result<()> {
         rows_before,
         redis_before,
         &faults,
+        &recoveries,
         started,
     )
     .await?;
@@ -455,6 +577,7 @@ async fn report(
     rows_before: Value,
     redis_before: Value,
     faults: &[String],
+    recoveries: &Recoveries,
     started: Instant,
 ) -> Result<Value> {
     let (accepted, keys_with_two_jobs, retried, long_polls) = {
@@ -517,6 +640,22 @@ async fn report(
     for fault in faults {
         println!("  {fault}");
     }
+    let recoveries = recoveries.lock().unwrap().clone();
+    println!("recovery (from a fault's end to a new job's success):");
+    for (fault, took) in &recoveries {
+        match took {
+            Some(took) => println!("  {fault}: {:.1} s", took.as_secs_f64()),
+            None => println!("  {fault}: NOT RECOVERED"),
+        }
+    }
+    let worst_recovery = recoveries
+        .iter()
+        .map(|(_, took)| took.map_or(f64::INFINITY, |took| took.as_secs_f64()))
+        .fold(0.0, f64::max);
+    let recoveries: Vec<Value> = recoveries
+        .iter()
+        .map(|(fault, took)| json!({"fault": fault, "seconds": took.map(|t| t.as_secs_f64())}))
+        .collect();
     let rows_after = row_counts(pool).await?;
     let redis_after = redis_size(redis_url).await?;
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -540,5 +679,150 @@ async fn report(
         "redis_after": redis_after,
         "redis_a_minute_later": redis_a_minute_later,
         "peak_rss": processes.peaks(),
+        "recoveries": recoveries,
+        "worst_recovery_s": worst_recovery,
     }))
+}
+
+/// Each fault's recovery: from its end to the success of a job submitted
+/// then; `None` if that job did not succeed within five minutes.
+type Recoveries = Arc<Mutex<Vec<(String, Option<Duration>)>>>;
+
+/// Measures recoveries, with the run's clients.
+#[derive(Clone)]
+struct Prober {
+    submitter: Client,
+    poller: Client,
+    seen: Shared,
+    recoveries: Recoveries,
+}
+
+impl Prober {
+    /// Submits a job as `fault` ends and records how long until it
+    /// SUCCEEDED. The job counts among those accepted.
+    async fn probe(self, fault: &'static str) {
+        let ended = Instant::now();
+        let key = format!("probe-{}", fault.replace(' ', "-"));
+        let submit = Submit::json("sleep", json!({"ms": 1})).idempotency_key(&key);
+        let recovered = async {
+            let job = self.submitter.submit(submit).await.ok()?;
+            self.seen
+                .lock()
+                .unwrap()
+                .accepted
+                .insert(key.clone(), job.job_id.clone());
+            while ended.elapsed() < Duration::from_secs(300) {
+                match self.poller.wait(&job.job_id, Duration::from_secs(30)).await {
+                    Ok(job) if job.status == JobStatus::Succeeded => return Some(ended.elapsed()),
+                    Ok(_) => return None,
+                    Err(_) => {}
+                }
+            }
+            None
+        }
+        .await;
+        self.recoveries
+            .lock()
+            .unwrap()
+            .push((fault.to_owned(), recovered));
+    }
+}
+
+/// The faults of `--faults all` that last a while, at set points of the
+/// run (the first at a tenth of it), each followed by a recovery probe;
+/// answers what it did, as the report lists faults.
+async fn timed_faults(
+    started: Instant,
+    duration: Duration,
+    api: Arc<Links>,
+    workers: Vec<Arc<Links>>,
+    redis_url: String,
+    prober: Prober,
+) -> Vec<String> {
+    let mut said = Vec::new();
+    let at = |fraction: f64| tokio::time::Instant::from_std(started + duration.mul_f64(fraction));
+    let mut note = |what: &str| {
+        said.push(format!("{:>5.0}s {what}", started.elapsed().as_secs_f64()));
+    };
+
+    tokio::time::sleep_until(at(0.10)).await;
+    workers[0].postgres.set(Fault::Blackhole);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    workers[0].postgres.heal();
+    note("a worker (90 s ahead) cut off from Postgres for 30 s");
+    tokio::spawn(prober.clone().probe("a worker cut off from Postgres"));
+
+    tokio::time::sleep_until(at(0.25)).await;
+    api.postgres.set(Fault::Blackhole);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    api.postgres.heal();
+    note("the api cut off from Postgres for 10 s");
+    tokio::spawn(prober.clone().probe("the api cut off from Postgres"));
+
+    tokio::time::sleep_until(at(0.45)).await;
+    let worker = workers.get(1).unwrap_or(&workers[0]);
+    worker.redis.set(Fault::Blackhole);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    worker.redis.heal();
+    note("a worker (90 s behind) cut off from Redis for 20 s");
+    tokio::spawn(prober.clone().probe("a worker cut off from Redis"));
+
+    tokio::time::sleep_until(at(0.55)).await;
+    match redis_out_of_memory(&redis_url, Duration::from_secs(20)).await {
+        Ok(()) => {
+            note("Redis out of memory (noeviction, held over maxmemory) for 20 s");
+            tokio::spawn(prober.clone().probe("Redis out of memory"));
+        }
+        Err(error) => note(&format!("Redis out of memory: not made ({error})")),
+    }
+
+    tokio::time::sleep_until(at(0.80)).await;
+    let links = std::iter::once(&api).chain(&workers);
+    let slow = Fault::Latency {
+        ms: 200,
+        jitter_ms: 100,
+    };
+    for link in links.clone() {
+        link.postgres.set(slow);
+        link.redis.set(slow);
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    for link in links {
+        link.postgres.heal();
+        link.redis.heal();
+    }
+    note("200 ms (up to 100 ms more) on every link for 60 s");
+    prober.probe("latency on every link").await;
+    said
+}
+
+/// Holds Redis over its `maxmemory` (with `noeviction`) for `how_long`.
+async fn redis_out_of_memory(url: &str, how_long: Duration) -> Result<()> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await?;
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("used_memory")?;
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory-policy", "noeviction"][..])
+        .query_async(&mut conn)
+        .await?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg((used / 2).max(1).to_string())
+        .query_async(&mut conn)
+        .await?;
+    tokio::time::sleep(how_long).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "0"][..])
+        .query_async(&mut conn)
+        .await?;
+    Ok(())
 }

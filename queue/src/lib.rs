@@ -156,29 +156,45 @@ impl Queue {
 
     /// Whether the queue may have lost messages since [`Queue::mark_intact`]
     /// last ran: Redis restarted without persistence, was flushed, or
-    /// failed over to a replica that had not caught up. Its marker key is
-    /// then gone with the messages, and every job published but not yet
-    /// claimed must be published again now rather than after
-    /// `REPUBLISH_AFTER`. Always `false` for the other queues: the
-    /// job rows are as durable as the jobs themselves.
+    /// failed over to a replica that had not caught up (its marker key is
+    /// then gone with the messages); or Redis evicted keys since (a policy
+    /// other than `noeviction`: any key of the queue may be among them,
+    /// `:held` too, which the lost-message sweep trusts). Every job
+    /// published but not yet claimed must then be published again now
+    /// rather than after `REPUBLISH_AFTER`. Always `false` for the other
+    /// queues: the job rows are as durable as the jobs themselves.
     pub async fn lost_messages(&self) -> Result<bool> {
         let Queue::Redis(queue) = self else {
             return Ok(false);
         };
-        let exists: bool = ::redis::cmd("EXISTS")
+        let (marked, info): (Option<String>, String) = ::redis::pipe()
+            .cmd("GET")
             .arg(queue.key("intact"))
+            .cmd("INFO")
+            .arg("stats")
             .query_async(&mut queue.connection())
             .await?;
-        Ok(!exists)
+        let Some(marked) = marked else {
+            return Ok(true);
+        };
+        // A marker written by a version that kept a time there reads as
+        // a count no server reaches, and says nothing of evictions.
+        let evicted_when_marked = marked.parse::<u64>().unwrap_or(u64::MAX);
+        Ok(evicted_keys(&info).is_some_and(|now| now > evicted_when_marked))
     }
 
     /// Records that everything unclaimed has been made due for publishing
-    /// since the queue was last found to have lost its messages.
+    /// since the queue was last found to have lost its messages, with the
+    /// count of keys Redis had evicted by then.
     pub async fn mark_intact(&self) -> Result<()> {
         if let Queue::Redis(queue) = self {
+            let info: String = ::redis::cmd("INFO")
+                .arg("stats")
+                .query_async(&mut queue.connection())
+                .await?;
             ::redis::cmd("SET")
                 .arg(queue.key("intact"))
-                .arg(shared::time::now_ms())
+                .arg(evicted_keys(&info).unwrap_or(0))
                 .query_async::<()>(&mut queue.connection())
                 .await?;
         }
@@ -240,4 +256,11 @@ impl Queue {
             }
         }
     }
+}
+
+/// `evicted_keys` of Redis's `INFO stats`.
+fn evicted_keys(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("evicted_keys:"))
+        .and_then(|count| count.trim().parse().ok())
 }

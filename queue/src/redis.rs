@@ -17,8 +17,9 @@
 //! - `:held`: for each job, how many of its messages the queue holds
 //!   (waiting or in flight), so the relay finds published jobs whose
 //!   message was lost by asking ([`RedisQueue::holds`]);
-//! - `:intact`: present while Redis holds what was published into it
-//!   ([`crate::Queue::lost_messages`]).
+//! - `:intact`: present while Redis holds what was published into it; its
+//!   value is the count of keys Redis had evicted when it was set, so an
+//!   eviction since says it may not ([`crate::Queue::lost_messages`]).
 //!
 //! A consumer fetches no more messages than it has free slots, so nothing
 //! it holds waits for a slot; what it holds is returned to the FIFOs within

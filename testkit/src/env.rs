@@ -349,6 +349,16 @@ impl TestEnv {
         self.spawn("worker", extra)
     }
 
+    /// [`TestEnv::start_worker`] with settings made at run time (a clock's
+    /// `LD_PRELOAD`, a proxy's URL).
+    pub fn start_worker_owned(&self, extra: &[(String, String)]) -> Process {
+        let extra: Vec<(&str, &str)> = extra
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.start_worker(&extra)
+    }
+
     /// Runs raw SQL on the test's database (to break it on purpose).
     pub async fn execute_sql(&self, sql: &str) {
         execute_at(&self.database_url, sql).await;

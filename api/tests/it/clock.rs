@@ -31,11 +31,7 @@ fn id_of(job: &Value) -> String {
 fn start_worker(env: &TestEnv, offset_s: i64) -> Process {
     let mut settings = testkit::clock::skewed_by(offset_s);
     settings.push(("METRICS_ADDR".into(), "127.0.0.1:0".into()));
-    let settings: Vec<(&str, &str)> = settings
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let worker = env.start_worker(&settings);
+    let worker = env.start_worker_owned(&settings);
     worker.wait_for_line("metrics on http://");
     worker
 }

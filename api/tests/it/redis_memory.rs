@@ -14,8 +14,9 @@ use crate::faults::{Stream, assert_all_succeed, assert_up, production_shape};
 
 const RECOVERY: Duration = Duration::from_secs(30);
 
-/// Fills Redis with keys of its own (`filler:N`) until `done` says so (or
-/// 60 s pass); answers how many it wrote.
+/// Fills Redis with keys of its own (`filler:N`, each with a TTL, so a
+/// `volatile-*` policy may evict them) until `done` says so (or 60 s
+/// pass); answers how many it wrote.
 async fn fill_until(redis: &PrivateRedis, what: &str, done: impl Fn(&PrivateRedis) -> bool) -> u64 {
     let client = redis::Client::open(redis.url()).expect("a client");
     let mut conn = client
@@ -29,7 +30,7 @@ async fn fill_until(redis: &PrivateRedis, what: &str, done: impl Fn(&PrivateRedi
         assert!(Instant::now() < deadline, "{what} within 60 s");
         let mut pipe = redis::pipe();
         for _ in 0..200 {
-            pipe.set(format!("filler:{n}"), &value).ignore();
+            pipe.set_ex(format!("filler:{n}"), &value, 3600).ignore();
             n += 1;
         }
         // Refused (OOM) once full under noeviction: that is the point.
@@ -131,7 +132,7 @@ async fn a_full_redis_that_refuses_writes_delays_jobs_and_loses_none() {
 async fn keys_evicted_from_a_full_redis_are_found_and_their_jobs_run_once() {
     let postgres = PrivatePostgres::start();
     let redis = PrivateRedis::start();
-    redis.query(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    redis.query(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
     let mut shape = production_shape(&postgres, &redis).await;
     let api = &shape.api;
     for process in [api.process.as_ref().expect("api"), &shape.worker] {
@@ -139,6 +140,14 @@ async fn keys_evicted_from_a_full_redis_are_found_and_their_jobs_run_once() {
             .wait_for_lines_containing("maxmemory-policy is not noeviction", 1)
             .await;
     }
+    // The relays have marked the queue intact.
+    let intact = format!("{}:jobs:intact", shape.env.queue_name);
+    wait::until_true(
+        "the queue marked intact",
+        Duration::from_secs(10),
+        async || redis.query(&["EXISTS", &intact]).as_deref() == Some("1"),
+    )
+    .await;
     // The worker stops, and 40 jobs wait in Redis.
     shape.worker.kill_hard();
     let mut accepted = Vec::new();
@@ -160,13 +169,26 @@ async fn keys_evicted_from_a_full_redis_are_found_and_their_jobs_run_once() {
     let queued = format!("{}:jobs:queued:tenant-a", shape.env.queue_name);
     assert_eq!(redis.query(&["EXISTS", &queued]).as_deref(), Some("1"));
 
-    // Full, with keys evicted until the tenant's queue is among them.
+    // Full, with keys evicted until the tenant's queue is among them, but
+    // not the queue's bookkeeping: `:held` still says the jobs' messages
+    // are there, and `:intact` that nothing was lost. (Under `volatile-lru`
+    // only keys with a TTL are evicted: the fillers, and the tenant's queue
+    // once it is given one here.)
+    redis.query(&["EXPIRE", &queued, "3600"]);
     let limit = used_memory(&redis) + 2 * 1024 * 1024;
     redis.query(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
     let _ = fill_until(&redis, "the tenant's queue evicted", |redis| {
         redis.query(&["EXISTS", &queued]).as_deref() == Some("0")
     })
     .await;
+    let prefix = format!("{}:jobs", shape.env.queue_name);
+    for key in [format!("{prefix}:held"), format!("{prefix}:intact")] {
+        assert_eq!(
+            redis.query(&["EXISTS", &key]).as_deref(),
+            Some("1"),
+            "{key} was kept"
+        );
+    }
     let evicted = Instant::now();
 
     let _worker = shape.env.start_worker(&[]);

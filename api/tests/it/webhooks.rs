@@ -1343,11 +1343,7 @@ async fn a_worker_ten_minutes_ahead_signs_timestamps_that_verify(env: TestEnv) {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
     );
-    let settings: Vec<(&str, &str)> = settings
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let _worker = env.start_worker(&settings);
+    let _worker = env.start_worker_owned(&settings);
 
     let before = unix_now();
     let jobs = [

@@ -49,9 +49,10 @@ pub(crate) async fn chunk_counts(
     .await
 }
 
-/// A setting of a session the pool opens (`SHOW name`).
+/// A setting of a session the pool opens, as `SHOW` gives it.
 pub(crate) async fn session_setting(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<String> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
+    sqlx::query_scalar(sql!("SELECT current_setting($1)"))
+        .bind(name)
         .fetch_one(db)
         .await
 }
