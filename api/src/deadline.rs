@@ -17,10 +17,8 @@ use actix_web::{
     web,
 };
 
-use crate::{error::ApiError, state::AppState};
+use crate::{error::ApiError, routes, state::AppState};
 
-/// The longest a long poll waits (`?wait=`, a lease's `wait_secs`).
-const LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// A body over this is a streamed upload, bounded by its own limit.
 const BOUNDED_BODY: u64 = 1024 * 1024;
 
@@ -76,13 +74,16 @@ fn limit_of(request: &ServiceRequest) -> Option<Duration> {
     let timeout = request
         .app_data::<web::Data<AppState>>()
         .map(|state| state.request_timeout)?;
-    let long_poll = (request.method() == Method::POST && path == "/v1/work/lease")
-        || (request.method() == Method::GET
-            && path.starts_with("/v1/jobs/")
-            && request.query_string().contains("wait="));
-    Some(if long_poll {
-        timeout + LONGEST_WAIT
+    // A long poll may wait as long as its route allows, on top.
+    let wait = if request.method() == Method::POST && path == "/v1/work/lease" {
+        routes::work::MOST_LEASE_WAIT
+    } else if request.method() == Method::GET
+        && path.starts_with("/v1/jobs/")
+        && request.query_string().contains("wait=")
+    {
+        Duration::from_secs(routes::jobs::MAX_WAIT_SECS)
     } else {
-        timeout
-    })
+        Duration::ZERO
+    };
+    Some(timeout + wait)
 }

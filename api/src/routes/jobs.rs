@@ -105,7 +105,7 @@ pub fn accepted(job: &Job) -> ApiResult<Answer> {
 }
 
 /// The longest `?wait=` honoured, in seconds.
-const MAX_WAIT_SECS: u64 = 60;
+pub(crate) const MAX_WAIT_SECS: u64 = 60;
 /// A long poll re-reads the job at least this often, in case a
 /// notification was missed (another process on SQLite sends none).
 const RECHECK: Duration = Duration::from_millis(500);

@@ -304,3 +304,30 @@ async fn two_minutes_of_200_ms_latency_on_every_link_leave_every_job_done_once()
         assert_up("worker", worker);
     }
 }
+
+/// `REQUEST_TIMEOUT` leaves a long poll its whole wait: a `?wait=` longer
+/// than the timeout (and than a lease's longest wait) answers the job as
+/// it is then, not a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_gets_its_whole_wait_past_the_request_timeout() {
+    let env = TestEnv::new(Backend::Sqlite).await;
+    let api = env
+        .start_api(&[("EMBEDDED_WORKER", "true"), ("REQUEST_TIMEOUT", "1s")])
+        .await;
+    let job = api.submit("sleep", json!({"ms": 120_000})).await;
+    let job_id = job["job_id"].as_str().unwrap();
+    api.wait_status(job_id, "RUNNING").await;
+    let asked = Instant::now();
+    let reply = api.get(&format!("/v1/jobs/{job_id}?wait=35")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.json()["status"], "RUNNING");
+    assert!(
+        asked.elapsed() >= Duration::from_secs(34),
+        "{:?}",
+        asked.elapsed()
+    );
+    let cancelled = api
+        .post(&format!("/v1/jobs/{job_id}/cancel"), &json!({}))
+        .await;
+    assert!(cancelled.status.is_success(), "{}", cancelled.text);
+}
