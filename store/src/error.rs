@@ -74,12 +74,15 @@ fn is_unavailable_sqlx(error: &sqlx::Error) -> bool {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => match db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
-            Some(sqlite) => sqlx::error::DatabaseError::code(sqlite)
+        // SQLite's codes are numbers, some of which read as Postgres's.
+        sqlx::Error::Database(db)
+            if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() =>
+        {
+            db.code()
                 .and_then(|code| code.parse().ok())
-                .is_some_and(is_unavailable_sqlite_code),
-            None => is_unavailable_code(db.code().as_deref()),
-        },
+                .is_some_and(is_unavailable_sqlite_code)
+        }
+        sqlx::Error::Database(db) => is_unavailable_code(db.code().as_deref()),
         _ => false,
     }
 }

@@ -88,8 +88,8 @@ impl Store {
         ))
     }
 
-    /// Postgres: a setting of the sessions the store's pool opens
-    /// (`SHOW name`); `None` on SQLite.
+    /// Postgres: a setting of the sessions the store's pool opens, as
+    /// `SHOW` gives it; `None` on SQLite.
     pub async fn session_setting(&self, name: &str) -> Result<Option<String>> {
         let crate::Db::Postgres(pool) = &self.db else {
             return Ok(None);
