@@ -128,14 +128,6 @@ impl ApiKeys {
         })
     }
 
-    /// The id and tenant of a valid key of full rights (one that may open
-    /// the dashboard), noting the use; no query.
-    pub fn owner(&self, key: &str) -> Option<(String, String)> {
-        self.holder(key)
-            .filter(|holder| holder.scope == KeyScope::Full)
-            .map(|holder| (holder.key_id, holder.tenant_id))
-    }
-
     /// Whether a dashboard session token could have been issued for one
     /// of the valid keys ([`check_session_token`]): a made-up cookie is
     /// refused here, without a query, as a wrong key is.
@@ -144,16 +136,17 @@ impl ApiKeys {
         check_session_token(token, |key_id| valid.hash_by_id.get(key_id).cloned())
     }
 
-    /// [`ApiKeys::tenant`] for a key known by its hash (a dashboard
+    /// [`ApiKeys::holder`] for a key known by its hash (a dashboard
     /// session's), noting the use.
-    pub fn tenant_of_hash(&self, hash: &str) -> Option<String> {
+    pub fn holder_of_hash(&self, hash: &str) -> Option<KeyHolder> {
         let valid = self.valid.read().unwrap_or_else(|e| e.into_inner());
-        let owner = valid
-            .by_hash
-            .get(hash)
-            .filter(|owner| owner.scope == KeyScope::Full)?;
+        let owner = valid.by_hash.get(hash)?;
         self.note_use(&owner.key_id);
-        Some(owner.tenant_id.clone())
+        Some(KeyHolder {
+            key_id: owner.key_id.clone(),
+            tenant_id: owner.tenant_id.clone(),
+            scope: owner.scope.clone(),
+        })
     }
 
     fn note_use(&self, key_id: &str) {

@@ -1,19 +1,90 @@
 //! The tenant a request acts for: its bearer key, looked up in this
 //! process's copy of the valid keys ([`crate::api_keys`]), then the
-//! tenant's request rate. A key of full rights opens every route but the
-//! worker protocol's; a key with the `work` scope opens only those.
+//! tenant's request rate, then the key's scopes. Each handler names the
+//! scope its route needs in its signature (`Tenant<scope::Manage>`), so a
+//! route cannot be served without one; a key without it gets a 403 that
+//! names the scope (`docs/api-keys.md`, Scopes).
 
-use std::future::{Ready, ready};
+use std::{
+    future::{Ready, ready},
+    marker::PhantomData,
+};
 
-use actix_web::{FromRequest, HttpRequest, dev::Payload, http::header, web};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, dev::Payload, http::header, web};
 
-use store::KeyScope;
+use store::{Actor, KeyScope, Scope};
 
-use crate::{api_keys::KeyHolder, error::ApiError, state::AppState};
+use crate::{api_keys::KeyHolder, error::ApiError, request_id::RequestId, state::AppState};
 
-/// The tenant the request's key belongs to.
+/// The scopes a handler can ask for, as types.
+pub mod scope {
+    use store::Scope;
+
+    /// A scope a route needs.
+    pub trait Needed {
+        const SCOPE: Scope;
+    }
+
+    macro_rules! scopes {
+        ($($name:ident),*) => {$(
+            #[derive(Debug, Clone, Copy)]
+            pub struct $name;
+            impl Needed for $name {
+                const SCOPE: Scope = Scope::$name;
+            }
+        )*};
+    }
+
+    scopes!(Read, Submit, Manage, Close, Admin, Work);
+}
+
+/// A valid key of the request, whatever its scopes: for a route whose
+/// scope depends on what it touches (a `period-close` needs `close`, other
+/// reports `submit`).
 #[derive(Debug, Clone)]
-pub struct Tenant(pub String);
+pub struct Caller {
+    pub tenant_id: String,
+    pub key_id: String,
+    pub scope: KeyScope,
+    pub request_id: String,
+}
+
+impl Caller {
+    /// Refuses the request unless the key holds `needed`.
+    pub fn require(&self, needed: Scope) -> Result<(), ApiError> {
+        if self.scope.allows(needed) {
+            return Ok(());
+        }
+        Err(ApiError::MissingScope {
+            needed,
+            held: self.scope.describe(),
+        })
+    }
+
+    /// Who the audit log says made a change.
+    pub fn actor(&self) -> Actor {
+        Actor::Key {
+            key_id: self.key_id.clone(),
+            request_id: self.request_id.clone(),
+        }
+    }
+}
+
+/// The tenant of a key that holds the scope `S`.
+#[derive(Debug, Clone)]
+pub struct Tenant<S>(pub String, Caller, PhantomData<S>);
+
+impl<S> Tenant<S> {
+    /// Who the audit log says made a change.
+    pub fn actor(&self) -> Actor {
+        self.1.actor()
+    }
+
+    /// The key's own rights.
+    pub fn caller(&self) -> &Caller {
+        &self.1
+    }
+}
 
 fn bearer(request: &HttpRequest) -> Result<&str, ApiError> {
     let value = request
@@ -35,15 +106,6 @@ fn bearer(request: &HttpRequest) -> Result<&str, ApiError> {
     Ok(key)
 }
 
-impl FromRequest for Tenant {
-    type Error = ApiError;
-    type Future = Ready<Result<Self, Self::Error>>;
-
-    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(tenant_of(request))
-    }
-}
-
 fn holder_of(request: &HttpRequest) -> Result<KeyHolder, ApiError> {
     let key = bearer(request)?;
     let state = request
@@ -57,33 +119,60 @@ fn holder_of(request: &HttpRequest) -> Result<KeyHolder, ApiError> {
     Ok(holder)
 }
 
-fn tenant_of(request: &HttpRequest) -> Result<Tenant, ApiError> {
+fn caller_of(request: &HttpRequest) -> Result<Caller, ApiError> {
     let holder = holder_of(request)?;
-    match holder.scope {
-        KeyScope::Full => Ok(Tenant(holder.tenant_id)),
-        KeyScope::Work { .. } => Err(ApiError::Forbidden(
-            "this key has the work scope: it may only lease and report attempts \
-             (/v1/work/...); use a key of full rights"
-                .into(),
-        )),
+    let request_id = request
+        .extensions()
+        .get::<RequestId>()
+        .map(|id| id.0.clone())
+        .unwrap_or_default();
+    Ok(Caller {
+        tenant_id: holder.tenant_id,
+        key_id: holder.key_id,
+        scope: holder.scope,
+        request_id,
+    })
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(caller_of(request))
+    }
+}
+
+impl<S: scope::Needed> FromRequest for Tenant<S> {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(caller_of(request).and_then(|caller| {
+            caller.require(S::SCOPE)?;
+            Ok(Tenant(caller.tenant_id.clone(), caller, PhantomData))
+        }))
     }
 }
 
 /// A worker's key: one with the `work` scope, which leases and reports
-/// the attempts of its tenant's registered kinds (of `kinds` only, when
-/// the key names some).
+/// the attempts of its tenant's registered kinds (of some kinds only,
+/// when the key names them).
 #[derive(Debug, Clone)]
 pub struct WorkerKey {
     pub tenant_id: String,
-    pub kinds: Option<Vec<String>>,
+    scope: KeyScope,
 }
 
 impl WorkerKey {
     /// Whether the key may take attempts of `kind`.
     pub fn may_work_on(&self, kind: &str) -> bool {
-        self.kinds
-            .as_ref()
-            .is_none_or(|kinds| kinds.iter().any(|known| known == kind))
+        self.scope.may_work_on(kind)
+    }
+
+    /// The kinds the key is narrowed to, if any.
+    pub fn kinds(&self) -> Option<&[String]> {
+        self.scope.kinds()
     }
 }
 
@@ -92,18 +181,12 @@ impl FromRequest for WorkerKey {
     type Future = Ready<Result<Self, Self::Error>>;
 
     fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(holder_of(request).and_then(|holder| {
-            match holder.scope {
-                KeyScope::Work { kinds } => Ok(WorkerKey {
-                    tenant_id: holder.tenant_id,
-                    kinds,
-                }),
-                KeyScope::Full => Err(ApiError::Forbidden(
-                    "leasing and reporting attempts needs a key with the work scope \
-                 (`api keys create --tenant T --scope work`)"
-                        .into(),
-                )),
-            }
+        ready(caller_of(request).and_then(|caller| {
+            caller.require(Scope::Work)?;
+            Ok(WorkerKey {
+                tenant_id: caller.tenant_id,
+                scope: caller.scope,
+            })
         }))
     }
 }

@@ -33,6 +33,14 @@ pub enum ApiError {
     /// 403: the key is valid but its scope does not allow this.
     #[error("{0}")]
     Forbidden(String),
+    /// 403: the key lacks the scope the route needs; the problem names it
+    /// (`required_scope`).
+    #[error("this needs a key with the `{}` scope; this key has {}", needed.name(), if held.is_empty() { "no scope" } else { held })]
+    MissingScope {
+        needed: store::Scope,
+        /// The key's scopes, as `api keys list` shows them.
+        held: String,
+    },
     /// 404: unknown job or kind, or another tenant's resource.
     #[error("{0}")]
     NotFound(String),
@@ -101,6 +109,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "malformed-request",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::MissingScope { .. } => "forbidden",
             ApiError::NotFound(_) => "not-found",
             ApiError::Conflict { .. } | ApiError::InProgress(_) => "conflict",
             ApiError::Fenced { reason, .. } => reason,
@@ -134,6 +143,7 @@ fn problem(status: StatusCode, slug: &str, detail: impl Into<String>) -> Problem
         detail: detail.into(),
         errors: None,
         ids: None,
+        required_scope: None,
     }
 }
 
@@ -147,7 +157,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::MissingScope { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } | ApiError::InProgress(_) | ApiError::Fenced { .. } => {
                 StatusCode::CONFLICT
@@ -187,6 +197,9 @@ impl ApiError {
         match self {
             ApiError::Validation { errors, .. } => problem.errors = Some(errors.clone()),
             ApiError::Conflict { ids, .. } => problem.ids.clone_from(ids),
+            ApiError::MissingScope { needed, .. } => {
+                problem.required_scope = Some(needed.name().to_owned());
+            }
             _ => {}
         }
         let mut headers = vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())];

@@ -6,7 +6,7 @@
 use crate::{api_keys::KEY_REFRESH, error::BoxError};
 use chrono::{DateTime, SecondsFormat, Utc};
 use shared::settings::{Settings, check_tenant};
-use store::{ApiKeyRecord, KeyScope, KeySync, Revocation, RevokeOutcome, Store};
+use store::{Actor, ApiKeyRecord, KeyScope, KeySync, Revocation, RevokeOutcome, Scope, Store};
 use tracing::info;
 
 async fn store(settings: &Settings) -> Result<Store, BoxError> {
@@ -15,23 +15,38 @@ async fn store(settings: &Settings) -> Result<Store, BoxError> {
     Ok(store)
 }
 
+/// The rights `--scope` and `--kinds` give a new key: without `--scope`,
+/// full rights.
+pub fn scope_of(scopes: Option<&str>, kinds: Option<Vec<String>>) -> Result<KeyScope, BoxError> {
+    let Some(list) = scopes else {
+        return Ok(KeyScope::full());
+    };
+    let scopes = KeyScope::parse_list(list).map_err(|e| format!("--scope: {e}"))?;
+    if kinds.is_some() && !scopes.contains(&Scope::Work) {
+        return Err("--kinds narrows the work scope: add work to --scope".into());
+    }
+    Ok(KeyScope::of(&scopes, kinds))
+}
+
 /// Makes a key of `scope` for the tenant and prints it, with its id.
 pub async fn create(settings: &Settings, tenant: &str, scope: &KeyScope) -> Result<(), BoxError> {
     check_tenant(tenant)?;
-    if let KeyScope::Work { kinds: Some(kinds) } = scope {
+    if let Some(kinds) = scope.kinds() {
         for kind in kinds {
             reports::registered::check_name(kind)
                 .map_err(|e| format!("--kinds: {kind:?}: {}", e.message))?;
         }
     }
     let store = store(settings).await?;
-    let created = store.create_scoped_api_key(tenant, scope).await?;
+    let created = store
+        .create_scoped_api_key(tenant, scope, &Actor::Command("api keys create"))
+        .await?;
     store.close().await;
     println!("API key: {}", created.key);
     println!(
-        "Key id: {} (tenant {tenant}, scope {}, shown as {}…). The key is not shown again.",
+        "Key id: {} (tenant {tenant}, scopes {}, shown as {}…). The key is not shown again.",
         created.key_id,
-        scope.name(),
+        scope_text(scope),
         created.key_prefix
     );
     if settings
@@ -70,7 +85,8 @@ pub async fn ensure_api_keys(
     }
     // Revoked keys count: revoking every key must not mint a new one.
     if store.count_api_keys().await? == 0 {
-        let key = store.create_api_key("default").await?.key;
+        let first_start = Actor::Command("api first start");
+        let key = store.create_api_key("default", &first_start).await?.key;
         println!("API key: {key}");
         println!(
             "Try: curl -s -H 'Authorization: Bearer {key}' -H 'content-type: application/json' -d '{{\"month\":\"2026-10\"}}' http://{public_addr}/v1/reports/gst-summary"
@@ -99,7 +115,9 @@ pub async fn list(settings: &Settings) -> Result<(), BoxError> {
 /// Revokes a key by its id.
 pub async fn revoke(settings: &Settings, key_id: &str) -> Result<(), BoxError> {
     let store = store(settings).await?;
-    let outcome = store.revoke_api_key(key_id).await;
+    let outcome = store
+        .revoke_api_key(None, key_id, &Actor::Command("api keys revoke"))
+        .await;
     store.close().await;
     match outcome? {
         RevokeOutcome::Revoked { tenant_id } => println!(
@@ -117,6 +135,16 @@ pub async fn revoke(settings: &Settings, key_id: &str) -> Result<(), BoxError> {
         }
     }
     Ok(())
+}
+
+/// A key's scopes as the commands print them: `full` for a key of full
+/// rights (stored without scopes), else the list.
+pub fn scope_text(scope: &KeyScope) -> String {
+    if scope.is_full() {
+        "full".to_owned()
+    } else {
+        scope.describe()
+    }
 }
 
 fn timestamp(ms: i64) -> String {
@@ -146,13 +174,9 @@ fn key_table(keys: &[ApiKeyRecord]) -> String {
             [
                 key.key_id.clone(),
                 key.tenant_id.clone(),
-                match &key.scope {
-                    Some(KeyScope::Work { kinds: Some(kinds) }) => {
-                        format!("work({})", kinds.join(","))
-                    }
-                    Some(scope) => scope.name().to_owned(),
-                    None => "unknown".to_owned(),
-                },
+                key.scope
+                    .as_ref()
+                    .map_or_else(|| "unknown".to_owned(), scope_text),
                 key.key_prefix
                     .as_ref()
                     .map_or_else(|| "unknown".to_owned(), |prefix| format!("{prefix}…")),

@@ -14,6 +14,7 @@ pub mod key_commands;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod request_id;
 pub mod routes;
 pub mod startup;
 pub mod state;

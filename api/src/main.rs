@@ -36,13 +36,17 @@ enum KeysCommand {
     Create {
         #[arg(long)]
         tenant: String,
-        /// `work`: a key for workers over HTTP, which may only lease and
-        /// report attempts of the tenant's registered kinds. Without it,
-        /// a key of full rights (everything but that).
-        #[arg(long, value_parser = ["work"])]
+        /// The key's scopes, comma-separated: `read` (jobs, results,
+        /// schedules, webhooks, periods), `submit` (reports, ledger
+        /// imports, cancels and retries), `manage` (webhooks, schedules,
+        /// the filing endpoint, registered kinds), `close` (period-close
+        /// and reopening a month), `admin` (keys and the audit log),
+        /// `work` (leasing and reporting attempts of registered kinds).
+        /// Without it, a key of full rights: every scope but `work`.
+        #[arg(long)]
         scope: Option<String>,
-        /// With `--scope work`: the registered kinds the key may work on,
-        /// comma-separated (all of the tenant's when absent).
+        /// With `work` among the scopes: the registered kinds the key may
+        /// work on, comma-separated (all of the tenant's when absent).
         #[arg(long, requires = "scope", value_delimiter = ',')]
         kinds: Option<Vec<String>>,
     },
@@ -80,19 +84,16 @@ async fn main() -> std::process::ExitCode {
         Command::Serve => serve(cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,
         Command::CreateKey { tenant } => {
-            key_commands::create(&cli.settings, &tenant, &store::KeyScope::Full).await
+            key_commands::create(&cli.settings, &tenant, &store::KeyScope::full()).await
         }
         Command::Keys(KeysCommand::Create {
             tenant,
             scope,
             kinds,
-        }) => {
-            let scope = match scope {
-                Some(_) => store::KeyScope::Work { kinds },
-                None => store::KeyScope::Full,
-            };
-            key_commands::create(&cli.settings, &tenant, &scope).await
-        }
+        }) => match key_commands::scope_of(scope.as_deref(), kinds) {
+            Ok(scope) => key_commands::create(&cli.settings, &tenant, &scope).await,
+            Err(error) => Err(error),
+        },
         Command::Keys(KeysCommand::List) => key_commands::list(&cli.settings).await,
         Command::Keys(KeysCommand::Revoke { key_id }) => {
             key_commands::revoke(&cli.settings, &key_id).await

@@ -21,7 +21,7 @@ use crate::{
     limits::Limits,
     metrics,
     openapi::ApiDoc,
-    routes,
+    request_id, routes,
     state::AppState,
     submits, traces,
 };
@@ -88,6 +88,7 @@ impl Application {
             schemas: reports::registered::CompiledSchemas::default(),
             shutdown: shutdown.clone(),
             request_timeout: settings.request_timeout,
+            keys_configured: !configured_keys.is_empty(),
         });
         {
             let (store, woken, stop) = (
@@ -104,6 +105,7 @@ impl Application {
                 .wrap(actix_web::middleware::from_fn(metrics::count_requests))
                 .wrap(actix_web::middleware::from_fn(traces::trace_requests))
                 .wrap(actix_web::middleware::from_fn(deadline::bound_requests))
+                .wrap(actix_web::middleware::from_fn(request_id::assign))
                 .configure(routes::configure)
         })
         .disable_signals()

@@ -35,4 +35,6 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// `REQUEST_TIMEOUT` ([`crate::deadline`]).
     pub request_timeout: std::time::Duration,
+    /// `API_KEYS` is set: the keys are that list, and the API makes none.
+    pub keys_configured: bool,
 }

@@ -22,6 +22,7 @@ pub(crate) fn problem_of_status(status: u16, text: &str) -> Problem {
         detail: text.chars().take(500).collect(),
         errors: None,
         ids: None,
+        required_scope: None,
     }
 }
 

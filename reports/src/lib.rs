@@ -32,6 +32,7 @@ pub use chunks::{CHUNK_BYTES, ChunkRenderer, ChunkWriter, ResultFormat};
 pub use context::{JobContext, ProgressSink, RunSettings};
 use gst_summary::GstSummary;
 use ledger_export::LedgerExport;
+pub use period_close::PERIOD_CLOSE;
 use period_close::PeriodClose;
 use sleep::Sleep;
 

@@ -25,12 +25,16 @@ fn month_of(cx: &StepContext<'_>) -> String {
     cx.params["month"].as_str().unwrap_or_default().to_owned()
 }
 
+/// The kind's name: closing a month needs the `close` scope, where other
+/// reports need `submit`.
+pub const PERIOD_CLOSE: &str = "period-close";
+
 impl Saga for PeriodClose {
     /// Same parameters as `gst-summary`.
     type Body = GstSummaryParams;
 
     fn name(&self) -> &'static str {
-        "period-close"
+        PERIOD_CLOSE
     }
 
     fn about(&self) -> &'static str {

@@ -144,4 +144,9 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub ids: Option<Vec<String>>,
+    /// A 403 for a key without the scope a route needs (`read`, `submit`,
+    /// `manage`, `close`, `admin` or `work`): the scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false, example = "manage"))]
+    pub required_scope: Option<String>,
 }

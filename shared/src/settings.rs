@@ -105,6 +105,11 @@ pub struct Settings {
     #[arg(long, env = "JOB_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub job_retention: Duration,
 
+    /// How long an entry of the audit log (`GET /v1/audit`) is kept, apart
+    /// from jobs' retention: then it is deleted.
+    #[arg(long, env = "AUDIT_RETENTION", default_value = "400d", value_parser = humantime::parse_duration)]
+    pub audit_retention: Duration,
+
     /// The queue's name, and the prefix of every Redis key the service
     /// writes. Deployments sharing one Redis use different names.
     #[arg(long, env = "QUEUE_NAME", default_value = "receipt")]

@@ -12,7 +12,15 @@ use shared::{
     time::now_ms,
 };
 
-use crate::{Error, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
+use serde_json::json;
+
+use crate::{
+    Actor, AuditAction, AuditChange, Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    sql::Millis, sqlite,
+};
+
+/// Who adds and revokes keys to match `API_KEYS`.
+const API_KEYS_AT_START: Actor = Actor::Command("api start (API_KEYS)");
 
 pub(crate) use crate::rows::keys::{ApiKeyRow, NewKeyRow, StoredKeyRow};
 
@@ -48,49 +56,188 @@ impl ValidKey {
     }
 }
 
-/// What a key may do.
+/// One right a key can hold (`docs/api-keys.md`, Scopes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Jobs, results, kinds, workers, schedules, webhooks (never their
+    /// secrets), periods and the filing endpoint.
+    Read,
+    /// Reports (but `period-close`) and ledger imports; cancelling and
+    /// retrying jobs.
+    Submit,
+    /// Webhooks, schedules, the filing endpoint and registered kinds.
+    Manage,
+    /// `period-close` and reopening a month.
+    Close,
+    /// The tenant's keys and its audit log.
+    Admin,
+    /// Leasing and reporting attempts of registered kinds.
+    Work,
+}
+
+impl Scope {
+    /// Every scope, in the order they are shown.
+    pub const ALL: [Scope; 6] = [
+        Scope::Read,
+        Scope::Submit,
+        Scope::Manage,
+        Scope::Close,
+        Scope::Admin,
+        Scope::Work,
+    ];
+
+    /// What a key of full rights holds: every scope but `work`.
+    pub const FULL: [Scope; 5] = [
+        Scope::Read,
+        Scope::Submit,
+        Scope::Manage,
+        Scope::Close,
+        Scope::Admin,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Submit => "submit",
+            Scope::Manage => "manage",
+            Scope::Close => "close",
+            Scope::Admin => "admin",
+            Scope::Work => "work",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|scope| scope.name() == name)
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// What a key may do: a set of [`Scope`]s, and for `work` the kinds it
+/// may take (all of the tenant's registered kinds when `None`).
+///
+/// A key stored without scopes (every key made before keys had scopes,
+/// every key of `API_KEYS`, and every key made without `--scope`) is of
+/// full rights: every scope but `work`, including scopes a later release
+/// adds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyScope {
-    /// Everything but leasing attempts: every key made without a scope
-    /// (and every key of `API_KEYS`).
-    Full,
-    /// Lease and report the attempts of its tenant's registered kinds, of
-    /// `kinds` only when it names some; nothing else.
-    Work { kinds: Option<Vec<String>> },
+pub struct KeyScope {
+    bits: u8,
+    full: bool,
+    kinds: Option<Vec<String>>,
 }
 
 impl KeyScope {
+    /// Full rights: every scope but `work`.
+    pub fn full() -> Self {
+        KeyScope {
+            bits: Scope::FULL.iter().fold(0, |bits, scope| bits | scope.bit()),
+            full: true,
+            kinds: None,
+        }
+    }
+
+    /// These scopes; `kinds` narrows `work` to some registered kinds.
+    pub fn of(scopes: &[Scope], kinds: Option<Vec<String>>) -> Self {
+        KeyScope {
+            bits: scopes.iter().fold(0, |bits, scope| bits | scope.bit()),
+            full: false,
+            kinds: kinds.filter(|_| scopes.contains(&Scope::Work)),
+        }
+    }
+
+    /// The `work` scope alone.
+    pub fn work(kinds: Option<Vec<String>>) -> Self {
+        KeyScope::of(&[Scope::Work], kinds)
+    }
+
+    /// Parses a comma-separated list of scope names (`read,submit`).
+    pub fn parse_list(list: &str) -> std::result::Result<Vec<Scope>, String> {
+        let mut scopes = Vec::new();
+        for name in list.split(',').map(str::trim) {
+            let scope = Scope::parse(name).ok_or_else(|| {
+                format!(
+                    "{name:?} is not a scope; the scopes are {}",
+                    Scope::ALL.map(Scope::name).join(", ")
+                )
+            })?;
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+        Ok(scopes)
+    }
+
     fn parse(scopes: Option<&str>, kinds: Option<&str>) -> Option<Self> {
-        match scopes {
-            None => Some(KeyScope::Full),
-            Some("work") => Some(KeyScope::Work {
-                kinds: match kinds {
-                    None => None,
-                    Some(list) => Some(serde_json::from_str(list).ok()?),
-                },
-            }),
-            Some(_) => None,
-        }
+        let Some(list) = scopes else {
+            return Some(KeyScope::full());
+        };
+        let scopes = KeyScope::parse_list(list).ok()?;
+        let kinds = match kinds {
+            None => None,
+            Some(list) => Some(serde_json::from_str(list).ok()?),
+        };
+        Some(KeyScope::of(&scopes, kinds))
     }
 
-    /// The scope's name, as `api keys list` shows it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            KeyScope::Full => "full",
-            KeyScope::Work { .. } => "work",
-        }
+    /// Whether the key holds this scope.
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.bits & scope.bit() != 0
     }
 
-    fn columns(&self) -> (Option<&'static str>, Option<String>) {
-        match self {
-            KeyScope::Full => (None, None),
-            KeyScope::Work { kinds } => (
-                Some("work"),
-                kinds
-                    .as_ref()
-                    .map(|kinds| serde_json::Value::from(kinds.clone()).to_string()),
-            ),
+    /// Whether this is a key of full rights (stored without scopes).
+    pub fn is_full(&self) -> bool {
+        self.full
+    }
+
+    /// The scopes held, in [`Scope::ALL`]'s order.
+    pub fn scopes(&self) -> Vec<Scope> {
+        Scope::ALL
+            .into_iter()
+            .filter(|scope| self.allows(*scope))
+            .collect()
+    }
+
+    /// The registered kinds a `work` key is narrowed to.
+    pub fn kinds(&self) -> Option<&[String]> {
+        self.kinds.as_deref()
+    }
+
+    /// Whether the key may take attempts of `kind`.
+    pub fn may_work_on(&self, kind: &str) -> bool {
+        self.allows(Scope::Work)
+            && self
+                .kinds
+                .as_ref()
+                .is_none_or(|kinds| kinds.iter().any(|known| known == kind))
+    }
+
+    /// The scopes as `api keys list` and the API show them: `read,submit`,
+    /// or `work(sales-export)` for a key narrowed to some kinds.
+    pub fn describe(&self) -> String {
+        self.scopes()
+            .into_iter()
+            .map(|scope| match (scope, &self.kinds) {
+                (Scope::Work, Some(kinds)) => format!("work({})", kinds.join(",")),
+                (scope, _) => scope.name().to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn columns(&self) -> (Option<String>, Option<String>) {
+        if self.full {
+            return (None, None);
         }
+        let names: Vec<&str> = self.scopes().into_iter().map(Scope::name).collect();
+        (
+            Some(names.join(",")),
+            self.kinds
+                .as_ref()
+                .map(|kinds| serde_json::Value::from(kinds.clone()).to_string()),
+        )
     }
 }
 
@@ -141,6 +288,7 @@ pub struct NewApiKey {
     pub key_id: String,
     pub key: String,
     pub key_prefix: String,
+    pub created_at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,8 +343,9 @@ impl From<ApiKeyRow> for ApiKeyRecord {
 
 impl Store {
     /// Makes and stores a new key of full rights for the tenant.
-    pub async fn create_api_key(&self, tenant_id: &str) -> Result<NewApiKey> {
-        self.create_scoped_api_key(tenant_id, &KeyScope::Full).await
+    pub async fn create_api_key(&self, tenant_id: &str, actor: &Actor) -> Result<NewApiKey> {
+        self.create_scoped_api_key(tenant_id, &KeyScope::full(), actor)
+            .await
     }
 
     /// Makes and stores a new key for the tenant, of this scope.
@@ -204,16 +353,37 @@ impl Store {
         &self,
         tenant_id: &str,
         scope: &KeyScope,
+        actor: &Actor,
+    ) -> Result<NewApiKey> {
+        let mut tx = self.begin_write().await?;
+        let created = self.add_api_key(&mut tx, tenant_id, scope, actor).await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// [`Store::create_scoped_api_key`] in the caller's transaction.
+    pub async fn add_api_key(
+        &self,
+        tx: &mut WriteTx,
+        tenant_id: &str,
+        scope: &KeyScope,
+        actor: &Actor,
     ) -> Result<NewApiKey> {
         let key = new_api_key();
-        let mut tx = self.begin_write().await?;
-        let (key_id, key_prefix) = insert_key(&mut tx, tenant_id, &key, scope).await?;
-        bump_generation(&mut tx).await?;
-        tx.commit().await?;
+        let (key_id, key_prefix, created_at) = insert_key(tx, tenant_id, &key, scope).await?;
+        bump_generation(tx).await?;
+        let change = AuditChange {
+            tenant_id: Some(tenant_id),
+            action: AuditAction::KeyCreated,
+            target: Some(&key_id),
+            details: json!({ "scopes": scope.describe(), "prefix": key_prefix }),
+        };
+        self.audit(tx, actor, &change).await?;
         Ok(NewApiKey {
             key_id,
             key,
             key_prefix,
+            created_at,
         })
     }
 
@@ -247,7 +417,15 @@ impl Store {
             let key_hash = hash_key(key);
             let Some(row) = stored.get(&key_hash) else {
                 listed.insert(key_hash);
-                insert_key(&mut tx, tenant_id, key, &KeyScope::Full).await?;
+                let full = KeyScope::full();
+                let (key_id, key_prefix, _) = insert_key(&mut tx, tenant_id, key, &full).await?;
+                let change = AuditChange {
+                    tenant_id: Some(tenant_id),
+                    action: AuditAction::KeyCreated,
+                    target: Some(&key_id),
+                    details: json!({ "scopes": full.describe(), "prefix": key_prefix }),
+                };
+                self.audit(&mut tx, &API_KEYS_AT_START, &change).await?;
                 sync.added += 1;
                 continue;
             };
@@ -285,6 +463,13 @@ impl Store {
                     conn => postgres::keys::revoke(conn, &row.key_id, now, reason).await?,
                     conn => sqlite::keys::revoke(conn, &row.key_id, now, reason).await?,
                 );
+                let change = AuditChange {
+                    tenant_id: Some(&row.tenant_id),
+                    action: AuditAction::KeyRevoked,
+                    target: Some(&row.key_id),
+                    details: json!({ "reason": "not in API_KEYS" }),
+                };
+                self.audit(&mut tx, &API_KEYS_AT_START, &change).await?;
                 sync.revoked += 1;
             }
         }
@@ -295,15 +480,22 @@ impl Store {
         Ok(sync)
     }
 
-    /// Revokes the key with this id. A key that a start without it in
-    /// `API_KEYS` had revoked is now revoked for good.
-    pub async fn revoke_api_key(&self, key_id: &str) -> Result<RevokeOutcome> {
+    /// Revokes the key with this id (of this tenant only, when one is
+    /// given). A key that a start without it in `API_KEYS` had revoked is
+    /// now revoked for good.
+    pub async fn revoke_api_key(
+        &self,
+        tenant_id: Option<&str>,
+        key_id: &str,
+        actor: &Actor,
+    ) -> Result<RevokeOutcome> {
         let mut tx = self.begin_write().await?;
         let row = on_tx!(tx,
             conn => postgres::keys::lock_state(conn, key_id).await?,
             conn => sqlite::keys::state(conn, key_id).await?,
         );
-        let Some(row) = row else {
+        let Some(row) = row.filter(|row| tenant_id.is_none_or(|tenant| tenant == row.tenant_id))
+        else {
             return Ok(RevokeOutcome::UnknownKeyId);
         };
         let command = Revocation::Command.as_str();
@@ -324,6 +516,13 @@ impl Store {
                     conn => sqlite::keys::revoke(conn, key_id, now, command).await?,
                 );
                 bump_generation(&mut tx).await?;
+                let change = AuditChange {
+                    tenant_id: Some(&row.tenant_id),
+                    action: AuditAction::KeyRevoked,
+                    target: Some(key_id),
+                    details: json!({}),
+                };
+                self.audit(&mut tx, actor, &change).await?;
                 RevokeOutcome::Revoked {
                     tenant_id: row.tenant_id,
                 }
@@ -338,6 +537,15 @@ impl Store {
         let rows = on_pool!(self,
             pool => postgres::keys::list(pool).await?,
             pool => sqlite::keys::list(pool).await?,
+        );
+        Ok(rows.into_iter().map(ApiKeyRecord::from).collect())
+    }
+
+    /// The tenant's stored keys, revoked ones included, oldest first.
+    pub async fn tenant_api_keys(&self, tenant_id: &str) -> Result<Vec<ApiKeyRecord>> {
+        let rows = on_pool!(self,
+            pool => postgres::keys::list_of(pool, tenant_id).await?,
+            pool => sqlite::keys::list_of(pool, tenant_id).await?,
         );
         Ok(rows.into_iter().map(ApiKeyRecord::from).collect())
     }
@@ -384,13 +592,13 @@ impl Store {
     }
 }
 
-/// Stores a new key; returns its id and visible prefix.
+/// Stores a new key; returns its id, visible prefix and creation time.
 async fn insert_key(
     tx: &mut WriteTx,
     tenant_id: &str,
     key: &str,
     scope: &KeyScope,
-) -> Result<(String, String)> {
+) -> Result<(String, String, i64)> {
     let (scopes, kinds) = scope.columns();
     let row = NewKeyRow {
         scopes,
@@ -405,7 +613,7 @@ async fn insert_key(
         conn => postgres::keys::insert(conn, &row).await?,
         conn => sqlite::keys::insert(conn, &row).await?,
     );
-    Ok((row.key_id, row.key_prefix))
+    Ok((row.key_id, row.key_prefix, row.created_at.0))
 }
 
 async fn bump_generation(tx: &mut WriteTx) -> Result<()> {

@@ -6,7 +6,10 @@
 
 use shared::{model::Priority, time::now_ms};
 
-use crate::{Error, Result, Store, on_pool, on_tx, postgres, sql::Millis, sqlite};
+use crate::{
+    Actor, AuditAction, AuditChange, Error, Result, Store, on_pool, on_tx, postgres, sql::Millis,
+    sqlite,
+};
 
 pub(crate) use crate::rows::kinds::KindRow;
 
@@ -89,7 +92,7 @@ pub enum PutKind {
 impl Store {
     /// Registers `kind` for its tenant, or changes it; the same
     /// declaration again changes nothing (a retried `PUT`).
-    pub async fn put_kind(&self, kind: &RegisteredKind) -> Result<PutKind> {
+    pub async fn put_kind(&self, kind: &RegisteredKind, actor: &Actor) -> Result<PutKind> {
         let mut tx = self.begin_write().await?;
         let stored = on_tx!(tx,
             conn => postgres::kinds::get(&mut *conn, &kind.tenant_id, &kind.name).await?,
@@ -97,6 +100,7 @@ impl Store {
         );
         let stored = stored.map(RegisteredKind::try_from).transpose()?;
         let now = now_ms();
+        let created = stored.as_ref().is_none_or(|s| s.deleted_at.is_some());
         let (row, outcome): (RegisteredKind, fn(RegisteredKind) -> PutKind) = match stored {
             Some(stored) if stored.deleted_at.is_none() && stored.declares_the_same(kind) => {
                 tx.rollback().await?;
@@ -126,6 +130,13 @@ impl Store {
             conn => postgres::kinds::put(conn, &stored_row).await?,
             conn => sqlite::kinds::put(conn, &stored_row).await?,
         );
+        let change = AuditChange {
+            tenant_id: Some(&kind.tenant_id),
+            action: AuditAction::KindRegistered,
+            target: Some(&kind.name),
+            details: serde_json::json!({ "created": created }),
+        };
+        self.audit(&mut tx, actor, &change).await?;
         tx.commit().await?;
         Ok(outcome(row))
     }
@@ -154,7 +165,12 @@ impl Store {
 
     /// Deletes the tenant's kind: `None` if it is not registered, else how
     /// many of its jobs are queued or running (they are still leased).
-    pub async fn delete_kind(&self, tenant_id: &str, name: &str) -> Result<Option<i64>> {
+    pub async fn delete_kind(
+        &self,
+        tenant_id: &str,
+        name: &str,
+        actor: &Actor,
+    ) -> Result<Option<i64>> {
         let mut tx = self.begin_write().await?;
         let now = Millis(now_ms());
         let deleted = on_tx!(tx,
@@ -169,6 +185,13 @@ impl Store {
             conn => postgres::kinds::active_jobs(&mut *conn, tenant_id, name).await?,
             conn => sqlite::kinds::active_jobs(&mut *conn, tenant_id, name).await?,
         );
+        let change = AuditChange {
+            tenant_id: Some(tenant_id),
+            action: AuditAction::KindDeleted,
+            target: Some(name),
+            details: serde_json::json!({ "active_jobs": active }),
+        };
+        self.audit(&mut tx, actor, &change).await?;
         tx.commit().await?;
         Ok(Some(active))
     }

@@ -23,6 +23,7 @@
 mod sql;
 
 mod attempts;
+mod audit;
 pub mod batch;
 mod dashboard;
 mod earlier_apalis;
@@ -68,6 +69,7 @@ use sqlx::{
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
 pub use attempts::{Claim, LeaseCheck, SuccessWrite};
+pub use audit::{Actor, AuditAction, AuditChange, AuditEntry, AuditFilter};
 pub use dashboard::{
     DashboardSession, JobCounts, NewDashboardSession, ThroughputMinute, TokenCheck, WebhookHealth,
     check_session_token,
@@ -78,7 +80,8 @@ pub use gauges::{KindSample, OUTBOX_COUNT_LIMIT, QueueSample, TenantSample};
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, JobFilter, KindTerms, NewJob, RetryOutcome};
 pub use keys::{
-    ApiKeyRecord, KeyScope, KeySync, NewApiKey, Revocation, RevokeOutcome, ValidKey, hash_key,
+    ApiKeyRecord, KeyScope, KeySync, NewApiKey, Revocation, RevokeOutcome, Scope, ValidKey,
+    hash_key,
 };
 pub use kinds::{PutKind, RegisteredKind};
 pub use ledger::{GstRow, ImportOutcome};

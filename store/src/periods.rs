@@ -3,7 +3,10 @@
 
 use shared::time::now_ms;
 
-use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
+use crate::{
+    Actor, AuditAction, AuditChange, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis,
+    sqlite,
+};
 
 pub(crate) use crate::rows::periods::{EndpointRow, PeriodRow};
 
@@ -161,6 +164,16 @@ impl Store {
                 conn => sqlite::periods::close(conn, tenant_id, month, job_id, now, reference)
                     .await?,
             );
+            let change = AuditChange {
+                tenant_id: Some(tenant_id),
+                action: AuditAction::PeriodClosed,
+                target: Some(month),
+                details: serde_json::json!({ "filing_reference": reference }),
+            };
+            let actor = Actor::Job {
+                job_id: job_id.to_owned(),
+            };
+            self.audit(tx, &actor, &change).await?;
         } else {
             on_tx!(tx,
                 conn => postgres::periods::lock_again(conn, tenant_id, month, job_id).await?,
@@ -185,15 +198,23 @@ impl Store {
         tx: &mut WriteTx,
         tenant_id: &str,
         month: &str,
+        actor: &Actor,
     ) -> Result<ReopenOutcome> {
         month_lock(tx, tenant_id, month, true).await?;
         match period_in(tx, tenant_id, month).await? {
             Some(period) if period.state == "locked" => Ok(ReopenOutcome::Locked(period)),
-            Some(_) => {
+            Some(period) => {
                 on_tx!(tx,
                     conn => postgres::periods::delete(conn, tenant_id, month).await?,
                     conn => sqlite::periods::delete(conn, tenant_id, month).await?,
                 );
+                let change = AuditChange {
+                    tenant_id: Some(tenant_id),
+                    action: AuditAction::PeriodReopened,
+                    target: Some(month),
+                    details: serde_json::json!({ "closed_by_job": period.job_id }),
+                };
+                self.audit(tx, actor, &change).await?;
                 Ok(ReopenOutcome::Open)
             }
             None => Ok(ReopenOutcome::Open),
@@ -230,14 +251,27 @@ impl Store {
 
     /// Registers (or moves) the tenant's filing endpoint; its secret is
     /// made once and kept when the URL changes.
-    pub async fn put_filing_endpoint(&self, tenant_id: &str, url: &str) -> Result<FilingEndpoint> {
-        let _turn = self.write_turn().await;
+    pub async fn put_filing_endpoint(
+        &self,
+        tenant_id: &str,
+        url: &str,
+        actor: &Actor,
+    ) -> Result<FilingEndpoint> {
+        let mut tx = self.begin_write().await?;
         let now = Millis(now_ms());
         let secret = shared::ids::new_webhook_secret();
-        let row = on_pool!(self,
-            pool => postgres::periods::put_endpoint(pool, tenant_id, url, &secret, now).await?,
-            pool => sqlite::periods::put_endpoint(pool, tenant_id, url, &secret, now).await?,
+        let row = on_tx!(tx,
+            conn => postgres::periods::put_endpoint(conn, tenant_id, url, &secret, now).await?,
+            conn => sqlite::periods::put_endpoint(conn, tenant_id, url, &secret, now).await?,
         );
+        let change = AuditChange {
+            tenant_id: Some(tenant_id),
+            action: AuditAction::FilingEndpointSet,
+            target: None,
+            details: serde_json::json!({ "url": url }),
+        };
+        self.audit(&mut tx, actor, &change).await?;
+        tx.commit().await?;
         Ok(row.into())
     }
 

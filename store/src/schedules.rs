@@ -6,7 +6,7 @@
 use shared::{model::Priority, schedule::Misfire};
 
 use crate::{
-    Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    Actor, AuditAction, AuditChange, Error, Result, Store, WriteTx, on_pool, on_tx, postgres,
     sql::{JsonText, Millis},
     sqlite,
 };
@@ -170,12 +170,28 @@ impl Store {
     }
 
     /// Deletes the schedule; its jobs stay. `false` when there was none.
-    pub async fn delete_schedule(&self, tenant_id: &str, schedule_id: &str) -> Result<bool> {
-        let _turn = self.write_turn().await;
-        Ok(on_pool!(self,
-            pool => postgres::schedules::delete(pool, tenant_id, schedule_id).await?,
-            pool => sqlite::schedules::delete(pool, tenant_id, schedule_id).await?,
-        ) > 0)
+    pub async fn delete_schedule(
+        &self,
+        tenant_id: &str,
+        schedule_id: &str,
+        actor: &Actor,
+    ) -> Result<bool> {
+        let mut tx = self.begin_write().await?;
+        let deleted = on_tx!(tx,
+            conn => postgres::schedules::delete(conn, tenant_id, schedule_id).await?,
+            conn => sqlite::schedules::delete(conn, tenant_id, schedule_id).await?,
+        ) > 0;
+        if deleted {
+            let change = AuditChange {
+                tenant_id: Some(tenant_id),
+                action: AuditAction::ScheduleDeleted,
+                target: Some(schedule_id),
+                details: serde_json::json!({}),
+            };
+            self.audit(&mut tx, actor, &change).await?;
+        }
+        tx.commit().await?;
+        Ok(deleted)
     }
 
     /// Fires up to `limit` schedules whose next fire is at `until` or

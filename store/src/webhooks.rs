@@ -6,7 +6,10 @@ use shared::{
     time::{now_ms, to_rfc3339},
 };
 
-use crate::{Result, Store, TxConnection, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
+use crate::{
+    Actor, AuditAction, AuditChange, Result, Store, TxConnection, WriteTx, on_pool, on_tx,
+    postgres, sql::Millis, sqlite,
+};
 
 pub use crate::rows::webhooks::DueEvent;
 pub(crate) use crate::rows::webhooks::{
@@ -241,7 +244,12 @@ impl Store {
     }
 
     /// Deletes a webhook and, with it, its pending events and its log.
-    pub async fn delete_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<bool> {
+    pub async fn delete_webhook(
+        &self,
+        tenant_id: &str,
+        webhook_id: &str,
+        actor: &Actor,
+    ) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         // Events first, as a delivery being recorded locks its event before
         // its webhook: the same order here, so the two queue instead of
@@ -258,6 +266,15 @@ impl Store {
                 sqlite::webhooks::delete(conn, tenant_id, webhook_id).await?
             },
         );
+        if deleted == 1 {
+            let change = AuditChange {
+                tenant_id: Some(tenant_id),
+                action: AuditAction::WebhookDeleted,
+                target: Some(webhook_id),
+                details: serde_json::json!({}),
+            };
+            self.audit(&mut tx, actor, &change).await?;
+        }
         tx.commit().await?;
         Ok(deleted == 1)
     }

@@ -1,5 +1,5 @@
 //! What a worker pool runs beside its apalis workers: the outbox relay, the
-//! lease sweeper, the webhook dispatcher, the retention pruner, the queue
+//! lease sweeper, the webhook dispatcher, the retention pruners, the queue
 //! vacuum, the scheduler of recurring schedules and the queue sampler of
 //! the metrics. Each is safe to run in many processes at once, and runs
 //! until the pool stops it, after its apalis workers have stopped.
@@ -16,7 +16,7 @@ use tracing::warn;
 use crate::{
     Dispatcher,
     gauges::run_queue_sampler,
-    retention::{run_pruner, run_queue_vacuum},
+    retention::{run_audit_pruner, run_pruner, run_queue_vacuum},
     scheduler::run_scheduler,
     sweeper::{run_parked_waker, run_sweeper},
 };
@@ -27,6 +27,7 @@ pub struct BackgroundTasks {
     republish_after: Duration,
     sweep_every: Duration,
     job_retention: Duration,
+    audit_retention: Duration,
     dispatcher: Dispatcher,
     registry: reports::Registry,
     caps: shared::settings::Caps,
@@ -51,6 +52,7 @@ impl BackgroundTasks {
             sweep_every: (settings.job_lease / 4)
                 .clamp(Duration::from_millis(100), Duration::from_secs(5)),
             job_retention: settings.job_retention,
+            audit_retention: settings.audit_retention,
             registry: reports::Registry::new(settings.enable_diagnostic_kinds),
             caps: settings.caps(),
             sample_every: settings.metrics_sample_interval,
@@ -87,6 +89,11 @@ impl BackgroundTasks {
             self.job_retention,
             background.clone(),
         ));
+        let audit_pruner = tokio::spawn(run_audit_pruner(
+            store.clone(),
+            self.audit_retention,
+            background.clone(),
+        ));
         let vacuum = tokio::spawn(run_queue_vacuum(queue.clone(), background.clone()));
         let scheduler = tokio::spawn(run_scheduler(
             store.clone(),
@@ -108,7 +115,14 @@ impl BackgroundTasks {
             background.clone(),
         ));
         let tasks = [
-            sweeper, dispatcher, pruner, vacuum, scheduler, waker, sampler,
+            sweeper,
+            dispatcher,
+            pruner,
+            audit_pruner,
+            vacuum,
+            scheduler,
+            waker,
+            sampler,
         ];
         Running {
             background,

@@ -2,7 +2,8 @@
 //! than `JOB_RETENTION` (with their results, webhook events, delivery log
 //! and per-job webhooks: `Store::prune_finished_jobs`); the queue vacuum
 //! deletes what apalis keeps of every acknowledged message
-//! (`Queue::forget_finished`). Both run in every worker pool, beside the
+//! (`Queue::forget_finished`); the audit pruner deletes the audit log's
+//! entries older than `AUDIT_RETENTION`. All run in every worker pool, beside the
 //! lease sweeper, and are safe to run in many processes at once.
 
 use std::time::Duration;
@@ -67,6 +68,29 @@ pub async fn run_pruner(store: Store, retention: Duration, shutdown: Shutdown) {
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(rest) => {}
+        }
+    }
+}
+
+/// How often the audit log's old entries are looked for.
+const AUDIT_PRUNE_EVERY: Duration = Duration::from_secs(10 * 60);
+
+/// Deletes the audit log's entries older than `retention`, at start and
+/// every [`AUDIT_PRUNE_EVERY`], until `shutdown`.
+pub async fn run_audit_pruner(store: Store, retention: Duration, shutdown: Shutdown) {
+    let retention_ms = duration_ms(retention);
+    loop {
+        match store
+            .prune_audit(now_ms().saturating_sub(retention_ms))
+            .await
+        {
+            Ok(0) => {}
+            Ok(entries) => debug!(entries, "pruned the audit log"),
+            Err(error) => warn!(%error, "pruning the audit log failed; trying again later"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(AUDIT_PRUNE_EVERY) => {}
         }
     }
 }

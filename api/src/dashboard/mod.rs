@@ -20,17 +20,19 @@ mod pages;
 use std::{collections::HashMap, time::Duration};
 
 use actix_web::{
-    HttpRequest, HttpResponse, ResponseError,
+    HttpMessage, HttpRequest, HttpResponse, ResponseError,
     cookie::{Cookie, SameSite, time::Duration as CookieDuration},
     http::{StatusCode, header},
     web,
 };
 use shared::{model::JobStatus, time::now_ms};
-use store::{JobFilter, TokenCheck, hash_key};
+use store::{JobFilter, Scope, TokenCheck, hash_key};
 
 use crate::{
+    auth::Caller,
     error::ApiError,
     idempotency::{IdempotencyKey, parse_key},
+    request_id::RequestId,
     routes::{
         jobs::{cancel_job, is_job_id, job_result, retry_job},
         paging::{cut, is_id, limit_and_cursor},
@@ -70,6 +72,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(web::resource("/jobs/{job_id}/cancel").post(job_cancel))
             .service(web::resource("/jobs/{job_id}/retry").post(job_retry))
             .service(web::resource("/kinds").get(kinds))
+            .service(web::resource("/audit").get(audit))
             .service(web::resource("/schedules").get(schedules))
             .service(web::resource("/schedules/{schedule_id}").get(schedule))
             .service(web::resource("/schedules/{schedule_id}/pause").post(schedule_pause))
@@ -83,10 +86,21 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     );
 }
 
-/// A signed-in person: their tenant and their session's CSRF token.
+/// A signed-in person: their tenant, their key's rights and their
+/// session's CSRF token.
 pub struct Viewer {
     pub tenant_id: String,
     pub csrf_token: String,
+    /// The key the session was opened with, as the API would see it: an
+    /// action the key may not take is refused here as there.
+    pub caller: Caller,
+}
+
+impl Viewer {
+    /// Whether the session's key holds `scope`: what the pages offer.
+    pub fn may(&self, scope: Scope) -> bool {
+        self.caller.scope.allows(scope)
+    }
 }
 
 /// Why a request gets no page of its own: what it gets instead.
@@ -162,14 +176,29 @@ async fn viewer(state: &AppState, request: &HttpRequest) -> Result<Viewer, Refus
         return Err(Refusal::SignIn(Some("expired")));
     };
     // The key it was opened with must still be valid, and the tenant's.
-    if state.keys.tenant_of_hash(&session.key_hash).as_deref() != Some(&session.tenant_id) {
+    let Some(holder) = state
+        .keys
+        .holder_of_hash(&session.key_hash)
+        .filter(|holder| holder.tenant_id == session.tenant_id && holder.scope.allows(Scope::Read))
+    else {
         state.store.delete_dashboard_session(&token).await?;
         return Err(Refusal::SignIn(Some("revoked")));
-    }
+    };
     state.limits.request(&session.tenant_id)?;
+    let request_id = request
+        .extensions()
+        .get::<RequestId>()
+        .map(|id| id.0.clone())
+        .unwrap_or_default();
     Ok(Viewer {
         tenant_id: session.tenant_id,
         csrf_token: session.csrf_token,
+        caller: Caller {
+            tenant_id: holder.tenant_id,
+            key_id: holder.key_id,
+            scope: holder.scope,
+            request_id,
+        },
     })
 }
 
@@ -321,14 +350,16 @@ async fn form_action(
     state: &AppState,
     request: &HttpRequest,
     body: &[u8],
-    act: impl AsyncFnOnce(&str, &IdempotencyKey) -> Result<HttpResponse, ApiError>,
+    needed: Scope,
+    act: impl AsyncFnOnce(&Caller, &IdempotencyKey) -> Result<HttpResponse, ApiError>,
     then: impl AsyncFnOnce(&Viewer, serde_json::Value) -> PageResult,
 ) -> HttpResponse {
     respond(state, request, async |viewer| {
         let form = form_of(body);
         check_form(request, viewer, &form)?;
+        viewer.caller.require(needed)?;
         let key = form_key(&form)?;
-        match read_answer(act(&viewer.tenant_id, &key).await?).await? {
+        match read_answer(act(&viewer.caller, &key).await?).await? {
             (status, answer) if status.is_success() => then(viewer, answer).await,
             (status, answer) => Err(refused(status, &answer)),
         }
@@ -398,11 +429,18 @@ async fn sign_in(
         return too_many_sign_ins(&error);
     }
     // Checked in memory, like a bearer key: a wrong key costs no query.
-    let Some((key_id, tenant_id)) = (!key.is_empty()).then(|| state.keys.owner(key)).flatten()
-    else {
+    let Some(holder) = (!key.is_empty()).then(|| state.keys.holder(key)).flatten() else {
         let page = pages::sign_in(None, "That API key is not valid.");
         return secured(html(StatusCode::UNAUTHORIZED, page));
     };
+    if !holder.scope.allows(Scope::Read) {
+        let page = pages::sign_in(
+            None,
+            "That API key cannot open the dashboard: it needs the read scope.",
+        );
+        return secured(html(StatusCode::FORBIDDEN, page));
+    }
+    let (key_id, tenant_id) = (holder.key_id, holder.tenant_id);
     if let Err(error) = state.limits.request(&tenant_id) {
         return too_many_sign_ins(&error);
     }
@@ -652,14 +690,14 @@ async fn job_cancel(
     job_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let act = async |tenant_id: &str, key: &IdempotencyKey| {
-        cancel_job(&state, tenant_id, key, &request, &job_id).await
+    let act = async |caller: &Caller, key: &IdempotencyKey| {
+        cancel_job(&state, &caller.tenant_id, key, &request, &job_id).await
     };
     let then = async |_: &Viewer, _| {
         let job_id = job_id.as_str();
         Ok(see_other(format!("{PATH}/jobs/{job_id}?done=cancelled")))
     };
-    form_action(&state, &request, &body, act, then).await
+    form_action(&state, &request, &body, Scope::Submit, act, then).await
 }
 
 async fn job_retry(
@@ -668,14 +706,14 @@ async fn job_retry(
     job_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let act = async |tenant_id: &str, key: &IdempotencyKey| {
-        retry_job(&state, tenant_id, key, &request, &job_id).await
+    let act = async |caller: &Caller, key: &IdempotencyKey| {
+        retry_job(&state, caller, key, &request, &job_id).await
     };
     let then = async |_: &Viewer, answer: serde_json::Value| {
         let new_id = answer["job_id"].as_str().unwrap_or_default();
         Ok(see_other(format!("{PATH}/jobs/{new_id}?done=retried")))
     };
-    form_action(&state, &request, &body, act, then).await
+    form_action(&state, &request, &body, Scope::Submit, act, then).await
 }
 
 async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
@@ -732,6 +770,39 @@ async fn kinds(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse
             .map(|worker| crate::routes::work::worker_object(worker, now))
             .collect();
         Ok(html(StatusCode::OK, pages::kinds(viewer, &kinds, &workers)))
+    })
+    .await
+}
+
+/// The audit log, for a key with the `admin` scope.
+async fn audit(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    respond(&state, &request, async |viewer| {
+        viewer.caller.require(Scope::Admin)?;
+        let query = query_of(&request);
+        let action = query.get("action").cloned().unwrap_or_default();
+        let filter = match crate::routes::keys::audit_filter(&query) {
+            Ok(filter) => filter,
+            Err(_) => {
+                let errors = [
+                    "That filter or page link is not valid. Start again from the first page."
+                        .to_owned(),
+                ];
+                return Ok(html(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    pages::audit(viewer, &[], "", None, &errors),
+                ));
+            }
+        };
+        let entries = state.store.list_audit(&viewer.tenant_id, &filter).await?;
+        let (entries, next) = cut(entries, filter.limit, |e| e.entry_id.clone());
+        let entries: Vec<_> = entries
+            .into_iter()
+            .map(crate::routes::keys::audit_object)
+            .collect();
+        Ok(html(
+            StatusCode::OK,
+            pages::audit(viewer, &entries, &action, next.as_deref(), &[]),
+        ))
     })
     .await
 }
@@ -857,15 +928,15 @@ async fn schedule_toggle(
     change: Change,
     done: &str,
 ) -> HttpResponse {
-    let act = async |tenant_id: &str, key: &IdempotencyKey| {
-        change_schedule(state, tenant_id, key, request, &[], schedule_id, change).await
+    let act = async |caller: &Caller, key: &IdempotencyKey| {
+        change_schedule(state, key, request, &[], schedule_id, change, caller).await
     };
     let then = async |_: &Viewer, _| {
         Ok(see_other(format!(
             "{PATH}/schedules/{schedule_id}?done={done}"
         )))
     };
-    form_action(state, request, body, act, then).await
+    form_action(state, request, body, Scope::Manage, act, then).await
 }
 
 /// One webhook of the tenant, its health and its latest deliveries.
@@ -933,9 +1004,19 @@ async fn webhook_enable(
     webhook_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let act = async |tenant_id: &str, key: &IdempotencyKey| {
+    let act = async |caller: &Caller, key: &IdempotencyKey| {
         let change = WebhookChange::Enable;
-        change_webhook(&state, tenant_id, key, &request, &webhook_id, change).await
+        let (tenant_id, actor) = (&caller.tenant_id, caller.actor());
+        change_webhook(
+            &state,
+            tenant_id,
+            key,
+            &request,
+            &webhook_id,
+            change,
+            &actor,
+        )
+        .await
     };
     let then = async |_: &Viewer, _| {
         let webhook_id = webhook_id.as_str();
@@ -943,7 +1024,7 @@ async fn webhook_enable(
             "{PATH}/webhooks/{webhook_id}?done=enabled"
         )))
     };
-    form_action(&state, &request, &body, act, then).await
+    form_action(&state, &request, &body, Scope::Manage, act, then).await
 }
 
 async fn webhook_rotate(
@@ -952,9 +1033,19 @@ async fn webhook_rotate(
     webhook_id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let act = async |tenant_id: &str, key: &IdempotencyKey| {
+    let act = async |caller: &Caller, key: &IdempotencyKey| {
         let change = WebhookChange::RotateSecret;
-        change_webhook(&state, tenant_id, key, &request, &webhook_id, change).await
+        let (tenant_id, actor) = (&caller.tenant_id, caller.actor());
+        change_webhook(
+            &state,
+            tenant_id,
+            key,
+            &request,
+            &webhook_id,
+            change,
+            &actor,
+        )
+        .await
     };
     let then = async |viewer: &Viewer, answer: serde_json::Value| {
         let secret = answer["secret"].as_str().unwrap_or_default();
@@ -965,5 +1056,5 @@ async fn webhook_rotate(
             pages::webhook(viewer, &row, &deliveries, None, Some(secret)),
         ))
     };
-    form_action(&state, &request, &body, act, then).await
+    form_action(&state, &request, &body, Scope::Manage, act, then).await
 }

@@ -5,7 +5,7 @@ use actix_web::http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
 use shared::model::{Job, JobStatus, WaitReason};
 use shared::work::{KindObject, WorkerObject};
-use store::{Delivery, JobCounts, ThroughputMinute, Webhook, WebhookHealth};
+use store::{Delivery, JobCounts, Scope, ThroughputMinute, Webhook, WebhookHealth};
 
 use super::{PATH, Viewer};
 
@@ -50,6 +50,7 @@ enum Section {
     Schedules,
     Webhooks,
     Kinds,
+    Audit,
     None,
 }
 
@@ -74,9 +75,15 @@ fn layout(title: &str, viewer: Option<&Viewer>, section: Section, body: Markup) 
                             (nav_link("Schedules", format!("{PATH}/schedules"), section == Section::Schedules))
                             (nav_link("Webhooks", format!("{PATH}/webhooks"), section == Section::Webhooks))
                             (nav_link("Kinds & workers", format!("{PATH}/kinds"), section == Section::Kinds))
+                            @if viewer.may(Scope::Admin) {
+                                (nav_link("Audit log", format!("{PATH}/audit"), section == Section::Audit))
+                            }
                         }
                         div.who {
                             span { "Tenant " strong #tenant { (viewer.tenant_id) } }
+                            span.muted #scopes title="What this session's key may do" {
+                                (scope_words(viewer))
+                            }
                             form method="post" action={ (PATH) "/sign-out" } {
                                 (csrf(viewer))
                                 button.link #sign-out type="submit" { "Sign out" }
@@ -87,6 +94,21 @@ fn layout(title: &str, viewer: Option<&Viewer>, section: Section, body: Markup) 
                 main { (body) }
             }
         }
+    }
+}
+
+/// The session key's scopes, as the header shows them.
+fn scope_words(viewer: &Viewer) -> String {
+    let scope = &viewer.caller.scope;
+    if scope.is_full() {
+        "full rights".to_owned()
+    } else {
+        scope
+            .scopes()
+            .into_iter()
+            .map(Scope::name)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -472,7 +494,7 @@ pub fn job_panel(viewer: &Viewer, view: &JobView) -> Markup {
             div.card-head {
                 h1 { (job.kind) " " span #job-status { (status_badge(job.status)) } }
                 div.actions {
-                    @if !job.status.is_final() {
+                    @if !job.status.is_final() && viewer.may(Scope::Submit) {
                         form method="post" action={ (PATH) "/jobs/" (job.job_id) "/cancel" } {
                             (action_fields(viewer, &format!("dashboard-cancel-{}", job.job_id)))
                             button.danger #cancel type="submit" disabled[job.cancel_requested] {
@@ -480,7 +502,8 @@ pub fn job_panel(viewer: &Viewer, view: &JobView) -> Markup {
                             }
                         }
                     }
-                    @if retryable {
+                    @if retryable && viewer.may(Scope::Submit)
+                        && (job.kind != reports::PERIOD_CLOSE || viewer.may(Scope::Close)) {
                         form method="post" action={ (PATH) "/jobs/" (job.job_id) "/retry" } {
                             (action_fields(viewer, &format!("dashboard-retry-{}", job.job_id)))
                             button.primary #retry type="submit" { "Retry as a new job" }
@@ -716,6 +739,9 @@ pub fn schedule(viewer: &Viewer, row: &ScheduleRow, jobs: &[Job], notice: Option
 }
 
 fn schedule_toggle(viewer: &Viewer, row: &ScheduleRow) -> Markup {
+    if !viewer.may(Scope::Manage) {
+        return html! {};
+    }
     let s = &row.schedule;
     let (action, label) = if s.paused {
         ("resume", "Resume")
@@ -779,6 +805,9 @@ fn last_error(health: &WebhookHealth) -> Markup {
 }
 
 fn webhook_actions(viewer: &Viewer, row: &WebhookRow) -> Markup {
+    if !viewer.may(Scope::Manage) {
+        return html! {};
+    }
     let id = &row.webhook.webhook_id;
     html! {
         @if !row.webhook.enabled {
@@ -883,6 +912,62 @@ fn duration_text(ms: i64) -> String {
         60..3600 => format!("{} min {} s", secs / 60, secs % 60),
         _ => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
     }
+}
+
+/// The audit log: who changed what, newest first, a page at a time.
+pub fn audit(
+    viewer: &Viewer,
+    entries: &[crate::routes::keys::AuditEntryObject],
+    action: &str,
+    next: Option<&str>,
+    errors: &[String],
+) -> Markup {
+    let body = html! {
+        section.card {
+            div.card-head { h1 { "Audit log" } }
+            p.muted { "Every change to this tenant's keys, webhooks, schedules, filing endpoint, months and kinds: who made it, when, and the request's id." }
+            @for error in errors { p.error { (error) } }
+            form.filters method="get" action={ (PATH) "/audit" } {
+                label for="action" { "Action" }
+                select #action name="action" {
+                    option value="" selected[action.is_empty()] { "any" }
+                    @for known in store::AuditAction::ALL {
+                        option value=(known.name()) selected[action == known.name()] { (known.name()) }
+                    }
+                }
+                button type="submit" { "Filter" }
+            }
+            @if entries.is_empty() {
+                p.muted #no-entries { "No entries." }
+            } @else {
+                table #audit-entries {
+                    thead { tr { th { "When" } th { "Action" } th { "Target" } th { "Who" } th { "Request" } th { "Details" } } }
+                    tbody {
+                        @for entry in entries {
+                            tr {
+                                td { (entry.at) }
+                                td { code { (entry.action) } }
+                                td { @if let Some(target) = &entry.target { code { (target) } } }
+                                td {
+                                    @match (&entry.key_id, &entry.job_id) {
+                                        (Some(key_id), _) => { "key " code { (key_id) } },
+                                        (_, Some(job_id)) => { "job " a href={ (PATH) "/jobs/" (job_id) } { code { (job_id) } } },
+                                        _ => { (entry.actor) },
+                                    }
+                                }
+                                td { @if let Some(request_id) = &entry.request_id { code { (request_id) } } }
+                                td { code { (entry.details.to_string()) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(next) = next {
+                a.button #next href={ (PATH) "/audit?action=" (action) "&cursor=" (next) } { "Older" }
+            }
+        }
+    };
+    layout("Audit log", Some(viewer), Section::Audit, body)
 }
 
 #[cfg(test)]

@@ -6,19 +6,19 @@ use actix_web::{
     http::{StatusCode, header},
     web,
 };
-use reports::{ChunkRenderer, ResultFormat};
+use reports::{ChunkRenderer, PERIOD_CLOSE, ResultFormat};
 use serde::Serialize;
 use shared::{
     ids::new_job_id,
     model::{Job, JobObject, JobStatus, WaitReason},
 };
-use store::{CancelOutcome, JobFilter, RetryOutcome, Store, StoredResult};
+use store::{CancelOutcome, JobFilter, RetryOutcome, Scope, Store, StoredResult};
 use tokio::{sync::broadcast, time::Instant};
 use utoipa::ToSchema;
 
 use super::paging::{cut, is_id, limit_and_cursor};
 use crate::{
-    auth::Tenant,
+    auth::{Caller, Tenant, scope},
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, RequestBody, execute},
     state::AppState,
@@ -142,10 +142,10 @@ pub fn is_job_id(text: &str) -> bool {
         (status = 422, description = "wait is not a whole number; `errors` names it"),
         (status = 429, description = "over the tenant's request rate, or its long polls held open (MAX_LONG_POLLS)"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn get(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     job_id: web::Path<String>,
     query: web::Query<HashMap<String, String>>,
@@ -224,10 +224,10 @@ async fn finished_signal(finished: &mut broadcast::Receiver<String>, job_id: &st
         (status = 404, description = "no job of this tenant has this id"),
         (status = 409, description = "the job has not SUCCEEDED"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn result(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     job_id: web::Path<String>,
     request: HttpRequest,
@@ -486,10 +486,10 @@ fn wants_csv(request: &HttpRequest) -> bool {
         (status = 409, description = "the job already SUCCEEDED or FAILED, or the Idempotency-Key is still in progress"),
         (status = 422, description = "the Idempotency-Key was used with a different request"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["submit"]))
 )]
 pub async fn cancel(
-    tenant: Tenant,
+    tenant: Tenant<scope::Submit>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     job_id: web::Path<String>,
@@ -559,10 +559,10 @@ pub async fn cancel_job(
         (status = 422, description = "the Idempotency-Key was used with a different request"),
         (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["submit"]))
 )]
 pub async fn retry(
-    tenant: Tenant,
+    tenant: Tenant<scope::Submit>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     job_id: web::Path<String>,
@@ -573,20 +573,27 @@ pub async fn retry(
             "a retry makes a job: send an Idempotency-Key header, so that sending it again cannot make a second one".into(),
         ));
     }
-    retry_job(&state, &tenant.0, &key, &request, &job_id).await
+    retry_job(&state, tenant.caller(), &key, &request, &job_id).await
 }
 
 /// The effect and answer of `POST /v1/jobs/{job_id}/retry`, also the
 /// dashboard's.
 pub async fn retry_job(
     state: &AppState,
-    tenant_id: &str,
+    caller: &Caller,
     key: &IdempotencyKey,
     request: &HttpRequest,
     job_id: &str,
 ) -> ApiResult<HttpResponse> {
     if !is_job_id(job_id) {
         return Err(not_found(job_id));
+    }
+    let tenant_id = caller.tenant_id.as_str();
+    // A retry of a period-close closes the month again.
+    if let Some(job) = state.store.get_job(tenant_id, job_id).await?
+        && job.kind == PERIOD_CLOSE
+    {
+        caller.require(Scope::Close)?;
     }
     state.limits.admit_job(&state.store, tenant_id).await?;
     let retry_id = new_job_id();
@@ -665,10 +672,10 @@ pub async fn retry_job(
         (status = 200, body = JobPage),
         (status = 422, description = "a query parameter is not valid; `errors` names it"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn list(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     query: web::Query<HashMap<String, String>>,
 ) -> ApiResult<HttpResponse> {

@@ -7,7 +7,7 @@ use shared::{model::Priority, time::to_rfc3339};
 use store::{PutKind, RegisteredKind};
 
 use crate::{
-    auth::Tenant,
+    auth::{Tenant, scope},
     body::json_body,
     error::{ApiError, ApiResult},
     state::AppState,
@@ -64,9 +64,12 @@ pub async fn live_kind(
 #[utoipa::path(
     get, path = "/v1/kinds", tag = "kinds", operation_id = "listKinds",
     responses((status = 200, body = KindList)),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
-pub async fn list(tenant: Tenant, state: web::Data<AppState>) -> ApiResult<HttpResponse> {
+pub async fn list(
+    tenant: Tenant<scope::Read>,
+    state: web::Data<AppState>,
+) -> ApiResult<HttpResponse> {
     let kinds = kind_list(&state, &tenant.0).await?;
     Ok(HttpResponse::Ok().json(KindList { kinds }))
 }
@@ -94,10 +97,10 @@ pub async fn kind_list(state: &AppState, tenant_id: &str) -> ApiResult<Vec<KindO
         (status = 200, body = KindObject),
         (status = 404, description = "no kind of this name"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn get(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     name: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
@@ -126,10 +129,10 @@ pub async fn get(
         (status = 415, description = "body not application/json"),
         (status = 422, description = "a bad name (or a built-in kind's), a schema that is not Draft 2020-12 or refers outside itself, or values out of range; `errors` names each"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn put(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     state: web::Data<AppState>,
     name: web::Path<String>,
     request: HttpRequest,
@@ -142,7 +145,7 @@ pub async fn put(
             errors,
         }
     })?;
-    Ok(match state.store.put_kind(&kind).await? {
+    Ok(match state.store.put_kind(&kind, &tenant.actor()).await? {
         PutKind::Created(kind) => HttpResponse::Created()
             .insert_header((header::LOCATION, format!("/v1/kinds/{}", kind.name)))
             .json(kind_object(&kind)),
@@ -163,10 +166,10 @@ pub async fn put(
         (status = 404, description = "no registered kind of this name"),
         (status = 409, description = "a built-in kind, which cannot be deleted"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn delete(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     state: web::Data<AppState>,
     name: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
@@ -181,7 +184,7 @@ pub async fn delete(
     }
     let active_jobs = state
         .store
-        .delete_kind(&tenant.0, &name)
+        .delete_kind(&tenant.0, &name, &tenant.actor())
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("there is no registered kind {name:?}")))?;
     Ok(HttpResponse::Ok().json(DeletedKind {

@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 pub use shared::objects::ImportResponse;
 
 use crate::{
-    auth::Tenant,
+    auth::{Tenant, scope},
     body::json_media_type,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, RequestBody, execute},
@@ -47,10 +47,10 @@ pub struct ImportRequest {
         (status = 415, description = "body not application/json"),
         (status = 422, description = "invalid entries (`errors` names each field; nothing stored), or the Idempotency-Key was used with a different request"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["submit"]))
 )]
 pub async fn import(
-    tenant: Tenant,
+    tenant: Tenant<scope::Submit>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     request: HttpRequest,

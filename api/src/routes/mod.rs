@@ -1,4 +1,5 @@
 pub mod jobs;
+pub mod keys;
 pub mod kinds;
 pub mod ledger;
 pub mod paging;
@@ -48,6 +49,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/work/attempts/{token}/fail").post(work::fail))
                 .service(web::resource("/work/attempts/{token}/cancelled").post(work::cancelled))
                 .service(web::resource("/jobs").get(jobs::list))
+                .service(web::resource("/key").get(keys::current))
+                .service(web::resource("/keys").get(keys::list).post(keys::create))
+                .service(web::resource("/keys/{key_id}").delete(keys::revoke))
+                .service(web::resource("/audit").get(keys::audit))
                 .service(
                     web::resource("/schedules")
                         .app_data(web::PayloadConfig::new(SCHEDULE_BODY_LIMIT))

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 pub use shared::objects::{FilingEndpointObject, PeriodObject};
 
 use crate::{
-    auth::Tenant,
+    auth::{Tenant, scope},
     body::json_body,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, RequestBody, execute},
@@ -70,10 +70,10 @@ fn period_object(month: &str, period: Option<&Period>) -> PeriodObject {
         (status = 415, description = "body not application/json"),
         (status = 422, description = "bad URL (not http(s), a host that does not resolve in time, or not a public address)"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn put_filing_endpoint(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     state: web::Data<AppState>,
     request: HttpRequest,
     body: web::Bytes,
@@ -86,7 +86,10 @@ pub async fn put_filing_endpoint(
             errors: vec![FieldError::new("url", message)],
         });
     }
-    let endpoint = state.store.put_filing_endpoint(&tenant.0, &put.url).await?;
+    let endpoint = state
+        .store
+        .put_filing_endpoint(&tenant.0, &put.url, &tenant.actor())
+        .await?;
     Ok(HttpResponse::Ok().json(filing_endpoint_object(&endpoint, true)))
 }
 
@@ -97,10 +100,10 @@ pub async fn put_filing_endpoint(
         (status = 200, body = FilingEndpointObject),
         (status = 404, description = "none is registered"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn get_filing_endpoint(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let endpoint = state
@@ -126,10 +129,10 @@ fn checked_month(month: &str) -> ApiResult<String> {
         (status = 200, body = PeriodObject),
         (status = 422, description = "not a month written YYYY-MM"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn get_period(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     month: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
@@ -150,10 +153,10 @@ pub async fn get_period(
         (status = 409, description = "a period-close job is running on the month (cancel it instead), or the Idempotency-Key is still in progress"),
         (status = 422, description = "not a month written YYYY-MM, or the Idempotency-Key was used with a different request"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["close"]))
 )]
 pub async fn reopen_period(
-    tenant: Tenant,
+    tenant: Tenant<scope::Close>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     month: web::Path<String>,
@@ -167,7 +170,11 @@ pub async fn reopen_period(
         &key,
         &request,
         RequestBody::Sent(&[]),
-        async |tx| match state.store.reopen_period(tx, &tenant.0, month).await? {
+        async |tx| match state
+            .store
+            .reopen_period(tx, &tenant.0, month, &tenant.actor())
+            .await?
+        {
             ReopenOutcome::Open => {
                 Answer::json(StatusCode::OK, &period_object(month, None), Vec::new())
             }

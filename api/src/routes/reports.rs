@@ -1,13 +1,13 @@
 use std::{collections::HashMap, time::Duration};
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use reports::{AnyReportKind, ParamsError, RawParams, Registry};
+use reports::{AnyReportKind, PERIOD_CLOSE, ParamsError, RawParams, Registry};
 use serde_json::Value;
 use shared::{
     ids::new_job_id,
     model::{JobObject, Priority},
 };
-use store::{KindTerms, NewJob, Submission};
+use store::{KindTerms, NewJob, Scope, Submission};
 use utoipa::{
     PartialSchema, ToSchema,
     openapi::{OneOfBuilder, Ref, RefOr, Schema},
@@ -15,7 +15,7 @@ use utoipa::{
 
 use super::jobs::accepted;
 use crate::{
-    auth::Tenant,
+    auth::Caller,
     body::json_media_type,
     error::{ApiError, ApiResult},
     idempotency::{IdempotencyKey, RequestBody, canonical_json, execute},
@@ -47,10 +47,10 @@ use crate::{
         (status = 429, description = "over the tenant's request rate or active jobs (MAX_ACTIVE_JOBS); nothing stored"),
         (status = 503, description = "the database or the queue does not answer; nothing stored"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["submit"]))
 )]
 pub async fn submit(
-    tenant: Tenant,
+    caller: Caller,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     kind: web::Path<String>,
@@ -58,10 +58,16 @@ pub async fn submit(
     query: web::Query<HashMap<String, String>>,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
+    let kind_name = kind.into_inner();
+    caller.require(if kind_name == PERIOD_CLOSE {
+        Scope::Close
+    } else {
+        Scope::Submit
+    })?;
+    let tenant_id = caller.tenant_id.as_str();
     let created_at = shared::time::now_ms();
     let run_after = first_run(&query, created_at)?;
     let priority = priority_of(&query)?;
-    let kind_name = kind.into_inner();
     let refused = |e| match e {
         ParamsError::Malformed(detail) => {
             ApiError::BadRequest(format!("the parameters do not fit {kind_name}: {detail}"))
@@ -74,7 +80,7 @@ pub async fn submit(
     let Some(kind) = state.registry.get(&kind_name) else {
         // A kind the tenant registered: checked against its schema, and
         // run by the tenant's workers over HTTP.
-        let registered = super::kinds::live_kind(&state, &tenant.0, &kind_name)
+        let registered = super::kinds::live_kind(&state, tenant_id, &kind_name)
             .await?
             .ok_or_else(|| ApiError::NotFound(format!("there is no report kind {kind_name:?}")))?;
         json_media_type(&request)?;
@@ -92,7 +98,7 @@ pub async fn submit(
             &state,
             &key,
             &request,
-            &tenant.0,
+            tenant_id,
             kind_name.clone(),
             canonical_json(&params),
             terms,
@@ -110,12 +116,12 @@ pub async fn submit(
     // typed value written as canonical JSON.
     let params: Value = kind.accept(RawParams::Request(&body)).map_err(refused)?;
     let params_text = canonical_json(&params);
-    if let Some(reason) = kind.refuse_submit(&state.store, &tenant.0, &params).await? {
+    if let Some(reason) = kind.refuse_submit(&state.store, tenant_id, &params).await? {
         // Through the key's layer all the same: a retry of the submit that
         // made the job (which then closed the month) replays its 202, and
         // a new key stores this 409 like any answer of a request that ran.
         let body = RequestBody::Canonical(&params_text);
-        return execute(&state, &tenant.0, &key, &request, body, async |_| {
+        return execute(&state, tenant_id, &key, &request, body, async |_| {
             Err(ApiError::Conflict {
                 detail: reason,
                 ids: None,
@@ -131,7 +137,7 @@ pub async fn submit(
         &state,
         &key,
         &request,
-        &tenant.0,
+        tenant_id,
         kind_name,
         params_text,
         terms,

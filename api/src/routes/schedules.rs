@@ -7,7 +7,7 @@ use actix_web::{
     http::{StatusCode, header},
     web,
 };
-use reports::{ParamsError, RawParams};
+use reports::{PERIOD_CLOSE, ParamsError, RawParams};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use shared::{
@@ -17,14 +17,14 @@ use shared::{
     schedule::{CronSchedule, Misfire, check_template, render},
     time::{now_ms, parse_rfc3339, to_rfc3339},
 };
-use store::Schedule;
+use store::{AuditAction, AuditChange, Schedule, Scope};
 use utoipa::ToSchema;
 
 pub use shared::objects::ScheduleObject;
 
 use super::paging::{cut, is_id, limit_and_cursor};
 use crate::{
-    auth::Tenant,
+    auth::{Caller, Tenant, scope},
     body::json_body,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, RequestBody, execute},
@@ -297,10 +297,10 @@ fn answer(status: StatusCode, schedule: &Schedule) -> ApiResult<Answer> {
         (status = 422, description = "an unknown kind, a bad cron expression, time zone, time or template, or params the kind refuses as the first fire fills them in (`errors` names each); or the Idempotency-Key was used with a different request"),
         (status = 429, description = "over the tenant's request rate or its schedules (MAX_SCHEDULES)"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn create(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -331,8 +331,14 @@ pub async fn create(
         created_at: now,
         updated_at: now,
     };
+    if schedule.kind == PERIOD_CLOSE {
+        // Its fires close months: a key that may not close one may not
+        // schedule that either.
+        tenant.caller().require(Scope::Close)?;
+    }
     let registered = state.store.registered_kinds(&tenant.0).await?;
     check(&state, &mut schedule, now, &registered)?;
+    let actor = tenant.actor();
     execute(
         &state,
         &tenant.0,
@@ -343,6 +349,17 @@ pub async fn create(
             let count = state.store.count_schedules(tx, &tenant.0).await?;
             state.limits.admit_schedule(count)?;
             state.store.create_schedule(tx, &schedule).await?;
+            let change = AuditChange {
+                tenant_id: Some(&schedule.tenant_id),
+                action: AuditAction::ScheduleCreated,
+                target: Some(&schedule.schedule_id),
+                details: serde_json::json!({
+                    "kind": schedule.kind,
+                    "cron": schedule.cron,
+                    "timezone": schedule.timezone,
+                }),
+            };
+            state.store.audit(tx, &actor, &change).await?;
             answer(StatusCode::CREATED, &schedule)
         },
     )
@@ -360,10 +377,10 @@ pub async fn create(
         (status = 200, body = SchedulePage),
         (status = 422, description = "a query parameter is not valid; `errors` names it"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn list(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     query: web::Query<HashMap<String, String>>,
 ) -> ApiResult<HttpResponse> {
@@ -394,10 +411,10 @@ pub async fn list(
         (status = 200, body = ScheduleObject),
         (status = 404, description = "no schedule of this tenant has this id"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn get(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     schedule_id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
@@ -514,13 +531,14 @@ impl Edit {
 /// `Idempotency-Key` steps: the API's and the dashboard's.
 pub async fn change_schedule(
     state: &AppState,
-    tenant_id: &str,
     key: &IdempotencyKey,
     request: &HttpRequest,
     body: &[u8],
     schedule_id: &str,
     change: Change,
+    caller: &Caller,
 ) -> ApiResult<HttpResponse> {
+    let tenant_id = caller.tenant_id.as_str();
     if !is_id(schedule_id, "sch_") {
         return Err(not_found(schedule_id));
     }
@@ -538,8 +556,18 @@ pub async fn change_schedule(
                 .await?
                 .ok_or_else(|| not_found(schedule_id))?;
             let now = now_ms();
+            let action = match &change {
+                Change::Edit(_) => AuditAction::ScheduleChanged,
+                Change::Pause => AuditAction::SchedulePaused,
+                Change::Resume => AuditAction::ScheduleResumed,
+            };
             match &change {
-                Change::Edit(edit) => edit.apply(state, &mut schedule, now, &registered)?,
+                Change::Edit(edit) => {
+                    edit.apply(state, &mut schedule, now, &registered)?;
+                    if schedule.kind == PERIOD_CLOSE {
+                        caller.require(Scope::Close)?;
+                    }
+                }
                 Change::Pause => schedule.paused = true,
                 Change::Resume => {
                     if schedule.paused {
@@ -559,6 +587,18 @@ pub async fn change_schedule(
             if !state.store.replace_schedule(tx, &schedule).await? {
                 return Err(not_found(schedule_id));
             }
+            let audited = AuditChange {
+                tenant_id: Some(tenant_id),
+                action,
+                target: Some(schedule_id),
+                details: serde_json::json!({
+                    "kind": schedule.kind,
+                    "cron": schedule.cron,
+                    "timezone": schedule.timezone,
+                    "paused": schedule.paused,
+                }),
+            };
+            state.store.audit(tx, &caller.actor(), &audited).await?;
             answer(StatusCode::OK, &schedule)
         },
     )
@@ -580,10 +620,10 @@ pub async fn change_schedule(
         (status = 415, description = "body not application/json"),
         (status = 422, description = "a value is not valid, as for a create"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn change(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     schedule_id: web::Path<String>,
@@ -594,12 +634,12 @@ pub async fn change(
     let edit = Edit::read(json_body(&request, &body)?)?;
     change_schedule(
         &state,
-        &tenant.0,
         &key,
         &request,
         &body,
         &schedule_id,
         Change::Edit(Box::new(edit)),
+        tenant.caller(),
     )
     .await
 }
@@ -612,10 +652,10 @@ pub async fn change(
         (status = 200, body = ScheduleObject),
         (status = 404, description = "no schedule of this tenant has this id"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn pause(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     schedule_id: web::Path<String>,
@@ -623,12 +663,12 @@ pub async fn pause(
 ) -> ApiResult<HttpResponse> {
     change_schedule(
         &state,
-        &tenant.0,
         &key,
         &request,
         &[],
         &schedule_id,
         Change::Pause,
+        tenant.caller(),
     )
     .await
 }
@@ -641,10 +681,10 @@ pub async fn pause(
         (status = 200, body = ScheduleObject),
         (status = 404, description = "no schedule of this tenant has this id"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn resume(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     schedule_id: web::Path<String>,
@@ -652,12 +692,12 @@ pub async fn resume(
 ) -> ApiResult<HttpResponse> {
     change_schedule(
         &state,
-        &tenant.0,
         &key,
         &request,
         &[],
         &schedule_id,
         Change::Resume,
+        tenant.caller(),
     )
     .await
 }
@@ -670,14 +710,18 @@ pub async fn resume(
         (status = 204, description = "deleted"),
         (status = 404, description = "no schedule of this tenant has this id"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn delete(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     state: web::Data<AppState>,
     schedule_id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    if !is_id(&schedule_id, "sch_") || !state.store.delete_schedule(&tenant.0, &schedule_id).await?
+    if !is_id(&schedule_id, "sch_")
+        || !state
+            .store
+            .delete_schedule(&tenant.0, &schedule_id, &tenant.actor())
+            .await?
     {
         return Err(not_found(&schedule_id));
     }

@@ -3,7 +3,7 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use crate::{auth::Tenant, error::ApiError, state::AppState};
+use crate::{auth::Caller, error::ApiError, state::AppState};
 
 /// The answer of `/healthz`.
 #[derive(Serialize, ToSchema)]
@@ -96,10 +96,10 @@ pub async fn openapi(
 ) -> Result<HttpResponse, ApiError> {
     let mut document = state.openapi.clone();
     if request.headers().contains_key(header::AUTHORIZATION) {
-        let tenant = Tenant::extract(&request).await?;
+        let caller = Caller::extract(&request).await?;
         let kinds: Vec<_> = state
             .store
-            .registered_kinds(&tenant.0)
+            .registered_kinds(&caller.tenant_id)
             .await?
             .into_iter()
             .filter(|kind| kind.deleted_at.is_none())

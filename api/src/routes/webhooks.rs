@@ -9,14 +9,14 @@ use outbound::check_url;
 use serde::{Deserialize, Serialize};
 use shared::model::EVENT_TYPES;
 use shared::{ledger::FieldError, time::to_rfc3339};
-use store::{Delivery, NewWebhook, Registration, Webhook};
+use store::{Actor, AuditAction, AuditChange, Delivery, NewWebhook, Registration, Webhook};
 use utoipa::ToSchema;
 
 pub use shared::objects::{DeliveryObject, WebhookObject};
 
 use super::paging::{cut, is_id, limit_and_cursor};
 use crate::{
-    auth::Tenant,
+    auth::{Tenant, scope},
     body::json_body,
     error::{ApiError, ApiResult},
     idempotency::{Answer, IdempotencyKey, RequestBody, execute},
@@ -134,10 +134,10 @@ async fn validate(state: &AppState, request: &RegisterWebhook) -> ApiResult<Vec<
         (status = 422, description = "bad URL (not http(s), a host that does not resolve in time, or not a public address), or unknown events; or the Idempotency-Key was used with a different request"),
         (status = 429, description = "over the tenant's request rate, its webhooks (MAX_WEBHOOKS), or the job's (MAX_WEBHOOKS_PER_JOB)"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn register(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     request: HttpRequest,
@@ -177,6 +177,17 @@ pub async fn register(
                     new.job_id.as_deref().unwrap_or_default()
                 )));
             };
+            let change = AuditChange {
+                tenant_id: Some(&tenant.0),
+                action: AuditAction::WebhookRegistered,
+                target: Some(&webhook.webhook_id),
+                details: serde_json::json!({
+                    "url": webhook.url,
+                    "events": webhook.events,
+                    "job_id": webhook.job_id,
+                }),
+            };
+            state.store.audit(tx, &tenant.actor(), &change).await?;
             Answer::json(
                 StatusCode::CREATED,
                 &webhook_object(&webhook, true),
@@ -204,10 +215,10 @@ pub async fn register(
         (status = 200, body = WebhookPage),
         (status = 422, description = "a query parameter is not valid; `errors` names it"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn list(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     query: web::Query<HashMap<String, String>>,
 ) -> ApiResult<HttpResponse> {
@@ -230,7 +241,11 @@ pub async fn list(
     }))
 }
 
-async fn find(state: &AppState, tenant: &Tenant, webhook_id: &str) -> ApiResult<Webhook> {
+async fn find(
+    state: &AppState,
+    tenant: &Tenant<scope::Read>,
+    webhook_id: &str,
+) -> ApiResult<Webhook> {
     if !is_id(webhook_id, "wh_") {
         return Err(not_found(webhook_id));
     }
@@ -249,10 +264,10 @@ async fn find(state: &AppState, tenant: &Tenant, webhook_id: &str) -> ApiResult<
         (status = 200, body = WebhookObject),
         (status = 404, description = "no webhook of this tenant has this id"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn get(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     webhook_id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
@@ -268,14 +283,19 @@ pub async fn get(
         (status = 204, description = "deleted"),
         (status = 404, description = "no webhook of this tenant has this id"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn delete(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     state: web::Data<AppState>,
     webhook_id: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
-    if !is_id(&webhook_id, "wh_") || !state.store.delete_webhook(&tenant.0, &webhook_id).await? {
+    if !is_id(&webhook_id, "wh_")
+        || !state
+            .store
+            .delete_webhook(&tenant.0, &webhook_id, &tenant.actor())
+            .await?
+    {
         return Err(not_found(&webhook_id));
     }
     Ok(HttpResponse::NoContent().finish())
@@ -294,10 +314,10 @@ pub async fn delete(
         (status = 404, description = "no webhook of this tenant has this id"),
         (status = 422, description = "a query parameter is not valid; `errors` names it"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn deliveries(
-    tenant: Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
     webhook_id: web::Path<String>,
     query: web::Query<HashMap<String, String>>,
@@ -333,17 +353,27 @@ pub async fn deliveries(
         (status = 409, description = "the Idempotency-Key is still in progress"),
         (status = 422, description = "the Idempotency-Key was used with a different request"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn enable(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     webhook_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
     let change = WebhookChange::Enable;
-    change_webhook(&state, &tenant.0, &key, &request, &webhook_id, change).await
+    let actor = tenant.actor();
+    change_webhook(
+        &state,
+        &tenant.0,
+        &key,
+        &request,
+        &webhook_id,
+        change,
+        &actor,
+    )
+    .await
 }
 
 /// Give a webhook a new secret, shown only in this answer. The old secret
@@ -358,17 +388,27 @@ pub async fn enable(
         (status = 409, description = "the Idempotency-Key is still in progress"),
         (status = 422, description = "the Idempotency-Key was used with a different request"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["manage"]))
 )]
 pub async fn rotate_secret(
-    tenant: Tenant,
+    tenant: Tenant<scope::Manage>,
     key: IdempotencyKey,
     state: web::Data<AppState>,
     webhook_id: web::Path<String>,
     request: HttpRequest,
 ) -> ApiResult<HttpResponse> {
     let change = WebhookChange::RotateSecret;
-    change_webhook(&state, &tenant.0, &key, &request, &webhook_id, change).await
+    let actor = tenant.actor();
+    change_webhook(
+        &state,
+        &tenant.0,
+        &key,
+        &request,
+        &webhook_id,
+        change,
+        &actor,
+    )
+    .await
 }
 
 /// What `POST /v1/webhooks/{id}/enable` and `.../rotate-secret` change.
@@ -388,6 +428,7 @@ pub async fn change_webhook(
     request: &HttpRequest,
     webhook_id: &str,
     change: WebhookChange,
+    actor: &Actor,
 ) -> ApiResult<HttpResponse> {
     if !is_id(webhook_id, "wh_") {
         return Err(not_found(webhook_id));
@@ -409,6 +450,17 @@ pub async fn change_webhook(
                 }
             }
             .ok_or_else(|| not_found(webhook_id))?;
+            let action = match change {
+                WebhookChange::Enable => AuditAction::WebhookEnabled,
+                WebhookChange::RotateSecret => AuditAction::WebhookSecretRotated,
+            };
+            let audited = AuditChange {
+                tenant_id: Some(tenant_id),
+                action,
+                target: Some(webhook_id),
+                details: serde_json::json!({}),
+            };
+            store.audit(tx, actor, &audited).await?;
             let with_secret = change == WebhookChange::RotateSecret;
             Answer::json(
                 StatusCode::OK,

@@ -25,7 +25,7 @@ use store::{ExternalJobState, LeaseAsk, LeasedAttempt, LeasedKind, SuccessWrite}
 use tokio::sync::Notify;
 
 use crate::{
-    auth::WorkerKey,
+    auth::{Tenant, WorkerKey, scope},
     body::json_body,
     error::{ApiError, ApiResult},
     idempotency::canonical_json,
@@ -165,7 +165,7 @@ fn attempt_object(leased: LeasedAttempt) -> ApiResult<LeasedAttemptObject> {
         (status = 422, description = "a bad worker name, `max` or `wait_secs` out of range, or a kind that is not registered"),
         (status = 429, description = "a waiting lease over the tenant's MAX_LONG_POLLS, with Retry-After"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["work"]))
 )]
 pub async fn lease(
     worker: WorkerKey,
@@ -344,7 +344,7 @@ fn is_held(job: &ExternalJobState, attempt: i64) -> bool {
         (status = 409, description = "the attempt is no longer held (`type` names why: attempt-superseded, attempt-timed-out, job-cancelled, attempt-ended); nothing changed"),
         (status = 422, description = "progress out of 0 to 1"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["work"]))
 )]
 pub async fn heartbeat(
     worker: WorkerKey,
@@ -365,7 +365,7 @@ pub async fn heartbeat(
     {
         return Err(ApiError::validation("progress", "must be from 0 to 1"));
     }
-    if worker.kinds.is_some() {
+    if worker.kinds().is_some() {
         job_of(&state, &worker, &job_id, &token).await?;
     }
     let beat = state
@@ -459,7 +459,7 @@ fn media_type_of(request: &HttpRequest) -> String {
         (status = 413, description = "a JSON result over 1 MiB, or a streamed one over 256 MiB"),
         (status = 415, description = "a media type the kind does not declare"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["work"]))
 )]
 pub async fn complete(
     worker: WorkerKey,
@@ -669,7 +669,7 @@ async fn replay_of_stream(
         (status = 415, description = "body not application/json"),
         (status = 422, description = "a bad error_type, a message over 4096 characters, or details that are not a JSON object of at most 16 KiB"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["work"]))
 )]
 pub async fn fail(
     worker: WorkerKey,
@@ -777,7 +777,7 @@ fn answer_again_or_refuse(
         (status = 404, description = "no such attempt of this tenant"),
         (status = 409, description = "the attempt is no longer held (`type` names why); nothing changed"),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["work"]))
 )]
 pub async fn cancelled(
     worker: WorkerKey,
@@ -827,10 +827,10 @@ pub fn worker_object(worker: store::WorkerRecord, now: i64) -> WorkerObject {
 #[utoipa::path(
     get, path = "/v1/workers", tag = "workers", operation_id = "listWorkers",
     responses((status = 200, body = WorkerList)),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn workers(
-    tenant: crate::auth::Tenant,
+    tenant: Tenant<scope::Read>,
     state: web::Data<AppState>,
 ) -> ApiResult<HttpResponse> {
     let now = now_ms();

@@ -5,7 +5,7 @@
 use reqwest::{StatusCode, header, redirect::Policy};
 use serde_json::json;
 
-use crate::common::{Api, Backend, KEY_A, KEY_B, Reply, TestEnv, moment_sql, wait};
+use crate::common::{Api, Backend, KEY_A, KEY_B, Reply, StoreOf, TestEnv, moment_sql, wait};
 
 const FIVE_SECONDS: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -778,7 +778,106 @@ async fn a_schedule_is_listed_paused_and_resumed_from_its_page(backend: Backend)
     );
 }
 
+/// A key of tenant-a with these scopes, once the api knows it.
+async fn scoped_key(env: &TestEnv, api: &Api, scopes: &[store::Scope]) -> String {
+    let store = env.store().await;
+    let key = store
+        .create_scoped_api_key(
+            "tenant-a",
+            &store::KeyScope::of(scopes, None),
+            &store::Actor::Command("test"),
+        )
+        .await
+        .expect("a key")
+        .key;
+    store.close().await;
+    let keyed = api.with_key(&key);
+    wait::until_true("the api knows the key", FIVE_SECONDS, async || {
+        keyed.get("/v1/key").await.status == StatusCode::OK
+    })
+    .await;
+    key
+}
+
+async fn a_session_offers_and_does_only_what_its_keys_scopes_allow(backend: Backend) {
+    let env = TestEnv::new(backend).await;
+    let api = env.start_embedded_with_local_receivers().await;
+    let running = api.submit("sleep", json!({"ms": 20000})).await;
+    let running = running["job_id"].as_str().unwrap().to_owned();
+    api.wait_status(&running, "RUNNING").await;
+    let webhook = api
+        .post(
+            "/v1/webhooks",
+            &json!({"url": "http://127.0.0.1:9/hooks/a"}),
+        )
+        .await
+        .json();
+    let webhook_id = webhook["id"].as_str().unwrap().to_owned();
+    let reader = scoped_key(&env, &api, &[store::Scope::Read]).await;
+    let worker = scoped_key(&env, &api, &[store::Scope::Work]).await;
+
+    // A key without `read` cannot open the dashboard at all.
+    let mut visitor = Visitor::new(&api);
+    let refused = visitor.sign_in(&worker).await;
+    assert_page(&refused, 403, "it needs the read scope");
+
+    // A reading key sees its scopes, and no action it may not take.
+    let signed_in = visitor.sign_in(&reader).await;
+    assert_redirect(&signed_in, "/dashboard");
+    let job_page = visitor.get(&format!("/dashboard/jobs/{running}")).await;
+    assert_page(&job_page, 200, "id=\"scopes\"");
+    assert!(job_page.text.contains(">read</span>"), "{}", job_page.text);
+    assert!(
+        !job_page.text.contains("/cancel\""),
+        "a cancel form: {}",
+        job_page.text
+    );
+    assert!(!job_page.text.contains("Audit log"), "{}", job_page.text);
+    let webhook_page = visitor
+        .get(&format!("/dashboard/webhooks/{webhook_id}"))
+        .await;
+    assert_page(&webhook_page, 200, "Recent deliveries");
+    assert!(
+        !webhook_page.text.contains("rotate-secret"),
+        "{}",
+        webhook_page.text
+    );
+    assert_page(&visitor.get("/dashboard/audit").await, 403, "`admin` scope");
+
+    // ... and the server refuses it all the same when the form is sent.
+    let csrf = field(&job_page.text, "csrf_token");
+    let cancel = visitor
+        .post(
+            &format!("/dashboard/jobs/{running}/cancel"),
+            &[("csrf_token", &csrf), ("idempotency_key", "scoped-cancel")],
+        )
+        .await;
+    assert_page(&cancel, 403, "`submit` scope");
+    let job = api.job(&running).await;
+    assert_eq!(job["status"], "RUNNING", "{job}");
+    assert_eq!(job["cancel_requested"], false, "{job}");
+    let rotate = visitor
+        .post(
+            &format!("/dashboard/webhooks/{webhook_id}/rotate-secret"),
+            &[("csrf_token", &csrf), ("idempotency_key", "scoped-rotate")],
+        )
+        .await;
+    assert_page(&rotate, 403, "`manage` scope");
+
+    // A key of full rights is offered every action and the audit log,
+    // which shows the webhook's registration by its key.
+    let mut full = Visitor::new(&api);
+    full.sign_in(KEY_A).await;
+    let job_page = full.get(&format!("/dashboard/jobs/{running}")).await;
+    assert_page(&job_page, 200, "full rights");
+    assert!(job_page.text.contains("/cancel\""), "{}", job_page.text);
+    let audit = full.get("/dashboard/audit").await;
+    assert_page(&audit, 200, "webhook.registered");
+    assert!(audit.text.contains(&webhook_id), "{}", audit.text);
+}
+
 crate::on_both_backends!(
+    a_session_offers_and_does_only_what_its_keys_scopes_allow,
     a_schedule_is_listed_paused_and_resumed_from_its_page,
     signing_in_opens_a_strict_session_that_signing_out_closes,
     a_session_ends_when_its_key_is_revoked_or_when_it_expires,

@@ -1179,7 +1179,7 @@ async fn random_bodies_never_get_a_5xx_or_a_non_problem_error(backend: Backend) 
 
 /// Every route of the API (see `api::routes::configure`); the dashboard's
 /// pages (`/dashboard`) are HTML for people, not part of the API document.
-const SERVED: [(&str, &str); 39] = [
+const SERVED: [(&str, &str); 44] = [
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -1219,6 +1219,11 @@ const SERVED: [(&str, &str); 39] = [
     ("GET", "/v1/filing-endpoint"),
     ("GET", "/v1/periods/{month}"),
     ("POST", "/v1/periods/{month}/reopen"),
+    ("GET", "/v1/key"),
+    ("GET", "/v1/keys"),
+    ("POST", "/v1/keys"),
+    ("DELETE", "/v1/keys/{key_id}"),
+    ("GET", "/v1/audit"),
 ];
 
 const HTTP_METHODS: [&str; 8] = [
@@ -1316,6 +1321,15 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    // A key of the tenant's besides the one in use, for the route that
+    // revokes one.
+    let store = env.store().await;
+    let spare_key = store
+        .create_api_key("tenant-a", &store::Actor::Command("test"))
+        .await
+        .expect("a key")
+        .key_id;
+    store.close().await;
 
     // Act: the document, fetched without a key.
     let reply = Api::read(api.client.get(api.url("/openapi.json"))).await;
@@ -1386,7 +1400,8 @@ async fn the_openapi_document_lists_exactly_the_served_routes(backend: Backend) 
             .replace("{kind}", "gst-summary")
             .replace("{name}", "gst-summary")
             .replace("{token}", &format!("{job_id}.1"))
-            .replace("{month}", "2026-10");
+            .replace("{month}", "2026-10")
+            .replace("{key_id}", &spare_key);
         assert!(
             !filled.contains('{'),
             "{path}: a path parameter this test does not know how to fill"

@@ -3,6 +3,7 @@
 //! SQLite default and on Postgres + Redis.
 
 mod api_keys;
+mod audit;
 mod big_results;
 mod clock;
 mod common;
@@ -34,6 +35,7 @@ mod rolling_upgrade;
 mod sagas;
 mod scale;
 mod schedules;
+mod scopes;
 mod traces;
 mod upgrade;
 mod webhooks;

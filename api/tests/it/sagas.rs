@@ -371,6 +371,28 @@ async fn a_month_is_locked_summarised_filed_once_and_recorded(backend: Backend) 
     assert_eq!(reopened.status, StatusCode::OK, "{}", reopened.text);
     assert_imports_work_again(&api).await;
     assert_eq!(receiver.requests().len(), 1, "nothing was withdrawn");
+    // The audit log says the job closed the month, and which request
+    // reopened it; reopening an open month records nothing more.
+    let again = api
+        .post(&format!("/v1/periods/{MONTH}/reopen"), &json!({}))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+    let closed = api.get("/v1/audit?action=period.closed").await.json();
+    let closed = closed["data"].as_array().expect("entries");
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0]["actor"], "job");
+    assert_eq!(closed[0]["job_id"], job_id.as_str());
+    assert_eq!(closed[0]["target"], MONTH);
+    assert_eq!(closed[0]["details"]["filing_reference"], "ref-1");
+    let opened = api.get("/v1/audit?action=period.reopened").await.json();
+    let opened = opened["data"].as_array().expect("entries");
+    assert_eq!(opened.len(), 1, "{opened:?}");
+    assert_eq!(opened[0]["actor"], "key");
+    assert_eq!(
+        opened[0]["request_id"].as_str(),
+        reopened.header("x-request-id")
+    );
+    assert_eq!(opened[0]["details"]["closed_by_job"], job_id.as_str());
 }
 
 async fn a_retried_submit_of_a_close_that_finished_replays_its_job(backend: Backend) {

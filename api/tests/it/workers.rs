@@ -39,11 +39,9 @@ async fn register(api: &Api, name: &str, declaration: &Value) -> crate::common::
 /// once the api knows it.
 async fn worker_key(env: &TestEnv, api: &Api, tenant: &str, kinds: Option<&[&str]>) -> Api {
     let store = env.store().await;
-    let scope = KeyScope::Work {
-        kinds: kinds.map(|kinds| kinds.iter().map(|k| (*k).to_owned()).collect()),
-    };
+    let scope = KeyScope::work(kinds.map(|kinds| kinds.iter().map(|k| (*k).to_owned()).collect()));
     let key = store
-        .create_scoped_api_key(tenant, &scope)
+        .create_scoped_api_key(tenant, &scope, &store::Actor::Command("test"))
         .await
         .expect("a work key")
         .key;

@@ -20,7 +20,7 @@ pub(crate) async fn insert(conn: &mut Conn, row: &NewKeyRow<'_>) -> sqlx::Result
     .bind(row.tenant_id)
     .bind(&row.key_prefix)
     .bind(row.created_at)
-    .bind(row.scopes)
+    .bind(&row.scopes)
     .bind(&row.kinds)
     .execute(conn)
     .await?;
@@ -113,6 +113,20 @@ pub(crate) async fn list(db: impl Executor<'_, Database = Db>) -> sqlx::Result<V
                 revoked_reason, scopes, kinds
          FROM api_keys ORDER BY created_at, key_id"
     ))
+    .fetch_all(db)
+    .await
+}
+
+pub(crate) async fn list_of(
+    db: impl Executor<'_, Database = Db>,
+    tenant_id: &str,
+) -> sqlx::Result<Vec<ApiKeyRow>> {
+    sqlx::query_as(sql!(
+        "SELECT key_id, tenant_id, key_prefix, created_at, last_used_at, revoked_at,
+                revoked_reason, scopes, kinds
+         FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, key_id"
+    ))
+    .bind(tenant_id)
     .fetch_all(db)
     .await
 }

@@ -13,6 +13,8 @@ macro_rules! areas {
     () => {
         #[path = "attempts.rs"]
         pub(crate) mod attempts;
+        #[path = "audit.rs"]
+        pub(crate) mod audit;
         #[path = "dashboard.rs"]
         pub(crate) mod dashboard;
         #[path = "gauges.rs"]

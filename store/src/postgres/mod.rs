@@ -4,6 +4,7 @@
 //! one prepared plan per connection.
 
 pub(crate) mod attempts;
+pub(crate) mod audit;
 pub(crate) mod dashboard;
 pub(crate) mod earlier_apalis;
 pub(crate) mod gauges;

@@ -39,8 +39,9 @@ pub(crate) struct NewKeyRow<'a> {
     pub tenant_id: &'a str,
     pub key_prefix: String,
     pub created_at: Millis,
-    /// `work`, or NULL for a key of full rights ([`crate::KeyScope`]).
-    pub scopes: Option<&'static str>,
+    /// The scopes' names, comma-separated, or NULL for a key of full
+    /// rights ([`crate::KeyScope`]).
+    pub scopes: Option<String>,
     /// A work key's kinds, as a JSON list; NULL for every kind.
     pub kinds: Option<String>,
 }

@@ -4,6 +4,7 @@
 //! `crate::portable`), so that neither imports the other's half.
 
 pub(crate) mod attempts;
+pub(crate) mod audit;
 pub(crate) mod dashboard;
 pub(crate) mod gauges;
 pub(crate) mod idempotency;

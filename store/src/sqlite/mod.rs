@@ -28,6 +28,7 @@ pub(crate) fn json_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String 
     )
     .to_string()
 }
+pub(crate) mod audit;
 pub(crate) mod dashboard;
 pub(crate) mod gauges;
 pub(crate) mod keys;

@@ -92,7 +92,11 @@ pub async fn assert_counters_exact(db: &TestDb, tenant_id: &str, when: &str) {
 }
 
 async fn sessions_open_read_expire_and_close(db: &TestDb) {
-    let key = db.store.create_api_key("acme").await.unwrap();
+    let key = db
+        .store
+        .create_api_key("acme", &store::Actor::Command("test"))
+        .await
+        .unwrap();
     let key_hash = hash_key(&key.key);
     let session = db
         .store

@@ -30,7 +30,11 @@ fn configured(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 async fn a_created_key_is_valid_until_revoked(db: &TestDb) {
     assert_eq!(db.store.count_api_keys().await.unwrap(), 0);
     let start = db.store.api_key_generation().await.unwrap();
-    let created = db.store.create_api_key("acme").await.unwrap();
+    let created = db
+        .store
+        .create_api_key("acme", &store::Actor::Command("test"))
+        .await
+        .unwrap();
     assert!(created.key.starts_with("rk_"), "{}", created.key);
     assert_eq!(created.key_prefix, created.key[..7]);
     assert_eq!(db.store.api_key_generation().await.unwrap(), start + 1);
@@ -52,7 +56,11 @@ async fn a_created_key_is_valid_until_revoked(db: &TestDb) {
     assert_eq!(listed[0].last_used_at, None);
     assert_eq!(listed[0].revoked, None);
 
-    let outcome = db.store.revoke_api_key(&created.key_id).await.unwrap();
+    let outcome = db
+        .store
+        .revoke_api_key(None, &created.key_id, &store::Actor::Command("test"))
+        .await
+        .unwrap();
     assert_eq!(
         outcome,
         RevokeOutcome::Revoked {
@@ -65,12 +73,16 @@ async fn a_created_key_is_valid_until_revoked(db: &TestDb) {
     let (revoked_at, why) = listed[0].revoked.expect("revoked");
     assert_eq!(why, Revocation::Command);
 
-    let again = db.store.revoke_api_key(&created.key_id).await.unwrap();
+    let again = db
+        .store
+        .revoke_api_key(None, &created.key_id, &store::Actor::Command("test"))
+        .await
+        .unwrap();
     assert_eq!(again, RevokeOutcome::AlreadyRevoked { revoked_at });
     assert_eq!(db.store.api_key_generation().await.unwrap(), start + 2);
     let unknown = db
         .store
-        .revoke_api_key("key_0000000000000000")
+        .revoke_api_key(None, "key_0000000000000000", &store::Actor::Command("test"))
         .await
         .unwrap();
     assert_eq!(unknown, RevokeOutcome::UnknownKeyId);
@@ -180,7 +192,11 @@ async fn a_key_revoked_by_command_stays_revoked(db: &TestDb) {
         .sync_configured_api_keys(&configured(&[("acme", one)]))
         .await
         .unwrap();
-    let outcome = db.store.revoke_api_key(&two_id).await.unwrap();
+    let outcome = db
+        .store
+        .revoke_api_key(None, &two_id, &store::Actor::Command("test"))
+        .await
+        .unwrap();
     assert!(
         matches!(outcome, RevokeOutcome::AlreadyRevoked { .. }),
         "{outcome:?}"
@@ -209,8 +225,16 @@ async fn a_key_revoked_by_command_stays_revoked(db: &TestDb) {
 }
 
 async fn a_key_keeps_its_latest_use(db: &TestDb) {
-    let created = db.store.create_api_key("acme").await.unwrap();
-    let other = db.store.create_api_key("acme").await.unwrap();
+    let created = db
+        .store
+        .create_api_key("acme", &store::Actor::Command("test"))
+        .await
+        .unwrap();
+    let other = db
+        .store
+        .create_api_key("acme", &store::Actor::Command("test"))
+        .await
+        .unwrap();
     let last_used = |key_id: String| async move {
         let listed = db.store.list_api_keys().await.unwrap();
         listed

@@ -5,6 +5,7 @@
 mod harness;
 mod rows;
 
+mod audit;
 mod caps;
 mod dashboard;
 mod gauges;

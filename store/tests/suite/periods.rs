@@ -48,7 +48,7 @@ async fn reopen(db: &TestDb, month: &str) -> ReopenOutcome {
     let mut tx = db.store.begin_write().await.unwrap();
     let outcome = db
         .store
-        .reopen_period(&mut tx, "acme", month)
+        .reopen_period(&mut tx, "acme", month, &store::Actor::Command("test"))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -264,7 +264,11 @@ async fn a_filing_endpoint_keeps_its_secret_when_it_moves(db: &TestDb) {
     let before = now_ms();
     let first = db
         .store
-        .put_filing_endpoint("acme", "https://files.example/one")
+        .put_filing_endpoint(
+            "acme",
+            "https://files.example/one",
+            &store::Actor::Command("test"),
+        )
         .await
         .unwrap();
     assert_eq!(first.url, "https://files.example/one");
@@ -279,7 +283,11 @@ async fn a_filing_endpoint_keeps_its_secret_when_it_moves(db: &TestDb) {
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let moved = db
         .store
-        .put_filing_endpoint("acme", "https://files.example/two")
+        .put_filing_endpoint(
+            "acme",
+            "https://files.example/two",
+            &store::Actor::Command("test"),
+        )
         .await
         .unwrap();
     assert_eq!(moved.url, "https://files.example/two");
@@ -295,7 +303,11 @@ async fn a_filing_endpoint_keeps_its_secret_when_it_moves(db: &TestDb) {
     assert_eq!(db.store.get_filing_endpoint("globex").await.unwrap(), None);
     let other = db
         .store
-        .put_filing_endpoint("globex", "https://files.example/one")
+        .put_filing_endpoint(
+            "globex",
+            "https://files.example/one",
+            &store::Actor::Command("test"),
+        )
         .await
         .unwrap();
     assert_ne!(other.secret, first.secret);

@@ -240,13 +240,13 @@ async fn webhooks_are_registered_read_listed_changed_and_deleted(db: &TestDb) {
 
     assert!(
         !db.store
-            .delete_webhook("other", &first.webhook_id)
+            .delete_webhook("other", &first.webhook_id, &store::Actor::Command("test"))
             .await
             .unwrap()
     );
     assert!(
         db.store
-            .delete_webhook("acme", &first.webhook_id)
+            .delete_webhook("acme", &first.webhook_id, &store::Actor::Command("test"))
             .await
             .unwrap()
     );
@@ -259,7 +259,7 @@ async fn webhooks_are_registered_read_listed_changed_and_deleted(db: &TestDb) {
     );
     assert!(
         !db.store
-            .delete_webhook("acme", &first.webhook_id)
+            .delete_webhook("acme", &first.webhook_id, &store::Actor::Command("test"))
             .await
             .unwrap()
     );
@@ -557,7 +557,7 @@ async fn a_delivery_is_logged_and_moves_its_event_on(db: &TestDb) {
     // A delivery of a deleted webhook's event is not logged.
     assert!(
         db.store
-            .delete_webhook("acme", &spare.webhook_id)
+            .delete_webhook("acme", &spare.webhook_id, &store::Actor::Command("test"))
             .await
             .unwrap()
     );

@@ -408,10 +408,20 @@ async fn a_kind_registered_again_unchanged_writes_nothing_and_a_delete_keeps_its
         updated_at: 0,
         deleted_at: None,
     };
-    let PutKind::Created(created) = db.store.put_kind(&declared).await.unwrap() else {
+    let PutKind::Created(created) = db
+        .store
+        .put_kind(&declared, &store::Actor::Command("test"))
+        .await
+        .unwrap()
+    else {
         panic!("a new kind was not created");
     };
-    let PutKind::Unchanged(again) = db.store.put_kind(&declared).await.unwrap() else {
+    let PutKind::Unchanged(again) = db
+        .store
+        .put_kind(&declared, &store::Actor::Command("test"))
+        .await
+        .unwrap()
+    else {
         panic!("the same declaration again was a change");
     };
     assert!(again.declares_the_same(&created));
@@ -423,7 +433,12 @@ async fn a_kind_registered_again_unchanged_writes_nothing_and_a_delete_keeps_its
         max_attempts: 5,
         ..declared.clone()
     };
-    let PutKind::Updated(updated) = db.store.put_kind(&changed).await.unwrap() else {
+    let PutKind::Updated(updated) = db
+        .store
+        .put_kind(&changed, &store::Actor::Command("test"))
+        .await
+        .unwrap()
+    else {
         panic!("a change was not an update");
     };
     assert_eq!(
@@ -437,16 +452,22 @@ async fn a_kind_registered_again_unchanged_writes_nothing_and_a_delete_keeps_its
     )
     .await;
     assert_eq!(
-        db.store.delete_kind("acme", "sales-export").await.unwrap(),
+        db.store
+            .delete_kind("acme", "sales-export", &store::Actor::Command("test"))
+            .await
+            .unwrap(),
         Some(1)
     );
     assert_eq!(
-        db.store.delete_kind("acme", "sales-export").await.unwrap(),
+        db.store
+            .delete_kind("acme", "sales-export", &store::Actor::Command("test"))
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
         db.store
-            .delete_kind("globex", "sales-export")
+            .delete_kind("globex", "sales-export", &store::Actor::Command("test"))
             .await
             .unwrap(),
         None
@@ -474,7 +495,12 @@ async fn a_kind_registered_again_unchanged_writes_nothing_and_a_delete_keeps_its
         1,
         "a deleted kind's queued job could no longer be leased"
     );
-    let PutKind::Created(_) = db.store.put_kind(&declared).await.unwrap() else {
+    let PutKind::Created(_) = db
+        .store
+        .put_kind(&declared, &store::Actor::Command("test"))
+        .await
+        .unwrap()
+    else {
         panic!("registering a deleted kind again is a new registration");
     };
     assert_eq!(db.store.registered_kinds("acme").await.unwrap().len(), 1);

@@ -230,7 +230,7 @@ async fn prepare(store: &Store, receiver: &Receiver) -> String {
         .expect("import");
     tx.commit().await.expect("commit");
     store
-        .put_filing_endpoint("tenant-a", &receiver.url)
+        .put_filing_endpoint("tenant-a", &receiver.url, &store::Actor::Command("test"))
         .await
         .expect("the filing endpoint")
         .secret

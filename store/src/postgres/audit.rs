@@ -1,0 +1,3 @@
+//! The audit log on Postgres.
+
+pub(crate) use crate::portable::postgres::audit::*;

@@ -1,0 +1,3 @@
+//! The audit log on SQLite.
+
+pub(crate) use crate::portable::sqlite::audit::*;
