@@ -49,10 +49,11 @@ pub async fn create(settings: &Settings, tenant: &str, scope: &KeyScope) -> Resu
         scope_text(scope),
         created.key_prefix
     );
-    if settings
-        .api_keys
-        .as_deref()
-        .is_some_and(|t| !t.trim().is_empty())
+    if scope.is_full()
+        && settings
+            .api_keys
+            .as_deref()
+            .is_some_and(|t| !t.trim().is_empty())
     {
         eprintln!(
             "note: API_KEYS is set here; an api started with API_KEYS revokes every key it does \

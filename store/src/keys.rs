@@ -388,8 +388,10 @@ impl Store {
     }
 
     /// Makes the stored keys match `API_KEYS`, the complete list of valid
-    /// keys: a listed key is added, moved to its listed tenant, or restored
-    /// if a start without it revoked it; every other stored key is revoked.
+    /// keys of full rights: a listed key is added, moved to its listed
+    /// tenant, or restored if a start without it revoked it; every other
+    /// stored key of full rights is revoked (keys with scopes are not
+    /// `API_KEYS`' to manage).
     /// A listed key revoked by `api keys revoke` is an error: it stays
     /// revoked, and the configuration has to change.
     pub async fn sync_configured_api_keys(
@@ -458,7 +460,10 @@ impl Store {
         let now = Millis(now_ms());
         let reason = Revocation::NotInApiKeys.as_str();
         for (key_hash, row) in &stored {
-            if row.revoked_at.is_none() && !listed.contains(key_hash) {
+            // A key with scopes is never one of `API_KEYS` (which makes
+            // keys of full rights): it is managed by the commands and the
+            // API, so a start leaves it alone.
+            if row.revoked_at.is_none() && row.scopes.is_none() && !listed.contains(key_hash) {
                 on_tx!(tx,
                     conn => postgres::keys::revoke(conn, &row.key_id, now, reason).await?,
                     conn => sqlite::keys::revoke(conn, &row.key_id, now, reason).await?,

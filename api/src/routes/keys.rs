@@ -162,7 +162,7 @@ pub async fn list(
         (status = 201, body = KeyObject, description = "made; `key` is shown only here (a replay answers without it)",
          headers(("Location" = String, description = "/v1/keys/{id}"))),
         (status = 400, description = "malformed JSON, a wrong JSON type or an unknown field"),
-        (status = 409, description = "the deployment's keys are the list in API_KEYS, so the API makes none; or the Idempotency-Key is still in progress"),
+        (status = 409, description = "a key of full rights (no `scopes`) while the deployment's keys of full rights are the list in API_KEYS; or the Idempotency-Key is still in progress"),
         (status = 413, description = "body over 1 MiB"),
         (status = 415, description = "body not application/json"),
         (status = 422, description = "an unknown scope, an empty list, kinds without `work`, or a bad kind name; or the Idempotency-Key was used with a different request"),
@@ -178,10 +178,10 @@ pub async fn create(
 ) -> ApiResult<HttpResponse> {
     let create: CreateKey = json_body(&request, &body)?;
     let scope = checked_scope(create)?;
-    if state.keys_configured {
+    if state.keys_configured && scope.is_full() {
         return Err(ApiError::Conflict {
-            detail: "this deployment's keys are the list in API_KEYS; an api start would revoke a \
-                     key made here, so none is made (add it to API_KEYS instead)"
+            detail: "this deployment's keys of full rights are the list in API_KEYS, and an api \
+                     start would revoke one made here; give the key scopes, or add it to API_KEYS"
                 .into(),
             ids: None,
         });

@@ -38,7 +38,7 @@ pub(crate) async fn bump_generation(conn: &mut Conn) -> sqlx::Result<()> {
 
 pub(crate) async fn stored(conn: &mut Conn) -> sqlx::Result<Vec<StoredKeyRow>> {
     sqlx::query_as(sql!(
-        "SELECT key_hash, key_id, tenant_id, revoked_at, revoked_reason FROM api_keys"
+        "SELECT key_hash, key_id, tenant_id, revoked_at, revoked_reason, scopes FROM api_keys"
     ))
     .fetch_all(conn)
     .await

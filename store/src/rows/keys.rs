@@ -10,6 +10,8 @@ pub(crate) struct StoredKeyRow {
     pub(crate) tenant_id: String,
     pub(crate) revoked_at: Option<Millis>,
     pub(crate) revoked_reason: Option<String>,
+    /// NULL for a key of full rights, the only kind `API_KEYS` holds.
+    pub(crate) scopes: Option<String>,
 }
 
 /// Whom a key belongs to and whether it is revoked, as a revocation reads it.
