@@ -216,6 +216,44 @@ impl Answer {
     }
 }
 
+/// Adds a secret (a webhook's signing secret) to a JSON answer that
+/// [`execute`] stored without it, so that no secret is kept in clear
+/// under an `Idempotency-Key`: the answer just made gets `fresh`; a replay
+/// gets what `reveal` reads anew from the answer's stored body (the
+/// secret as it is now). An error answer is sent as it is.
+pub async fn with_secret(
+    response: HttpResponse,
+    field: &str,
+    fresh: Option<String>,
+    reveal: impl AsyncFnOnce(&Value) -> ApiResult<Option<String>>,
+) -> ApiResult<HttpResponse> {
+    if !response.status().is_success() {
+        return Ok(response);
+    }
+    let replayed = response.headers().contains_key(REPLAYED_HEADER);
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = actix_web::body::to_bytes(response.into_body())
+        .await
+        .map_err(|e| ApiError::Internal(format!("reading a stored answer: {e}")))?;
+    let mut object: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::Internal(format!("a stored answer is not JSON: {e}")))?;
+    let secret = match fresh {
+        Some(secret) if !replayed => Some(secret),
+        _ => reveal(&object).await?,
+    };
+    if let (Some(secret), Value::Object(map)) = (secret, &mut object) {
+        map.insert(field.to_owned(), Value::String(secret));
+    }
+    let mut answer = HttpResponse::build(status);
+    for (name, value) in &headers {
+        if name != header::CONTENT_LENGTH {
+            answer.insert_header((name.clone(), value.clone()));
+        }
+    }
+    Ok(answer.body(serde_json::to_vec(&object).map_err(|e| ApiError::Internal(e.to_string()))?))
+}
+
 /// What a request with an `Idempotency-Key` does next, by what its key
 /// holds.
 #[derive(Debug)]

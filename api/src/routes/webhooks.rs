@@ -1,4 +1,7 @@
-use std::collections::{BTreeSet, HashMap};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Mutex,
+};
 
 use actix_web::{
     HttpRequest, HttpResponse,
@@ -19,7 +22,7 @@ use crate::{
     auth::{Tenant, scope},
     body::json_body,
     error::{ApiError, ApiResult},
-    idempotency::{Answer, IdempotencyKey, RequestBody, execute},
+    idempotency::{Answer, IdempotencyKey, RequestBody, execute, with_secret},
     limits::Limits,
     state::AppState,
 };
@@ -124,7 +127,7 @@ async fn validate(state: &AppState, request: &RegisterWebhook) -> ApiResult<Vec<
     post, path = "/v1/webhooks", tag = "webhooks", operation_id = "registerWebhook",
     request_body = RegisterWebhook,
     responses(
-        (status = 201, body = WebhookObject, description = "registered; `secret` is shown only here",
+        (status = 201, body = WebhookObject, description = "registered; `secret` is shown only here (and to a replay with the same Idempotency-Key, as it is then)",
          headers(("Location" = String, description = "the webhook: /v1/webhooks/{id}"))),
         (status = 400, description = "malformed JSON, a wrong JSON type, an unknown field, or a malformed Idempotency-Key"),
         (status = 404, description = "job_id names no job of this tenant"),
@@ -151,6 +154,7 @@ pub async fn register(
         events,
         job_id: registration.job_id.clone(),
     };
+    let made = Mutex::new(None);
     let response = execute(
         &state,
         &tenant.0,
@@ -188,9 +192,10 @@ pub async fn register(
                 }),
             };
             state.store.audit(tx, &tenant.actor(), &change).await?;
+            *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(webhook.secret.clone());
             Answer::json(
                 StatusCode::CREATED,
-                &webhook_object(&webhook, true),
+                &webhook_object(&webhook, false),
                 vec![(
                     header::LOCATION.to_string(),
                     format!("/v1/webhooks/{}", webhook.webhook_id),
@@ -201,7 +206,29 @@ pub async fn register(
     .await?;
     // A per-job webhook of a finished job has its event already.
     state.signals.events_changed();
-    Ok(response)
+    let made = made.into_inner().unwrap_or_else(|e| e.into_inner());
+    with_secret(response, "secret", made, async |stored| {
+        current_secret(&state, &tenant.0, stored).await
+    })
+    .await
+}
+
+/// The secret of the webhook a stored answer shows, as it is now: what a
+/// replay of its registration or rotation shows, as no secret is stored
+/// with an answer.
+async fn current_secret(
+    state: &AppState,
+    tenant_id: &str,
+    stored: &serde_json::Value,
+) -> ApiResult<Option<String>> {
+    let Some(webhook_id) = stored["id"].as_str() else {
+        return Ok(None);
+    };
+    Ok(state
+        .store
+        .get_webhook(tenant_id, webhook_id)
+        .await?
+        .map(|webhook| webhook.secret))
 }
 
 /// List webhooks, newest first.
@@ -382,7 +409,7 @@ pub async fn enable(
     post, path = "/v1/webhooks/{webhook_id}/rotate-secret", tag = "webhooks", operation_id = "rotateWebhookSecret",
     params(("webhook_id" = String, Path)),
     responses(
-        (status = 200, body = WebhookObject, description = "the webhook with its new `secret`, shown only here (and to a replay with the same Idempotency-Key)"),
+        (status = 200, body = WebhookObject, description = "the webhook with its new `secret`, shown only here (and to a replay with the same Idempotency-Key, as it is then)"),
         (status = 400, description = "a malformed Idempotency-Key"),
         (status = 404, description = "no webhook of this tenant has this id"),
         (status = 409, description = "the Idempotency-Key is still in progress"),
@@ -433,6 +460,7 @@ pub async fn change_webhook(
     if !is_id(webhook_id, "wh_") {
         return Err(not_found(webhook_id));
     }
+    let made = Mutex::new(None);
     let response = execute(
         state,
         tenant_id,
@@ -461,14 +489,19 @@ pub async fn change_webhook(
                 details: serde_json::json!({}),
             };
             store.audit(tx, actor, &audited).await?;
-            let with_secret = change == WebhookChange::RotateSecret;
-            Answer::json(
-                StatusCode::OK,
-                &webhook_object(&webhook, with_secret),
-                vec![],
-            )
+            if change == WebhookChange::RotateSecret {
+                *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(webhook.secret.clone());
+            }
+            Answer::json(StatusCode::OK, &webhook_object(&webhook, false), vec![])
         },
     )
     .await?;
-    Ok(response)
+    if change != WebhookChange::RotateSecret {
+        return Ok(response);
+    }
+    let made = made.into_inner().unwrap_or_else(|e| e.into_inner());
+    with_secret(response, "secret", made, async |stored| {
+        current_secret(state, tenant_id, stored).await
+    })
+    .await
 }

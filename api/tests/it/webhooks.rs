@@ -1218,6 +1218,20 @@ async fn an_idempotency_key_registers_one_webhook_and_replays_it(backend: Backen
     assert_eq!(other.status, StatusCode::CREATED);
     assert_ne!(other.json()["id"], first.json()["id"]);
     assert_eq!(list_ids(&api).await.len(), 2);
+
+    // No answer is stored with its secret: a replay shows the secret as it
+    // is now, after a rotation the new one, to a replay of either request.
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+    let rotated = post_action(&api, &id, "rotate-secret", Some("rotate-1")).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.text);
+    let new_secret = rotated.json()["secret"].clone();
+    assert!(new_secret.is_string() && new_secret != first.json()["secret"]);
+    let replayed = post_action(&api, &id, "rotate-secret", Some("rotate-1")).await;
+    assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replayed.json()["secret"], new_secret);
+    let registration = post_with_key(&api, "hook-1", &body).await;
+    assert_eq!(registration.header("idempotent-replayed"), Some("true"));
+    assert_eq!(registration.json()["secret"], new_secret);
 }
 
 // ------------------------------------------------- enable, rotate-secret
