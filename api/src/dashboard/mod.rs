@@ -72,6 +72,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(web::resource("/jobs/{job_id}/cancel").post(job_cancel))
             .service(web::resource("/jobs/{job_id}/retry").post(job_retry))
             .service(web::resource("/kinds").get(kinds))
+            .service(web::resource("/keys").get(keys))
             .service(web::resource("/audit").get(audit))
             .service(web::resource("/schedules").get(schedules))
             .service(web::resource("/schedules/{schedule_id}").get(schedule))
@@ -770,6 +771,22 @@ async fn kinds(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse
             .map(|worker| crate::routes::work::worker_object(worker, now))
             .collect();
         Ok(html(StatusCode::OK, pages::kinds(viewer, &kinds, &workers)))
+    })
+    .await
+}
+
+/// The tenant's keys and their scopes, for a key with the `admin` scope.
+async fn keys(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
+    respond(&state, &request, async |viewer| {
+        viewer.caller.require(Scope::Admin)?;
+        let keys: Vec<_> = state
+            .store
+            .tenant_api_keys(&viewer.tenant_id)
+            .await?
+            .iter()
+            .map(crate::routes::keys::record_object)
+            .collect();
+        Ok(html(StatusCode::OK, pages::keys(viewer, &keys)))
     })
     .await
 }

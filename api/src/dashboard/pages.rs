@@ -50,6 +50,7 @@ enum Section {
     Schedules,
     Webhooks,
     Kinds,
+    Keys,
     Audit,
     None,
 }
@@ -76,6 +77,7 @@ fn layout(title: &str, viewer: Option<&Viewer>, section: Section, body: Markup) 
                             (nav_link("Webhooks", format!("{PATH}/webhooks"), section == Section::Webhooks))
                             (nav_link("Kinds & workers", format!("{PATH}/kinds"), section == Section::Kinds))
                             @if viewer.may(Scope::Admin) {
+                                (nav_link("Keys", format!("{PATH}/keys"), section == Section::Keys))
                                 (nav_link("Audit log", format!("{PATH}/audit"), section == Section::Audit))
                             }
                         }
@@ -912,6 +914,35 @@ fn duration_text(ms: i64) -> String {
         60..3600 => format!("{} min {} s", secs / 60, secs % 60),
         _ => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
     }
+}
+
+/// The tenant's keys and their scopes; never a key.
+pub fn keys(viewer: &Viewer, keys: &[crate::routes::keys::KeyObject]) -> Markup {
+    let body = html! {
+        section.card {
+            div.card-head { h1 { "Keys" } }
+            p.muted { "The tenant's API keys and what each may do. Keys are made and revoked with the API (POST and DELETE /v1/keys) or with api keys on the server." }
+            table #keys {
+                thead { tr { th { "Key id" } th { "Scopes" } th { "Begins with" } th { "Made" } th { "Last used" } th { "Revoked" } } }
+                tbody {
+                    @for key in keys {
+                        tr {
+                            td { code { (key.id) } @if key.id == viewer.caller.key_id { " " span.badge.succeeded { "this session" } } }
+                            td.scopes {
+                                @if key.full { "full rights" } @else { (key.scopes.join(", ")) }
+                                @if let Some(kinds) = &key.kinds { span.muted { " (kinds: " (kinds.join(", ")) ")" } }
+                            }
+                            td { @if let Some(prefix) = &key.prefix { code { (prefix) "…" } } }
+                            td { (key.created_at) }
+                            td { (key.last_used_at.as_deref().unwrap_or("never")) }
+                            td { (key.revoked_at.as_deref().unwrap_or("-")) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout("Keys", Some(viewer), Section::Keys, body)
 }
 
 /// The audit log: who changed what, newest first, a page at a time.

@@ -99,7 +99,7 @@ fn key_object(
     }
 }
 
-fn record_object(record: &ApiKeyRecord) -> KeyObject {
+pub fn record_object(record: &ApiKeyRecord) -> KeyObject {
     // A scope this build does not know opens nothing: shown as none.
     let none = KeyScope::of(&[], None);
     let scope = record.scope.as_ref().unwrap_or(&none);

@@ -874,6 +874,21 @@ async fn a_session_offers_and_does_only_what_its_keys_scopes_allow(backend: Back
     let audit = full.get("/dashboard/audit").await;
     assert_page(&audit, 200, "webhook.registered");
     assert!(audit.text.contains(&webhook_id), "{}", audit.text);
+    // Its Keys page shows each key's scopes, never a key.
+    let keys = full.get("/dashboard/keys").await;
+    assert_page(&keys, 200, "full rights");
+    assert!(
+        keys.text.contains("<td class=\"scopes\">read</td>"),
+        "{}",
+        keys.text
+    );
+    assert!(
+        keys.text.contains("<td class=\"scopes\">work</td>"),
+        "{}",
+        keys.text
+    );
+    assert!(!keys.text.contains(&reader) && !keys.text.contains(&worker));
+    assert_page(&visitor.get("/dashboard/keys").await, 403, "`admin` scope");
 }
 
 crate::on_both_backends!(
