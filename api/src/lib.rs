@@ -15,6 +15,7 @@ pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
+pub mod secret_commands;
 pub mod startup;
 pub mod state;
 pub mod submits;

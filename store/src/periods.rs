@@ -3,7 +3,9 @@
 
 use shared::time::now_ms;
 
-use crate::{Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis, sqlite};
+use crate::{
+    Result, Store, WriteTx, on_pool, on_tx, postgres, secrets::filing_context, sql::Millis, sqlite,
+};
 
 pub(crate) use crate::rows::periods::{EndpointRow, PeriodRow};
 
@@ -61,11 +63,11 @@ pub struct FilingEndpoint {
     pub updated_at: i64,
 }
 
-impl From<EndpointRow> for FilingEndpoint {
-    fn from(row: EndpointRow) -> FilingEndpoint {
+impl FilingEndpoint {
+    fn of_row(row: EndpointRow, secret: String) -> FilingEndpoint {
         FilingEndpoint {
             url: row.url,
-            secret: row.secret,
+            secret,
             created_at: row.created_at.into(),
             updated_at: row.updated_at.into(),
         }
@@ -233,19 +235,33 @@ impl Store {
     pub async fn put_filing_endpoint(&self, tenant_id: &str, url: &str) -> Result<FilingEndpoint> {
         let _turn = self.write_turn().await;
         let now = Millis(now_ms());
-        let secret = shared::ids::new_webhook_secret();
+        let context = filing_context(tenant_id);
+        let secret = self
+            .seal_on_pool(&context, &shared::ids::new_webhook_secret())
+            .await?;
         let row = on_pool!(self,
             pool => postgres::periods::put_endpoint(pool, tenant_id, url, &secret, now).await?,
             pool => sqlite::periods::put_endpoint(pool, tenant_id, url, &secret, now).await?,
         );
-        Ok(row.into())
+        self.endpoint_of(tenant_id, row).await
     }
 
+    /// The tenant's filing endpoint, its secret opened.
     pub async fn get_filing_endpoint(&self, tenant_id: &str) -> Result<Option<FilingEndpoint>> {
         let row = on_pool!(self,
             pool => postgres::periods::get_endpoint(pool, tenant_id).await?,
             pool => sqlite::periods::get_endpoint(pool, tenant_id).await?,
         );
-        Ok(row.map(FilingEndpoint::from))
+        match row {
+            Some(row) => Ok(Some(self.endpoint_of(tenant_id, row).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn endpoint_of(&self, tenant_id: &str, row: EndpointRow) -> Result<FilingEndpoint> {
+        let secret = self
+            .open_secret(&filing_context(tenant_id), &row.stored_secret())
+            .await?;
+        Ok(FilingEndpoint::of_row(row, secret))
     }
 }

@@ -45,7 +45,7 @@ pub fn webhook_object(webhook: &Webhook, with_secret: bool) -> WebhookObject {
         events: webhook.events.clone(),
         job_id: webhook.job_id.clone(),
         enabled: webhook.enabled,
-        secret: with_secret.then(|| webhook.secret.clone()),
+        secret: webhook.secret.clone().filter(|_| with_secret),
         created_at: to_rfc3339(webhook.created_at),
     }
 }
