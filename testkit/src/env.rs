@@ -355,7 +355,17 @@ impl TestEnv {
     /// Runs the `api` binary with these arguments (a subcommand, or a
     /// start expected to fail) to its exit, at most 60 s.
     pub fn run_api(&self, args: &[&str], extra: &[(&str, &str)]) -> Finished {
-        let path = process::binary("api").unwrap_or_else(|e| panic!("{e}"));
+        self.run_to_exit("api", args, extra)
+    }
+
+    /// Runs the `worker` binary (a start expected to fail) to its exit, at
+    /// most 60 s.
+    pub fn run_worker(&self, args: &[&str], extra: &[(&str, &str)]) -> Finished {
+        self.run_to_exit("worker", args, extra)
+    }
+
+    fn run_to_exit(&self, binary: &str, args: &[&str], extra: &[(&str, &str)]) -> Finished {
+        let path = process::binary(binary).unwrap_or_else(|e| panic!("{e}"));
         process::run_to_exit(&path, args, &self.env_with(extra), Duration::from_secs(60))
     }
 

@@ -34,6 +34,7 @@ mod rolling_upgrade;
 mod sagas;
 mod scale;
 mod schedules;
+mod secrets;
 mod traces;
 mod upgrade;
 mod webhooks;
