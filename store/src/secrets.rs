@@ -195,6 +195,10 @@ impl Store {
         .ok_or_else(|| Error::Corrupt(format!("data key {key_id} is missing")))?;
         self.keyring
             .unwrap(&row.key_id, &row.master_fingerprint, &row.wrapped_key)
+            .map_err(|error| match error {
+                Error::Config(why) => Error::KeyNotHeld(why),
+                other => other,
+            })
     }
 
     /// Seals every secret still in clear (written by a release before),
