@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod request_id;
 pub mod routes;
+pub mod secret_commands;
 pub mod startup;
 pub mod state;
 pub mod submits;

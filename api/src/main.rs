@@ -1,4 +1,4 @@
-use api::{Application, key_commands};
+use api::{Application, key_commands, secret_commands};
 use clap::{Parser, Subcommand};
 use shared::settings::Settings;
 use store::Store;
@@ -28,6 +28,23 @@ enum Command {
     /// Manage the stored API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Manage the secrets stored sealed (webhook and filing endpoint
+    /// secrets).
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+}
+
+#[derive(Subcommand)]
+enum SecretsCommand {
+    /// Seal every secret under the first key of RECEIPT_MASTER_KEYS and
+    /// retire the data keys of the others, in batches, while the api and
+    /// workers run. Run it after every process has been restarted with the
+    /// new key first; then the older keys can be removed.
+    Rotate {
+        /// Secrets sealed anew per committed transaction.
+        #[arg(long, default_value_t = secret_commands::BATCH)]
+        batch_size: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -97,6 +114,9 @@ async fn main() -> std::process::ExitCode {
         Command::Keys(KeysCommand::List) => key_commands::list(&cli.settings).await,
         Command::Keys(KeysCommand::Revoke { key_id }) => {
             key_commands::revoke(&cli.settings, &key_id).await
+        }
+        Command::Secrets(SecretsCommand::Rotate { batch_size }) => {
+            secret_commands::rotate(&cli.settings, batch_size).await
         }
     };
     // The last spans, sent before the exit (the exporter blocks).

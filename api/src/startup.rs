@@ -34,6 +34,23 @@ use crate::{
 /// completed"), and cannot know whether the request was taken.
 const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
 
+/// Seals the secrets a release before stored in clear (during a rolling
+/// upgrade, its api may still be writing some: `api secrets rotate` seals
+/// those).
+async fn seal_clear_secrets(store: &Store) -> Result<(), BoxError> {
+    let report = store
+        .seal_clear_secrets(crate::secret_commands::BATCH)
+        .await?;
+    if report.sealed > 0 {
+        info!(
+            sealed = report.sealed,
+            master_key = report.master_fingerprint,
+            "sealed the secrets stored in clear"
+        );
+    }
+    Ok(())
+}
+
 /// An api bound to its address, migrated and with its keys in place, not
 /// yet serving.
 pub struct Application {
@@ -56,6 +73,8 @@ impl Application {
         reports::Registry::check_caps(&settings.caps())?;
         let store = Store::open(&settings).await?;
         store.migrate().await?;
+        store.check_keyring().await?;
+        seal_clear_secrets(&store).await?;
         let queue = Queue::connect(&settings, &store).await?;
         let signals = Signals::default();
         let listener = std::net::TcpListener::bind(&settings.bind_addr)

@@ -73,6 +73,14 @@ pub struct Settings {
     #[arg(long, env = "API_KEYS", hide_env_values = true)]
     pub api_keys: Option<String>,
 
+    /// Master keys that seal webhook and filing endpoint secrets at rest:
+    /// base64 32-byte keys, comma-separated, the first sealing, the others
+    /// still read (while `secrets rotate` moves off them). Required on
+    /// Postgres; unset on SQLite, a key file beside the database is used
+    /// (made at first start).
+    #[arg(long, env = "RECEIPT_MASTER_KEYS", hide_env_values = true)]
+    pub master_keys: Option<String>,
+
     /// How long an idempotency key is remembered.
     #[arg(long, env = "IDEMPOTENCY_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
     pub idempotency_ttl: Duration,

@@ -18,6 +18,12 @@ pub enum Error {
     Config(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A stored secret is sealed under a master key this process does not
+    /// hold: a process that holds it (or this one restarted with it) can
+    /// read it, so a caller may retry later. At a start, the same finding
+    /// is an [`Error::Config`].
+    #[error("{0}")]
+    KeyNotHeld(String),
     /// The error of a group commit, shared by every write in it.
     #[error("{0}")]
     Batch(#[source] std::sync::Arc<Error>),
@@ -90,7 +96,7 @@ fn is_unavailable_sqlx(error: &sqlx::Error) -> bool {
 impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Error::Unavailable(_) => true,
+            Error::Unavailable(_) | Error::KeyNotHeld(_) => true,
             Error::Batch(error) => error.is_unavailable(),
             // Migrations meet the same outages as any other statement.
             Error::Migrate(

@@ -31,6 +31,7 @@ mod error;
 mod gauges;
 mod idempotency;
 mod jobs;
+mod keyring;
 mod keys;
 mod kinds;
 mod ledger;
@@ -44,6 +45,7 @@ mod retention;
 mod rows;
 mod sagas;
 mod schedules;
+mod secrets;
 mod sqlite;
 mod submit;
 #[cfg(feature = "test-hooks")]
@@ -79,6 +81,7 @@ pub use error::{Error, Result, lose_answer, lost_answer};
 pub use gauges::{KindSample, OUTBOX_COUNT_LIMIT, QueueSample, TenantSample};
 pub use idempotency::{KeyLookup, StoredResponse};
 pub use jobs::{CancelOutcome, JobFilter, KindTerms, NewJob, RetryOutcome};
+pub use keyring::{KeySource, Keyring, MASTER_KEYS_SETTING};
 pub use keys::{
     ApiKeyRecord, KeyScope, KeySync, NewApiKey, Revocation, RevokeOutcome, Scope, ValidKey,
     hash_key,
@@ -92,6 +95,7 @@ pub use results::{BytesChunk, StoredResult};
 pub use retention::Pruned;
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};
 pub use schedules::{FirePlan, Fired, FiredJob, Schedule};
+pub use secrets::SecretsReport;
 pub use submit::{Publishing, Submission, SubmissionKey, Submitted};
 pub use webhooks::{
     Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,
@@ -185,6 +189,9 @@ pub struct Store {
     /// the task that keeps the process's clock by the database's
     /// ([`Store::sync_clock`]).
     _clock_keeper: Option<Arc<tokio::sync::oneshot::Sender<()>>>,
+    /// The master keys that seal secrets at rest, and the data keys
+    /// opened so far; shared by the store's clones.
+    keyring: Keyring,
 }
 
 #[derive(Clone, Debug)]
@@ -341,9 +348,19 @@ impl Store {
     /// Opens the database the settings name (`DATABASE_URL`, through the
     /// pooler `DATABASE_POOLER` says is there).
     pub async fn open(settings: &shared::settings::Settings) -> Result<Self> {
+        let keyring =
+            Keyring::from_setting(settings.master_keys.as_deref(), &settings.database_url)?;
         let mut store = Self::open_database(settings).await?;
         store.priority_aging = settings.priority_aging;
+        store.keyring = keyring;
         Ok(store)
+    }
+
+    /// The store with these master keys (a store opened by URL alone has
+    /// those of [`Keyring::from_setting`] with the setting unset).
+    pub fn with_keyring(mut self, keyring: Keyring) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// The store with `PRIORITY_AGING` set to `aging`.
@@ -396,8 +413,13 @@ impl Store {
     }
 
     /// Opens a pool; for SQLite, creates the file (and its folder) if needed.
+    /// Its master keys are those of [`Keyring::from_setting`] with
+    /// `RECEIPT_MASTER_KEYS` unset (see [`Store::with_keyring`]).
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_to(url, None, DEFAULT_POOL_SIZE).await
+        let keyring = Keyring::from_setting(None, url)?;
+        Ok(Self::connect_to(url, None, DEFAULT_POOL_SIZE)
+            .await?
+            .with_keyring(keyring))
     }
 
     /// `pool_size`: the Postgres pool's connections at most.
@@ -462,6 +484,7 @@ impl Store {
             generic_plans,
             transaction_per_call,
             _clock_keeper: None,
+            keyring: Keyring::none(),
         };
         if store.dialect() == Dialect::Postgres {
             if let Err(error) = store.sync_clock().await {

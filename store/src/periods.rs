@@ -4,8 +4,8 @@
 use shared::time::now_ms;
 
 use crate::{
-    Actor, AuditAction, AuditChange, Result, Store, WriteTx, on_pool, on_tx, postgres, sql::Millis,
-    sqlite,
+    Actor, AuditAction, AuditChange, Result, Store, WriteTx, on_pool, on_tx, postgres,
+    secrets::filing_context, sql::Millis, sqlite,
 };
 
 pub(crate) use crate::rows::periods::{EndpointRow, PeriodRow};
@@ -64,11 +64,11 @@ pub struct FilingEndpoint {
     pub updated_at: i64,
 }
 
-impl From<EndpointRow> for FilingEndpoint {
-    fn from(row: EndpointRow) -> FilingEndpoint {
+impl FilingEndpoint {
+    fn of_row(row: EndpointRow, secret: String) -> FilingEndpoint {
         FilingEndpoint {
             url: row.url,
-            secret: row.secret,
+            secret,
             created_at: row.created_at.into(),
             updated_at: row.updated_at.into(),
         }
@@ -259,7 +259,10 @@ impl Store {
     ) -> Result<FilingEndpoint> {
         let mut tx = self.begin_write().await?;
         let now = Millis(now_ms());
-        let secret = shared::ids::new_webhook_secret();
+        let context = filing_context(tenant_id);
+        let secret = self
+            .seal_in(&mut tx, &context, &shared::ids::new_webhook_secret())
+            .await?;
         let row = on_tx!(tx,
             conn => postgres::periods::put_endpoint(conn, tenant_id, url, &secret, now).await?,
             conn => sqlite::periods::put_endpoint(conn, tenant_id, url, &secret, now).await?,
@@ -272,14 +275,25 @@ impl Store {
         };
         self.audit(&mut tx, actor, &change).await?;
         tx.commit().await?;
-        Ok(row.into())
+        self.endpoint_of(tenant_id, row).await
     }
 
+    /// The tenant's filing endpoint, its secret opened.
     pub async fn get_filing_endpoint(&self, tenant_id: &str) -> Result<Option<FilingEndpoint>> {
         let row = on_pool!(self,
             pool => postgres::periods::get_endpoint(pool, tenant_id).await?,
             pool => sqlite::periods::get_endpoint(pool, tenant_id).await?,
         );
-        Ok(row.map(FilingEndpoint::from))
+        match row {
+            Some(row) => Ok(Some(self.endpoint_of(tenant_id, row).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn endpoint_of(&self, tenant_id: &str, row: EndpointRow) -> Result<FilingEndpoint> {
+        let secret = self
+            .open_secret(&filing_context(tenant_id), &row.stored_secret())
+            .await?;
+        Ok(FilingEndpoint::of_row(row, secret))
     }
 }

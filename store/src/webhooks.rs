@@ -8,7 +8,7 @@ use shared::{
 
 use crate::{
     Actor, AuditAction, AuditChange, Result, Store, TxConnection, WriteTx, on_pool, on_tx,
-    postgres, sql::Millis, sqlite,
+    postgres, secrets::webhook_context, sql::Millis, sqlite,
 };
 
 pub use crate::rows::webhooks::DueEvent;
@@ -24,7 +24,9 @@ pub struct Webhook {
     pub events: Vec<String>,
     pub job_id: Option<String>,
     pub enabled: bool,
-    pub secret: String,
+    /// In clear, only where it was just made (registering, rotating the
+    /// secret): it is stored sealed, and opened only to sign.
+    pub secret: Option<String>,
     pub created_at: i64,
 }
 
@@ -91,7 +93,7 @@ impl From<WebhookRow> for Webhook {
             events: row.events.into(),
             job_id: row.job_id,
             enabled: row.enabled,
-            secret: row.secret,
+            secret: None,
             created_at: row.created_at.into(),
         }
     }
@@ -166,16 +168,21 @@ impl Store {
                 }
             }
         }
+        let webhook_id = new_id("wh_");
+        let secret = new_webhook_secret();
         let row = NewWebhookRow {
-            webhook_id: new_id("wh_"),
+            secret: self
+                .seal_in(tx, &webhook_context(&webhook_id), &secret)
+                .await?,
+            webhook_id,
             new,
-            secret: new_webhook_secret(),
             created_at: Millis(now_ms()),
         };
-        let webhook = Webhook::from(on_tx!(tx,
+        let mut webhook = Webhook::from(on_tx!(tx,
             conn => postgres::webhooks::insert(conn, &row).await?,
             conn => sqlite::webhooks::insert(conn, &row).await?,
         ));
+        webhook.secret = Some(secret);
         if let Some(job) = final_job
             && let Some(event_type) = event_type_of(job.status)
             && webhook.events.iter().any(|e| e == event_type)
@@ -184,6 +191,27 @@ impl Store {
             insert_event(tx, &webhook.webhook_id, event_type, &job, None).await?;
         }
         Ok(Registration::Registered(webhook))
+    }
+
+    /// A webhook's secret, opened: what a replay of its registration or
+    /// rotation shows, since no answer is stored with a secret in it.
+    /// `None`: no such webhook of the tenant.
+    pub async fn webhook_secret(
+        &self,
+        tenant_id: &str,
+        webhook_id: &str,
+    ) -> Result<Option<String>> {
+        let stored = on_pool!(self,
+            pool => postgres::webhooks::stored_secret(pool, tenant_id, webhook_id).await?,
+            pool => sqlite::webhooks::stored_secret(pool, tenant_id, webhook_id).await?,
+        );
+        match stored {
+            Some(stored) => Ok(Some(
+                self.open_secret(&webhook_context(webhook_id), &stored)
+                    .await?,
+            )),
+            None => Ok(None),
+        }
     }
 
     pub async fn get_webhook(&self, tenant_id: &str, webhook_id: &str) -> Result<Option<Webhook>> {
@@ -236,11 +264,17 @@ impl Store {
         webhook_id: &str,
     ) -> Result<Option<Webhook>> {
         let secret = new_webhook_secret();
+        let sealed = self
+            .seal_in(tx, &webhook_context(webhook_id), &secret)
+            .await?;
         let row = on_tx!(tx,
-            conn => postgres::webhooks::set_secret(conn, tenant_id, webhook_id, &secret).await?,
-            conn => sqlite::webhooks::set_secret(conn, tenant_id, webhook_id, &secret).await?,
+            conn => postgres::webhooks::set_secret(conn, tenant_id, webhook_id, &sealed).await?,
+            conn => sqlite::webhooks::set_secret(conn, tenant_id, webhook_id, &sealed).await?,
         );
-        Ok(row.map(Webhook::from))
+        Ok(row.map(|row| Webhook {
+            secret: Some(secret),
+            ..Webhook::from(row)
+        }))
     }
 
     /// Deletes a webhook and, with it, its pending events and its log.
@@ -332,6 +366,11 @@ impl Store {
 
     /// Leases up to `limit` due events until `lease_until` (past any
     /// delivery's timeout), so concurrent dispatchers never send one twice.
+    /// Each comes with its webhook's secret opened. An event whose secret
+    /// cannot be opened here (its master key is not in this process's
+    /// `RECEIPT_MASTER_KEYS`) is not returned: it stays leased, and comes
+    /// due again when the lease lapses, for a process that holds the key.
+    /// It is never sent unsigned, and no attempt of it is counted.
     pub async fn claim_due_events(&self, limit: i64, lease_until: i64) -> Result<Vec<DueEvent>> {
         let now = Millis(now_ms());
         let lease_until = Millis(lease_until);
@@ -343,10 +382,24 @@ impl Store {
         if claimed.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(on_pool!(self,
+        let rows = on_pool!(self,
             pool => postgres::webhooks::due_events(pool, &claimed).await?,
             pool => sqlite::webhooks::due_events(pool, &claimed).await?,
-        ))
+        );
+        let mut due = Vec::with_capacity(rows.len());
+        for row in rows {
+            let context = webhook_context(&row.webhook_id);
+            match self.open_secret(&context, &row.stored_secret()).await {
+                Ok(secret) => due.push(row.with_secret(secret)),
+                Err(error) => tracing::warn!(
+                    %error,
+                    event_id = row.event_id,
+                    "cannot open the webhook's secret: the event waits, unsent, for a process \
+                     whose RECEIPT_MASTER_KEYS holds its master key"
+                ),
+            }
+        }
+        Ok(due)
     }
 
     /// Logs an attempt and moves its event on, in one transaction; a 410

@@ -10,7 +10,11 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::{Value, json};
 
-use crate::{client::Api, receiver::serve_on_loopback, wait::Record};
+use crate::{
+    client::Api,
+    receiver::{headers_of, serve_on_loopback},
+    wait::Record,
+};
 
 /// One acknowledged delivery.
 #[derive(Debug, Clone)]
@@ -30,6 +34,11 @@ struct Shared {
     /// Answer 500 to every n-th request (0: never), so retries run.
     fail_every: u64,
     requests: std::sync::atomic::AtomicU64,
+    /// The secrets a delivery's signature must verify with, one of them
+    /// (none: signatures are not checked).
+    secrets: std::sync::Mutex<Vec<String>>,
+    /// Deliveries whose signature verified with none of `secrets`.
+    unverified: std::sync::atomic::AtomicU64,
 }
 
 /// A receiver on 127.0.0.1 for every final status of a tenant's jobs.
@@ -53,6 +62,24 @@ async fn receive(
         + 1;
     if shared.fail_every > 0 && n.is_multiple_of(shared.fail_every) {
         return HttpResponse::InternalServerError().finish();
+    }
+    let secrets = shared
+        .secrets
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let headers = headers_of(&request);
+    if !secrets.is_empty()
+        && !secrets.iter().any(|secret| {
+            standardwebhooks::Webhook::new(secret)
+                .and_then(|hook| hook.verify(&body, &headers))
+                .is_ok()
+        })
+    {
+        shared
+            .unverified
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return HttpResponse::Unauthorized().finish();
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let header = |name: &str| {
@@ -88,6 +115,8 @@ impl Announcements {
             record: Record::default(),
             fail_every: n,
             requests: Default::default(),
+            secrets: Default::default(),
+            unverified: Default::default(),
         });
         let (addr, handle) = serve_on_loopback(web::Data::from(shared.clone()), receive);
         Announcements {
@@ -108,6 +137,26 @@ impl Announcements {
             .await;
         assert_eq!(reply.status.as_u16(), 201, "{}", reply.text);
         reply.json()
+    }
+
+    /// From now on, acknowledges only deliveries signed with one of the
+    /// secrets given so far (a webhook's `secret`, as its registration
+    /// answered), and counts the others ([`Announcements::unverified`]),
+    /// answering them 401.
+    pub fn verify_with(&self, secret: &str) {
+        self.shared
+            .secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(secret.to_owned());
+    }
+
+    /// Deliveries whose signature verified with no secret given to
+    /// [`Announcements::verify_with`].
+    pub fn unverified(&self) -> u64 {
+        self.shared
+            .unverified
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every acknowledged delivery so far, in order.

@@ -54,6 +54,10 @@ pub struct TestEnv {
     pub redis_url: String,
     /// Settings every process of this test gets on top of [`TestEnv::settings`].
     pub extra_env: Vec<(String, String)>,
+    /// Postgres: the `RECEIPT_MASTER_KEYS` every process gets, a key of
+    /// the test's own. SQLite: none, so the processes use the key file
+    /// beside the database, as the embedded default does.
+    pub master_keys: Option<String>,
     /// The defaults every process gets ([`test_settings`] unless replaced).
     settings: Vec<(String, String)>,
     /// Dropped at the end: a database on a server that outlives the test,
@@ -101,6 +105,12 @@ pub async fn through_pgbouncer<F: std::future::Future>(test: F) -> F::Output {
         pgbouncer,
     });
     POOLED.scope(servers, test).await
+}
+
+/// A new master key for `RECEIPT_MASTER_KEYS`: 32 random bytes, base64.
+pub fn new_master_key() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>())
 }
 
 fn unique_name() -> String {
@@ -176,6 +186,7 @@ impl TestEnv {
             queue_name,
             redis_url: redis_url.to_owned(),
             extra_env: Vec::new(),
+            master_keys: (backend == Backend::PgRedis).then(new_master_key),
             settings: test_settings(),
             drop_database: None,
             drop_redis_keys: None,
@@ -254,6 +265,9 @@ impl TestEnv {
             ("QUEUE_NAME", &self.queue_name),
         ]);
         env.extend(self.settings.iter().cloned());
+        if let Some(keys) = &self.master_keys {
+            env.push(("RECEIPT_MASTER_KEYS".into(), keys.clone()));
+        }
         if self.redis {
             env.push(("REDIS_URL".into(), self.redis_url.clone()));
         }
@@ -341,7 +355,17 @@ impl TestEnv {
     /// Runs the `api` binary with these arguments (a subcommand, or a
     /// start expected to fail) to its exit, at most 60 s.
     pub fn run_api(&self, args: &[&str], extra: &[(&str, &str)]) -> Finished {
-        let path = process::binary("api").unwrap_or_else(|e| panic!("{e}"));
+        self.run_to_exit("api", args, extra)
+    }
+
+    /// Runs the `worker` binary (a start expected to fail) to its exit, at
+    /// most 60 s.
+    pub fn run_worker(&self, args: &[&str], extra: &[(&str, &str)]) -> Finished {
+        self.run_to_exit("worker", args, extra)
+    }
+
+    fn run_to_exit(&self, binary: &str, args: &[&str], extra: &[(&str, &str)]) -> Finished {
+        let path = process::binary(binary).unwrap_or_else(|e| panic!("{e}"));
         process::run_to_exit(&path, args, &self.env_with(extra), Duration::from_secs(60))
     }
 

@@ -29,8 +29,8 @@ pub mod wait;
 pub use announcements::{Announcement, Announcements};
 pub use client::{Api, Reply, is_final};
 pub use env::{
-    Backend, PG_ADMIN_URL, REDIS_URL, TestEnv, admin_sql, count_at, execute_at, redis_at,
-    test_settings, through_pgbouncer,
+    Backend, PG_ADMIN_URL, REDIS_URL, TestEnv, admin_sql, count_at, execute_at, new_master_key,
+    redis_at, test_settings, through_pgbouncer,
 };
 pub use process::{
     Finished, PREVIOUS_RELEASE, Process, Stderr, binary, peak_rss_bytes, peak_rss_mib,

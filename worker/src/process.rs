@@ -26,6 +26,9 @@ pub async fn run_worker_process(settings: Settings) -> Result<()> {
             |_| async {
                 let store = Store::open(&settings).await?;
                 store.migrate().await?;
+                // Its dispatcher and filing calls open secrets: a master
+                // key missing or wrong stops the start, not each delivery.
+                store.check_keyring().await?;
                 let queue = Queue::connect(&settings, &store).await?;
                 Ok::<_, Error>((store, queue))
             },

@@ -48,7 +48,7 @@ pub fn webhook_object(webhook: &Webhook, with_secret: bool) -> WebhookObject {
         events: webhook.events.clone(),
         job_id: webhook.job_id.clone(),
         enabled: webhook.enabled,
-        secret: with_secret.then(|| webhook.secret.clone()),
+        secret: webhook.secret.clone().filter(|_| with_secret),
         created_at: to_rfc3339(webhook.created_at),
     }
 }
@@ -192,7 +192,7 @@ pub async fn register(
                 }),
             };
             state.store.audit(tx, &tenant.actor(), &change).await?;
-            *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(webhook.secret.clone());
+            *made.lock().unwrap_or_else(|e| e.into_inner()) = webhook.secret.clone();
             Answer::json(
                 StatusCode::CREATED,
                 &webhook_object(&webhook, false),
@@ -224,11 +224,7 @@ async fn current_secret(
     let Some(webhook_id) = stored["id"].as_str() else {
         return Ok(None);
     };
-    Ok(state
-        .store
-        .get_webhook(tenant_id, webhook_id)
-        .await?
-        .map(|webhook| webhook.secret))
+    Ok(state.store.webhook_secret(tenant_id, webhook_id).await?)
 }
 
 /// List webhooks, newest first.
@@ -490,7 +486,7 @@ pub async fn change_webhook(
             };
             store.audit(tx, actor, &audited).await?;
             if change == WebhookChange::RotateSecret {
-                *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(webhook.secret.clone());
+                *made.lock().unwrap_or_else(|e| e.into_inner()) = webhook.secret.clone();
             }
             Answer::json(StatusCode::OK, &webhook_object(&webhook, false), vec![])
         },

@@ -17,9 +17,13 @@ pub trait StoreOf {
 
 impl StoreOf for TestEnv {
     async fn store(&self) -> store::Store {
-        store::Store::connect(&self.database_url)
+        let store = store::Store::connect(&self.database_url)
             .await
-            .expect("store")
+            .expect("store");
+        match &self.master_keys {
+            Some(keys) => store.with_keyring(store::Keyring::parse(keys).expect("the test's key")),
+            None => store,
+        }
     }
 }
 

@@ -36,6 +36,7 @@ mod sagas;
 mod scale;
 mod schedules;
 mod scopes;
+mod secrets;
 mod traces;
 mod upgrade;
 mod webhooks;

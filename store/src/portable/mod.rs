@@ -37,6 +37,8 @@ macro_rules! areas {
         pub(crate) mod sagas;
         #[path = "schedules.rs"]
         pub(crate) mod schedules;
+        #[path = "secrets.rs"]
+        pub(crate) mod secrets;
         #[path = "session.rs"]
         pub(crate) mod session;
         #[path = "webhooks.rs"]

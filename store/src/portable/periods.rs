@@ -6,6 +6,7 @@ use sqlx::Executor;
 use super::{Conn, Db};
 use crate::{
     rows::periods::{EndpointRow, PeriodRow},
+    rows::secrets::SealedSecret,
     sql::Millis,
 };
 
@@ -122,19 +123,22 @@ pub(crate) async fn put_endpoint(
     db: impl Executor<'_, Database = Db>,
     tenant_id: &str,
     url: &str,
-    secret: &str,
+    secret: &SealedSecret<'_>,
     now: Millis,
 ) -> sqlx::Result<EndpointRow> {
     sqlx::query_as(sql!(
-        "INSERT INTO filing_endpoints (tenant_id, url, secret, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $4)
+        "INSERT INTO filing_endpoints (tenant_id, url, secret, sealed_secret, secret_key_id,
+                                       created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $6)
          ON CONFLICT (tenant_id) DO UPDATE SET url = excluded.url,
              updated_at = excluded.updated_at
-         RETURNING url, secret, created_at, updated_at"
+         RETURNING url, secret, sealed_secret, secret_key_id, created_at, updated_at"
     ))
     .bind(tenant_id)
     .bind(url)
-    .bind(secret)
+    .bind(secret.cleared)
+    .bind(&secret.sealed_secret)
+    .bind(&secret.secret_key_id)
     .bind(now)
     .fetch_one(db)
     .await
@@ -145,7 +149,8 @@ pub(crate) async fn get_endpoint(
     tenant_id: &str,
 ) -> sqlx::Result<Option<EndpointRow>> {
     sqlx::query_as(sql!(
-        "SELECT url, secret, created_at, updated_at FROM filing_endpoints WHERE tenant_id = $1"
+        "SELECT url, secret, sealed_secret, secret_key_id, created_at, updated_at
+         FROM filing_endpoints WHERE tenant_id = $1"
     ))
     .bind(tenant_id)
     .fetch_optional(db)

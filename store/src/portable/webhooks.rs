@@ -7,6 +7,7 @@ use super::{Conn, Db};
 use shared::model::EventState;
 use crate::{
     sql::Millis,
+    rows::secrets::{SealedSecret, StoredSecret},
     rows::webhooks::{DeliveryRow, NewDelivery, NewEvent, WebhookRow},
 };
 
@@ -36,13 +37,30 @@ pub(crate) async fn count_for_tenant(
     .await
 }
 
+/// A webhook's secret as stored (sealed, or in clear from a release
+/// before).
+pub(crate) async fn stored_secret(
+    db: impl Executor<'_, Database = Db>,
+    tenant_id: &str,
+    webhook_id: &str,
+) -> sqlx::Result<Option<StoredSecret>> {
+    sqlx::query_as(sql!(
+        "SELECT secret, sealed_secret, secret_key_id
+         FROM webhooks WHERE webhook_id = $1 AND tenant_id = $2"
+    ))
+    .bind(webhook_id)
+    .bind(tenant_id)
+    .fetch_optional(db)
+    .await
+}
+
 pub(crate) async fn get(
     db: impl Executor<'_, Database = Db>,
     tenant_id: &str,
     webhook_id: &str,
 ) -> sqlx::Result<Option<WebhookRow>> {
     sqlx::query_as(sql!(
-        "SELECT webhook_id, tenant_id, url, events, job_id, enabled, secret, created_at
+        "SELECT webhook_id, tenant_id, url, events, job_id, enabled, created_at
          FROM webhooks WHERE webhook_id = $1 AND tenant_id = $2"
     ))
     .bind(webhook_id)
@@ -58,7 +76,7 @@ pub(crate) async fn list(
     limit: i64,
 ) -> sqlx::Result<Vec<WebhookRow>> {
     sqlx::query_as(sql!(
-        "SELECT webhook_id, tenant_id, url, events, job_id, enabled, secret, created_at
+        "SELECT webhook_id, tenant_id, url, events, job_id, enabled, created_at
          FROM webhooks WHERE tenant_id = $1 AND webhook_id < $2
          ORDER BY webhook_id DESC LIMIT $3"
     ))
@@ -76,7 +94,7 @@ pub(crate) async fn enable(
 ) -> sqlx::Result<Option<WebhookRow>> {
     sqlx::query_as(sql!(
         "UPDATE webhooks SET enabled = true WHERE webhook_id = $1 AND tenant_id = $2
-         RETURNING webhook_id, tenant_id, url, events, job_id, enabled, secret, created_at"
+         RETURNING webhook_id, tenant_id, url, events, job_id, enabled, created_at"
     ))
     .bind(webhook_id)
     .bind(tenant_id)
@@ -88,15 +106,18 @@ pub(crate) async fn set_secret(
     conn: &mut Conn,
     tenant_id: &str,
     webhook_id: &str,
-    secret: &str,
+    secret: &SealedSecret<'_>,
 ) -> sqlx::Result<Option<WebhookRow>> {
     sqlx::query_as(sql!(
-        "UPDATE webhooks SET secret = $3 WHERE webhook_id = $1 AND tenant_id = $2
-         RETURNING webhook_id, tenant_id, url, events, job_id, enabled, secret, created_at"
+        "UPDATE webhooks SET secret = $3, sealed_secret = $4, secret_key_id = $5
+         WHERE webhook_id = $1 AND tenant_id = $2
+         RETURNING webhook_id, tenant_id, url, events, job_id, enabled, created_at"
     ))
     .bind(webhook_id)
     .bind(tenant_id)
-    .bind(secret)
+    .bind(secret.cleared)
+    .bind(&secret.sealed_secret)
+    .bind(&secret.secret_key_id)
     .fetch_optional(conn)
     .await
 }

@@ -19,6 +19,7 @@ pub(crate) mod results;
 pub(crate) mod retention;
 pub(crate) mod sagas;
 pub(crate) mod schedules;
+pub(crate) mod secrets;
 pub(crate) mod session;
 pub(crate) mod submit;
 #[cfg(feature = "test-hooks")]

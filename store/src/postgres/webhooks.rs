@@ -4,7 +4,7 @@ use shared::model::EventState;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::{
-    rows::webhooks::{DueEvent, MatchRow, NewWebhookRow, WebhookRow},
+    rows::webhooks::{DueEventRow, MatchRow, NewWebhookRow, WebhookRow},
     sql::Millis,
 };
 
@@ -44,16 +44,18 @@ pub(crate) async fn insert(
 ) -> sqlx::Result<WebhookRow> {
     sqlx::query_as(sql!(
         "INSERT INTO webhooks (webhook_id, tenant_id, url, events, job_id, enabled, secret,
-                               created_at)
-         VALUES ($1, $2, $3, $4, $5, true, $6, $7)
-         RETURNING webhook_id, tenant_id, url, events, job_id, enabled, secret, created_at"
+                               sealed_secret, secret_key_id, created_at)
+         VALUES ($1, $2, $3, $4, $5, true, $6, $7, $8, $9)
+         RETURNING webhook_id, tenant_id, url, events, job_id, enabled, created_at"
     ))
     .bind(&row.webhook_id)
     .bind(&row.new.tenant_id)
     .bind(&row.new.url)
     .bind(&row.new.events)
     .bind(row.new.job_id.as_deref())
-    .bind(&row.secret)
+    .bind(row.secret.cleared)
+    .bind(&row.secret.sealed_secret)
+    .bind(&row.secret.secret_key_id)
     .bind(row.created_at)
     .fetch_one(conn)
     .await
@@ -122,10 +124,10 @@ pub(crate) async fn lease_due(
 pub(crate) async fn due_events(
     db: impl PgExecutor<'_>,
     event_ids: &[String],
-) -> sqlx::Result<Vec<DueEvent>> {
+) -> sqlx::Result<Vec<DueEventRow>> {
     sqlx::query_as(sql!(
         "SELECT e.event_id, e.webhook_id, e.event_type, e.body, e.attempts, w.url, w.secret,
-                w.enabled, e.traceparent
+                w.sealed_secret, w.secret_key_id, w.enabled, e.traceparent
          FROM webhook_events e JOIN webhooks w ON w.webhook_id = e.webhook_id
          WHERE e.event_id = ANY ($1)"
     ))

@@ -17,5 +17,6 @@ pub(crate) mod periods;
 pub(crate) mod results;
 pub(crate) mod sagas;
 pub(crate) mod schedules;
+pub(crate) mod secrets;
 pub(crate) mod webhooks;
 pub(crate) mod work;

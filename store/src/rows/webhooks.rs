@@ -1,10 +1,11 @@
 //! Webhooks, their events and deliveries: the rows its statements read and write.
 
+use crate::rows::secrets::{SealedSecret, StoredSecret};
 use crate::sql::{EventTypes, Millis};
 use crate::{DeliveryRecord, NewWebhook};
 
 /// An event due for delivery, leased to one dispatcher.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct DueEvent {
     pub event_id: String,
     pub webhook_id: String,
@@ -13,10 +14,51 @@ pub struct DueEvent {
     /// Attempts made before this one.
     pub attempts: i64,
     pub url: String,
+    /// In clear, opened from its sealed form for this delivery.
     pub secret: String,
     pub enabled: bool,
     /// The W3C `traceparent` its deliveries continue, if traced.
     pub traceparent: Option<String>,
+}
+
+/// A due event as the statements read it: its webhook's secret as stored.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DueEventRow {
+    pub(crate) event_id: String,
+    pub(crate) webhook_id: String,
+    pub(crate) event_type: String,
+    pub(crate) body: String,
+    pub(crate) attempts: i64,
+    pub(crate) url: String,
+    pub(crate) secret: Option<String>,
+    pub(crate) sealed_secret: Option<String>,
+    pub(crate) secret_key_id: Option<String>,
+    pub(crate) enabled: bool,
+    pub(crate) traceparent: Option<String>,
+}
+
+impl DueEventRow {
+    pub(crate) fn stored_secret(&self) -> StoredSecret {
+        StoredSecret {
+            secret: self.secret.clone(),
+            sealed_secret: self.sealed_secret.clone(),
+            secret_key_id: self.secret_key_id.clone(),
+        }
+    }
+
+    pub(crate) fn with_secret(self, secret: String) -> DueEvent {
+        DueEvent {
+            event_id: self.event_id,
+            webhook_id: self.webhook_id,
+            event_type: self.event_type,
+            body: self.body,
+            attempts: self.attempts,
+            url: self.url,
+            secret,
+            enabled: self.enabled,
+            traceparent: self.traceparent,
+        }
+    }
 }
 
 /// A webhook's row, as both databases' statements return it.
@@ -28,7 +70,6 @@ pub(crate) struct WebhookRow {
     pub(crate) events: EventTypes,
     pub(crate) job_id: Option<String>,
     pub(crate) enabled: bool,
-    pub(crate) secret: String,
     pub(crate) created_at: Millis,
 }
 
@@ -57,7 +98,7 @@ pub(crate) struct DeliveryRow {
 pub(crate) struct NewWebhookRow<'a> {
     pub webhook_id: String,
     pub new: &'a NewWebhook,
-    pub secret: String,
+    pub secret: SealedSecret<'a>,
     pub created_at: Millis,
 }
 

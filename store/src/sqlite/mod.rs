@@ -13,6 +13,7 @@ pub(crate) mod periods;
 pub(crate) mod results;
 pub(crate) mod sagas;
 pub(crate) mod schedules;
+pub(crate) mod secrets;
 pub(crate) mod session;
 pub(crate) mod submit;
 #[cfg(feature = "test-hooks")]

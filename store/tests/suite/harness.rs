@@ -1,13 +1,16 @@
 //! A fresh, migrated database of each kind per test, dropped at the end.
 
 use sqlx::{Connection, Executor, PgConnection};
-use store::Store;
+use store::{Keyring, Store};
 
 const POSTGRES_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /// A migrated database of its own, removed when the test ends.
 pub struct TestDb {
     pub store: Store,
+    /// Postgres: the master key its store was given (SQLite's is in the
+    /// key file beside the database).
+    master_key: Option<String>,
     postgres_name: Option<String>,
     _dir: Option<tempfile::TempDir>,
 }
@@ -23,12 +26,17 @@ impl TestDb {
             .await
             .expect("create a database");
         let _ = admin.close().await;
+        // Postgres has no key file: the test's store gets a key of its own.
+        let master_key = Keyring::new_master_key();
+        let keyring = Keyring::parse(&master_key).expect("a master key");
         let store = Store::connect(&format!("postgres://postgres@127.0.0.1:5432/{name}"))
             .await
-            .expect("connect");
+            .expect("connect")
+            .with_keyring(keyring);
         store.migrate().await.expect("migrate");
         TestDb {
             store,
+            master_key: Some(master_key),
             postgres_name: Some(name),
             _dir: None,
         }
@@ -42,8 +50,17 @@ impl TestDb {
         store.migrate().await.expect("migrate");
         TestDb {
             store,
+            master_key: None,
             postgres_name: None,
             _dir: Some(dir),
+        }
+    }
+
+    fn url(&self) -> String {
+        match (&self.postgres_name, &self._dir) {
+            (Some(name), _) => format!("postgres://postgres@127.0.0.1:5432/{name}"),
+            (None, Some(dir)) => format!("sqlite://{}/jobs.db", dir.path().display()),
+            (None, None) => unreachable!("a test database is Postgres or a SQLite file"),
         }
     }
 
@@ -51,12 +68,31 @@ impl TestDb {
     /// (or an earlier release) would open.
     async fn connect_past_the_store(&self) -> sqlx::AnyConnection {
         sqlx::any::install_default_drivers();
-        let url = match (&self.postgres_name, &self._dir) {
-            (Some(name), _) => format!("postgres://postgres@127.0.0.1:5432/{name}"),
-            (None, Some(dir)) => format!("sqlite://{}/jobs.db", dir.path().display()),
+        sqlx::AnyConnection::connect(&self.url())
+            .await
+            .expect("connect")
+    }
+
+    /// The master key the test's store seals with.
+    pub fn master_key(&self) -> String {
+        match (&self.master_key, &self._dir) {
+            (Some(key), _) => key.clone(),
+            (None, Some(dir)) => std::fs::read_to_string(dir.path().join("jobs.db.master-key"))
+                .expect("the key file beside the database")
+                .trim()
+                .to_owned(),
             (None, None) => unreachable!("a test database is Postgres or a SQLite file"),
-        };
-        sqlx::AnyConnection::connect(&url).await.expect("connect")
+        }
+    }
+
+    /// Another store on the same database, as another process would open
+    /// it with `RECEIPT_MASTER_KEYS=master_keys`.
+    pub async fn store_with_keys(&self, master_keys: &str) -> Store {
+        let keyring = Keyring::parse(master_keys).expect("master keys");
+        Store::connect(&self.url())
+            .await
+            .expect("connect")
+            .with_keyring(keyring)
     }
 
     /// Runs statements on the database past the store.

@@ -19,6 +19,7 @@ mod outbox;
 mod periods;
 mod retention;
 mod sagas;
+mod secrets;
 mod sessions;
 mod webhooks;
 mod work;

@@ -34,6 +34,9 @@ pub fn settings(env: &TestEnv, settings: &[&str]) -> Settings {
         "--webhook-timeout",
         "5s",
     ];
+    if let Some(keys) = &env.master_keys {
+        args.extend_from_slice(&["--master-keys", keys]);
+    }
     args.extend_from_slice(settings);
     SettingsOnly::parse_from(args).settings
 }
