@@ -1,13 +1,8 @@
 //! The audit log, the statements written once for both databases (see
 //! `crate::portable`).
 
-use sqlx::Executor;
-
-use super::{Conn, Db};
-use crate::{
-    rows::audit::{AuditQuery, AuditRow},
-    sql::Millis,
-};
+use super::Conn;
+use crate::{rows::audit::AuditRow, sql::Millis};
 
 pub(crate) async fn insert(conn: &mut Conn, row: &AuditRow) -> sqlx::Result<()> {
     sqlx::query(sql!(
@@ -28,31 +23,6 @@ pub(crate) async fn insert(conn: &mut Conn, row: &AuditRow) -> sqlx::Result<()> 
     .execute(conn)
     .await?;
     Ok(())
-}
-
-/// The tenant's entries and the deployment's, newest first.
-pub(crate) async fn list(
-    db: impl Executor<'_, Database = Db>,
-    query: &AuditQuery<'_>,
-) -> sqlx::Result<Vec<AuditRow>> {
-    sqlx::query_as(sql!(
-        "SELECT entry_id, tenant_id, at, actor, key_id, job_id, request_id, action, target,
-                details
-         FROM audit_log
-         WHERE (tenant_id = $1 OR tenant_id IS NULL) AND entry_id < $2
-           AND ($3 IS NULL OR action = $3)
-           AND ($4 IS NULL OR at >= $4)
-           AND ($5 IS NULL OR at < $5)
-         ORDER BY entry_id DESC LIMIT $6"
-    ))
-    .bind(query.tenant_id)
-    .bind(query.before)
-    .bind(query.action)
-    .bind(query.since)
-    .bind(query.until)
-    .bind(query.limit)
-    .fetch_all(db)
-    .await
 }
 
 /// Deletes up to `limit` entries written before `before`.

@@ -1,3 +1,33 @@
 //! The audit log on SQLite.
 
+use sqlx::SqliteExecutor;
+
+use crate::rows::audit::{AuditQuery, AuditRow};
+
 pub(crate) use crate::portable::sqlite::audit::*;
+
+/// The tenant's entries and the deployment's, newest first; a filter
+/// left out is NULL.
+pub(crate) async fn list(
+    db: impl SqliteExecutor<'_>,
+    query: &AuditQuery<'_>,
+) -> sqlx::Result<Vec<AuditRow>> {
+    sqlx::query_as(sql!(
+        "SELECT entry_id, tenant_id, at, actor, key_id, job_id, request_id, action, target,
+                details
+         FROM audit_log
+         WHERE (tenant_id = $1 OR tenant_id IS NULL) AND entry_id < $2
+           AND ($3 IS NULL OR action = $3)
+           AND ($4 IS NULL OR at >= $4)
+           AND ($5 IS NULL OR at < $5)
+         ORDER BY entry_id DESC LIMIT $6"
+    ))
+    .bind(query.tenant_id)
+    .bind(query.before)
+    .bind(query.action)
+    .bind(query.since)
+    .bind(query.until)
+    .bind(query.limit)
+    .fetch_all(db)
+    .await
+}
