@@ -3,12 +3,12 @@
 //! a replay leaves none; `GET /v1/audit` filters and pages them. A month
 //! closed and reopened is checked in the sagas' suite.
 
-use std::time::Duration;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::common::{Api, Backend, Reply, StoreOf, TestEnv, wait};
+use store::KeyScope;
+
+use crate::common::{Api, Backend, Reply, TestEnv, key_known_to};
 
 /// The api with keys of the store only, and a key of full rights for
 /// tenant-a: `(the api's process, the api with the key, the key's id)`.
@@ -20,20 +20,8 @@ async fn service(env: &TestEnv) -> (Api, Api, String) {
             ("WEBHOOK_ALLOW_PRIVATE", "true"),
         ])
         .await;
-    let store = env.store().await;
-    let made = store
-        .create_api_key("tenant-a", &store::Actor::Command("test"))
-        .await
-        .expect("a key");
-    store.close().await;
-    let keyed = api.with_key(&made.key);
-    wait::until_true(
-        "the api knows the key",
-        Duration::from_secs(10),
-        async || keyed.get("/v1/key").await.status == StatusCode::OK,
-    )
-    .await;
-    (api, keyed, made.key_id)
+    let (keyed, key_id) = key_known_to(env, &api, "tenant-a", &KeyScope::full()).await;
+    (api, keyed, key_id)
 }
 
 /// Sends a change with an Idempotency-Key of its own, asserting success.
@@ -308,19 +296,7 @@ async fn every_change_leaves_one_entry_naming_its_key_and_request(backend: Backe
     assert_eq!(words, ["api keys create", "test"], "{by_command:?}");
 
     // Another tenant sees none of it.
-    let store = env.store().await;
-    let globex = store
-        .create_api_key("tenant-b", &store::Actor::Command("test"))
-        .await
-        .expect("a key");
-    store.close().await;
-    let globex = api.with_key(&globex.key);
-    wait::until_true(
-        "the api knows the key",
-        Duration::from_secs(10),
-        async || globex.get("/v1/key").await.status == StatusCode::OK,
-    )
-    .await;
+    let (globex, _) = key_known_to(&env, &api, "tenant-b", &KeyScope::full()).await;
     let seen = globex.get("/v1/audit").await.json();
     let seen = seen["data"].as_array().expect("data");
     assert_eq!(seen.len(), 1, "only its own key's making: {seen:?}");

@@ -27,6 +27,31 @@ impl StoreOf for TestEnv {
     }
 }
 
+/// A key of `tenant` with `scope`, made in the store as `api keys create`
+/// makes one, once the running api knows it: the api with that key, and
+/// the key's id.
+pub async fn key_known_to(
+    env: &TestEnv,
+    api: &Api,
+    tenant: &str,
+    scope: &store::KeyScope,
+) -> (Api, String) {
+    let store = env.store().await;
+    let made = store
+        .create_scoped_api_key(tenant, scope, &store::Actor::Command("test"))
+        .await
+        .expect("a key");
+    store.close().await;
+    let keyed = api.with_key(&made.key);
+    wait::until_true(
+        "the api knows the key",
+        std::time::Duration::from_secs(10),
+        async || keyed.get("/v1/key").await.status == reqwest::StatusCode::OK,
+    )
+    .await;
+    (keyed, made.key_id)
+}
+
 /// A binary of this workspace, built beside the test binary.
 pub fn bin_path(name: &str) -> std::path::PathBuf {
     testkit::binary(name).unwrap_or_else(|e| panic!("{e}"))

@@ -5,7 +5,7 @@
 use reqwest::{StatusCode, header, redirect::Policy};
 use serde_json::json;
 
-use crate::common::{Api, Backend, KEY_A, KEY_B, Reply, StoreOf, TestEnv, moment_sql, wait};
+use crate::common::{Api, Backend, KEY_A, KEY_B, Reply, TestEnv, key_known_to, moment_sql, wait};
 
 const FIVE_SECONDS: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -780,23 +780,8 @@ async fn a_schedule_is_listed_paused_and_resumed_from_its_page(backend: Backend)
 
 /// A key of tenant-a with these scopes, once the api knows it.
 async fn scoped_key(env: &TestEnv, api: &Api, scopes: &[store::Scope]) -> String {
-    let store = env.store().await;
-    let key = store
-        .create_scoped_api_key(
-            "tenant-a",
-            &store::KeyScope::of(scopes, None),
-            &store::Actor::Command("test"),
-        )
-        .await
-        .expect("a key")
-        .key;
-    store.close().await;
-    let keyed = api.with_key(&key);
-    wait::until_true("the api knows the key", FIVE_SECONDS, async || {
-        keyed.get("/v1/key").await.status == StatusCode::OK
-    })
-    .await;
-    key
+    let scope = store::KeyScope::of(scopes, None);
+    key_known_to(env, api, "tenant-a", &scope).await.0.key
 }
 
 async fn a_session_offers_and_does_only_what_its_keys_scopes_allow(backend: Backend) {

@@ -3,13 +3,13 @@
 //! OpenAPI document (every operation with a key has a row, and its
 //! `security` names the row's scope), and walked with a key of each scope.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::collections::BTreeMap;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use store::{KeyScope, Scope};
 
-use crate::common::{Api, Backend, StoreOf, TestEnv, wait};
+use crate::common::{Api, Backend, TestEnv, key_known_to};
 
 /// A row of the table: method, path (a template, or a concrete path for
 /// a rule beyond its template), and the scope (`None`: any key).
@@ -140,32 +140,14 @@ async fn every_route_answers_each_scope_as_docs_api_md_says() {
     }
 
     // A key of each scope, and one of full rights.
-    let store = env.store().await;
     let mut keys = Vec::new();
-    for scope in Scope::ALL {
-        let made = store
-            .create_scoped_api_key(
-                "tenant-a",
-                &KeyScope::of(&[scope], None),
-                &store::Actor::Command("test"),
-            )
-            .await
-            .expect("a key");
-        keys.push((KeyScope::of(&[scope], None), api.with_key(&made.key)));
-    }
-    let full = store
-        .create_api_key("tenant-a", &store::Actor::Command("test"))
-        .await
-        .expect("a key");
-    keys.push((KeyScope::full(), api.with_key(&full.key)));
-    store.close().await;
-    for (_, key) in &keys {
-        wait::until_true(
-            "the api knows the key",
-            Duration::from_secs(10),
-            async || key.get("/v1/key").await.status == StatusCode::OK,
-        )
-        .await;
+    for scope in Scope::ALL
+        .map(|scope| KeyScope::of(&[scope], None))
+        .into_iter()
+        .chain([KeyScope::full()])
+    {
+        let (key, _) = key_known_to(&env, &api, "tenant-a", &scope).await;
+        keys.push((scope, key));
     }
 
     let mut checked = 0;

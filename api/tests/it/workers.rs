@@ -8,7 +8,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use store::KeyScope;
 
-use crate::common::{Api, Backend, StoreOf, TestEnv, wait};
+use crate::common::{Api, Backend, TestEnv, key_known_to, wait};
 
 const KIND: &str = "sales-export";
 
@@ -38,28 +38,8 @@ async fn register(api: &Api, name: &str, declaration: &Value) -> crate::common::
 /// A key of `tenant` with the work scope (of `kinds` only, when given),
 /// once the api knows it.
 async fn worker_key(env: &TestEnv, api: &Api, tenant: &str, kinds: Option<&[&str]>) -> Api {
-    let store = env.store().await;
     let scope = KeyScope::work(kinds.map(|kinds| kinds.iter().map(|k| (*k).to_owned()).collect()));
-    let key = store
-        .create_scoped_api_key(tenant, &scope, &store::Actor::Command("test"))
-        .await
-        .expect("a work key")
-        .key;
-    store.close().await;
-    let worker = api.with_key(&key);
-    wait::until_true(
-        "the api knows the new key",
-        Duration::from_secs(10),
-        async || {
-            worker
-                .post("/v1/work/lease", &lease_body(&[KIND], 0))
-                .await
-                .status
-                != StatusCode::UNAUTHORIZED
-        },
-    )
-    .await;
-    worker
+    key_known_to(env, api, tenant, &scope).await.0
 }
 
 /// An embedded service on `backend` with [`KIND`] registered for
