@@ -10,11 +10,11 @@ use std::{
     marker::PhantomData,
 };
 
-use actix_web::{FromRequest, HttpMessage, HttpRequest, dev::Payload, http::header, web};
+use actix_web::{FromRequest, HttpRequest, dev::Payload, http::header, web};
 
 use store::{Actor, KeyScope, Scope};
 
-use crate::{api_keys::KeyHolder, error::ApiError, request_id::RequestId, state::AppState};
+use crate::{api_keys::KeyHolder, error::ApiError, request_id, state::AppState};
 
 /// The scopes a handler can ask for, as types.
 pub mod scope {
@@ -121,11 +121,7 @@ fn holder_of(request: &HttpRequest) -> Result<KeyHolder, ApiError> {
 
 fn caller_of(request: &HttpRequest) -> Result<Caller, ApiError> {
     let holder = holder_of(request)?;
-    let request_id = request
-        .extensions()
-        .get::<RequestId>()
-        .map(|id| id.0.clone())
-        .unwrap_or_default();
+    let request_id = request_id::of(request);
     Ok(Caller {
         tenant_id: holder.tenant_id,
         key_id: holder.key_id,

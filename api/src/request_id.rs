@@ -18,6 +18,15 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
+/// The id [`assign`] gave the request (empty outside the middleware).
+pub fn of(request: &actix_web::HttpRequest) -> String {
+    request
+        .extensions()
+        .get::<RequestId>()
+        .map(|id| id.0.clone())
+        .unwrap_or_default()
+}
+
 pub async fn assign(
     request: ServiceRequest,
     next: Next<impl MessageBody>,

@@ -20,7 +20,7 @@ mod pages;
 use std::{collections::HashMap, time::Duration};
 
 use actix_web::{
-    HttpMessage, HttpRequest, HttpResponse, ResponseError,
+    HttpRequest, HttpResponse, ResponseError,
     cookie::{Cookie, SameSite, time::Duration as CookieDuration},
     http::{StatusCode, header},
     web,
@@ -32,7 +32,7 @@ use crate::{
     auth::Caller,
     error::ApiError,
     idempotency::{IdempotencyKey, parse_key},
-    request_id::RequestId,
+    request_id,
     routes::{
         jobs::{cancel_job, is_job_id, job_result, retry_job},
         paging::{cut, is_id, limit_and_cursor},
@@ -87,10 +87,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     );
 }
 
-/// A signed-in person: their tenant, their key's rights and their
+/// A signed-in person: their key's tenant and rights, and their
 /// session's CSRF token.
 pub struct Viewer {
-    pub tenant_id: String,
     pub csrf_token: String,
     /// The key the session was opened with, as the API would see it: an
     /// action the key may not take is refused here as there.
@@ -186,19 +185,13 @@ async fn viewer(state: &AppState, request: &HttpRequest) -> Result<Viewer, Refus
         return Err(Refusal::SignIn(Some("revoked")));
     };
     state.limits.request(&session.tenant_id)?;
-    let request_id = request
-        .extensions()
-        .get::<RequestId>()
-        .map(|id| id.0.clone())
-        .unwrap_or_default();
     Ok(Viewer {
-        tenant_id: session.tenant_id,
         csrf_token: session.csrf_token,
         caller: Caller {
             tenant_id: holder.tenant_id,
             key_id: holder.key_id,
             scope: holder.scope,
-            request_id,
+            request_id: request_id::of(request),
         },
     })
 }
@@ -526,7 +519,7 @@ async fn overview_figures(state: &AppState, tenant_id: &str) -> Result<pages::Ov
 
 async fn overview(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
     respond(&state, &request, async |viewer| {
-        let figures = overview_figures(&state, &viewer.tenant_id).await?;
+        let figures = overview_figures(&state, &viewer.caller.tenant_id).await?;
         Ok(html(StatusCode::OK, pages::overview(viewer, &figures)))
     })
     .await
@@ -534,7 +527,7 @@ async fn overview(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
 
 async fn overview_fragment(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
     respond(&state, &request, async |viewer| {
-        let figures = overview_figures(&state, &viewer.tenant_id).await?;
+        let figures = overview_figures(&state, &viewer.caller.tenant_id).await?;
         Ok(html(StatusCode::OK, pages::overview_panel(&figures)))
     })
     .await
@@ -587,7 +580,7 @@ async fn jobs(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse 
             before,
             limit,
         };
-        let found = state.store.list_jobs(&viewer.tenant_id, &filter).await?;
+        let found = state.store.list_jobs(&viewer.caller.tenant_id, &filter).await?;
         let (found, next_cursor) = cut(found, limit, |j| j.job_id.clone());
         let page = pages::jobs(viewer, &filters, &found, next_cursor.as_deref(), &[]);
         Ok(html(StatusCode::OK, page))
@@ -637,7 +630,7 @@ async fn job(
     job_id: web::Path<String>,
 ) -> HttpResponse {
     respond(&state, &request, async |viewer| {
-        let view = job_view(&state, &viewer.tenant_id, &job_id).await?;
+        let view = job_view(&state, &viewer.caller.tenant_id, &job_id).await?;
         let notice = query_of(&request)
             .get("done")
             .map(|done| match done.as_str() {
@@ -656,7 +649,7 @@ async fn job_fragment(
     job_id: web::Path<String>,
 ) -> HttpResponse {
     respond(&state, &request, async |viewer| {
-        let view = job_view(&state, &viewer.tenant_id, &job_id).await?;
+        let view = job_view(&state, &viewer.caller.tenant_id, &job_id).await?;
         Ok(html(StatusCode::OK, pages::job_panel(viewer, &view)))
     })
     .await
@@ -669,7 +662,7 @@ async fn job_download(
 ) -> HttpResponse {
     respond(&state, &request, async |viewer| {
         let csv = query_of(&request).get("format").map(String::as_str) == Some("csv");
-        let mut response = job_result(&state, &viewer.tenant_id, &job_id, csv).await?;
+        let mut response = job_result(&state, &viewer.caller.tenant_id, &job_id, csv).await?;
         let csv = response
             .headers()
             .get(header::CONTENT_TYPE)
@@ -733,14 +726,14 @@ async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
         }
         let found = state
             .store
-            .list_webhooks(&viewer.tenant_id, cursor.as_deref(), limit)
+            .list_webhooks(&viewer.caller.tenant_id, cursor.as_deref(), limit)
             .await?;
         let (found, next_cursor) = cut(found, limit, |w| w.webhook_id.clone());
         let ids: Vec<String> = found.iter().map(|w| w.webhook_id.clone()).collect();
         let since = now_ms() - 24 * 60 * 60 * 1000;
         let mut health = state
             .store
-            .webhook_health(&viewer.tenant_id, &ids, since)
+            .webhook_health(&viewer.caller.tenant_id, &ids, since)
             .await?;
         let rows: Vec<pages::WebhookRow> = found
             .into_iter()
@@ -761,11 +754,11 @@ async fn webhooks(state: web::Data<AppState>, request: HttpRequest) -> HttpRespo
 /// The kinds the tenant may submit, and its workers over HTTP.
 async fn kinds(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse {
     respond(&state, &request, async |viewer| {
-        let kinds = crate::routes::kinds::kind_list(&state, &viewer.tenant_id).await?;
+        let kinds = crate::routes::kinds::kind_list(&state, &viewer.caller.tenant_id).await?;
         let now = shared::time::now_ms();
         let workers: Vec<_> = state
             .store
-            .workers(&viewer.tenant_id)
+            .workers(&viewer.caller.tenant_id)
             .await?
             .into_iter()
             .map(|worker| crate::routes::work::worker_object(worker, now))
@@ -781,7 +774,7 @@ async fn keys(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse 
         viewer.caller.require(Scope::Admin)?;
         let keys: Vec<_> = state
             .store
-            .tenant_api_keys(&viewer.tenant_id)
+            .tenant_api_keys(&viewer.caller.tenant_id)
             .await?
             .iter()
             .map(crate::routes::keys::record_object)
@@ -810,7 +803,10 @@ async fn audit(state: web::Data<AppState>, request: HttpRequest) -> HttpResponse
                 ));
             }
         };
-        let entries = state.store.list_audit(&viewer.tenant_id, &filter).await?;
+        let entries = state
+            .store
+            .list_audit(&viewer.caller.tenant_id, &filter)
+            .await?;
         let (entries, next) = cut(entries, filter.limit, |e| e.entry_id.clone());
         let entries: Vec<_> = entries
             .into_iter()
@@ -840,7 +836,7 @@ async fn schedules(state: web::Data<AppState>, request: HttpRequest) -> HttpResp
         }
         let found = state
             .store
-            .list_schedules(&viewer.tenant_id, cursor.as_deref(), limit)
+            .list_schedules(&viewer.caller.tenant_id, cursor.as_deref(), limit)
             .await?;
         let (found, next_cursor) = cut(found, limit, |s| s.schedule_id.clone());
         let rows: Vec<pages::ScheduleRow> = found
@@ -874,7 +870,7 @@ async fn schedule(
         }
         let found = state
             .store
-            .get_schedule(&viewer.tenant_id, &schedule_id)
+            .get_schedule(&viewer.caller.tenant_id, &schedule_id)
             .await?
             .ok_or_else(not_found)?;
         let filter = JobFilter {
@@ -882,7 +878,10 @@ async fn schedule(
             limit: 20,
             ..JobFilter::default()
         };
-        let mut jobs = state.store.list_jobs(&viewer.tenant_id, &filter).await?;
+        let mut jobs = state
+            .store
+            .list_jobs(&viewer.caller.tenant_id, &filter)
+            .await?;
         jobs.truncate(20);
         let row = pages::ScheduleRow {
             schedule: schedule_object(&found),
@@ -1003,7 +1002,7 @@ async fn webhook(
     webhook_id: web::Path<String>,
 ) -> HttpResponse {
     respond(&state, &request, async |viewer| {
-        let (row, deliveries) = webhook_view(&state, &viewer.tenant_id, &webhook_id).await?;
+        let (row, deliveries) = webhook_view(&state, &viewer.caller.tenant_id, &webhook_id).await?;
         let notice = query_of(&request)
             .get("done")
             .map(|_| "Enabled: events of jobs that end from now on are sent.");
@@ -1066,7 +1065,7 @@ async fn webhook_rotate(
     };
     let then = async |viewer: &Viewer, answer: serde_json::Value| {
         let secret = answer["secret"].as_str().unwrap_or_default();
-        let (row, deliveries) = webhook_view(&state, &viewer.tenant_id, &webhook_id).await?;
+        let (row, deliveries) = webhook_view(&state, &viewer.caller.tenant_id, &webhook_id).await?;
         // Shown once, on this answer to the POST, which is never cached.
         Ok(html(
             StatusCode::OK,

@@ -82,7 +82,7 @@ fn layout(title: &str, viewer: Option<&Viewer>, section: Section, body: Markup) 
                             }
                         }
                         div.who {
-                            span { "Tenant " strong #tenant { (viewer.tenant_id) } }
+                            span { "Tenant " strong #tenant { (viewer.caller.tenant_id) } }
                             span.muted #scopes title="What this session's key may do" {
                                 (scope_words(viewer))
                             }
