@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use store::KeyScope;
 
-use crate::common::{Api, Backend, Reply, TestEnv, key_known_to};
+use crate::common::{Api, Backend, Reply, TestEnv, key_known_to, send_with_key};
 
 /// The api with keys of the store only, and a key of full rights for
 /// tenant-a: `(the api's process, the api with the key, the key's id)`.
@@ -26,11 +26,7 @@ async fn service(env: &TestEnv) -> (Api, Api, String) {
 
 /// Sends a change with an Idempotency-Key of its own, asserting success.
 async fn change(api: &Api, method: Method, path: &str, body: Option<Value>, key: &str) -> Reply {
-    let mut request = api.request(method, path).header("idempotency-key", key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let reply = Api::read(request).await;
+    let reply = send_with_key(api, method, path, body, key).await;
     assert!(
         reply.status.is_success(),
         "{path}: {} {}",

@@ -52,6 +52,22 @@ pub async fn key_known_to(
     (keyed, made.key_id)
 }
 
+/// Sends a request with this Idempotency-Key, and `body` as JSON when
+/// given.
+pub async fn send_with_key(
+    api: &Api,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+    key: &str,
+) -> Reply {
+    let mut request = api.request(method, path).header("idempotency-key", key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    Api::read(request).await
+}
+
 /// A binary of this workspace, built beside the test binary.
 pub fn bin_path(name: &str) -> std::path::PathBuf {
     testkit::binary(name).unwrap_or_else(|e| panic!("{e}"))

@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use store::{KeyScope, Scope};
 
-use crate::common::{Api, Backend, Reply, TestEnv, key_known_to};
+use crate::common::{Api, Backend, Reply, TestEnv, key_known_to, send_with_key};
 
 /// A row of the table: method, path (a template, or a concrete path for
 /// a rule beyond its template), and the scope (`None`: any key).
@@ -185,15 +185,6 @@ async fn every_route_answers_each_scope_as_docs_api_md_says() {
     assert_eq!(checked, rows.len() * keys.len());
 }
 
-/// Sends a change with an Idempotency-Key of its own.
-async fn send(api: &Api, method: Method, path: &str, body: Option<Value>, key: &str) -> Reply {
-    let mut request = api.request(method, path).header("idempotency-key", key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    Api::read(request).await
-}
-
 fn assert_needs(reply: &Reply, scope: &str) {
     let problem = reply.assert_problem(403);
     assert_eq!(problem["required_scope"], scope, "{problem}");
@@ -215,7 +206,7 @@ async fn closing_a_month_needs_close_however_the_period_close_is_made() {
     let manager = KeyScope::of(&[Scope::Read, Scope::Manage], None);
     let (manager, _) = key_known_to(&env, &api, "tenant-a", &manager).await;
     let endpoint = json!({"url": "http://127.0.0.1:9/returns"});
-    let set = send(
+    let set = send_with_key(
         &full,
         Method::PUT,
         "/v1/filing-endpoint",
@@ -229,10 +220,10 @@ async fn closing_a_month_needs_close_however_the_period_close_is_made() {
     // A submit of it.
     let path = "/v1/reports/period-close";
     assert_needs(
-        &send(&submitter, Method::POST, path, Some(month.clone()), "c1").await,
+        &send_with_key(&submitter, Method::POST, path, Some(month.clone()), "c1").await,
         "close",
     );
-    let closing = send(&full, Method::POST, path, Some(month.clone()), "c2").await;
+    let closing = send_with_key(&full, Method::POST, path, Some(month.clone()), "c2").await;
     assert_eq!(closing.status, StatusCode::ACCEPTED, "{}", closing.text);
     let job_id = closing.json()["job_id"]
         .as_str()
@@ -242,17 +233,17 @@ async fn closing_a_month_needs_close_however_the_period_close_is_made() {
     // A retry of one, whatever its status: `submit` alone is not enough.
     let retry = format!("/v1/jobs/{job_id}/retry");
     assert_needs(
-        &send(&submitter, Method::POST, &retry, None, "r1").await,
+        &send_with_key(&submitter, Method::POST, &retry, None, "r1").await,
         "close",
     );
-    let by_full = send(&full, Method::POST, &retry, None, "r2").await;
+    let by_full = send_with_key(&full, Method::POST, &retry, None, "r2").await;
     assert_ne!(by_full.status, StatusCode::FORBIDDEN, "{}", by_full.text);
 
     // A schedule of one, made or changed into one: `manage` alone is not
     // enough, and nothing is stored.
     let schedule =
         json!({"kind": "period-close", "params": month, "cron": "0 6 1 1 *", "timezone": "UTC"});
-    let refused = send(
+    let refused = send_with_key(
         &manager,
         Method::POST,
         "/v1/schedules",
@@ -261,11 +252,11 @@ async fn closing_a_month_needs_close_however_the_period_close_is_made() {
     )
     .await;
     assert_needs(&refused, "close");
-    let made = send(&full, Method::POST, "/v1/schedules", Some(schedule), "s2").await;
+    let made = send_with_key(&full, Method::POST, "/v1/schedules", Some(schedule), "s2").await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
     let sleeping =
         json!({"kind": "sleep", "params": {"ms": 1}, "cron": "0 6 1 1 *", "timezone": "UTC"});
-    let sleeping = send(
+    let sleeping = send_with_key(
         &manager,
         Method::POST,
         "/v1/schedules",
@@ -281,7 +272,7 @@ async fn closing_a_month_needs_close_however_the_period_close_is_made() {
     let into_close = json!({"kind": "period-close", "params": {"month": "2026-10"}});
     let path = format!("/v1/schedules/{id}");
     assert_needs(
-        &send(&manager, Method::PATCH, &path, Some(into_close), "s4").await,
+        &send_with_key(&manager, Method::PATCH, &path, Some(into_close), "s4").await,
         "close",
     );
     assert_eq!(manager.get(&path).await.json()["kind"], "sleep");
