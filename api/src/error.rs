@@ -182,9 +182,9 @@ impl ResponseError for ApiError {
 }
 
 impl ApiError {
-    /// The status, headers and problem body of this error: the one place
-    /// an error's answer is made (also stored against idempotency keys).
-    pub fn parts(&self) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
+    /// The problem document of this error (an internal error's cause is
+    /// logged, never told).
+    pub fn problem(&self) -> Problem {
         let status = self.status_code();
         let detail = match self {
             ApiError::Internal(cause) => {
@@ -202,6 +202,14 @@ impl ApiError {
             }
             _ => {}
         }
+        problem
+    }
+
+    /// The status, headers and problem body of this error: the one place
+    /// an error's answer is made (also stored against idempotency keys).
+    pub fn parts(&self) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
+        let status = self.status_code();
+        let problem = self.problem();
         let mut headers = vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())];
         match self {
             ApiError::Unauthorized(_) => {

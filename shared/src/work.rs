@@ -163,6 +163,124 @@ pub struct ReportAnswer {
     pub next_attempt_at: Option<String>,
 }
 
+/// Reports on several attempts in one call: each is applied and answered
+/// as its own complete, fail or cancelled call would be.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReportsRequest {
+    /// 1 to 100 reports, each on another attempt.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<AttemptReportDocument>))]
+    pub reports: Vec<AttemptReport>,
+}
+
+/// How one attempt ended, named by its token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase", deny_unknown_fields)]
+pub enum AttemptReport {
+    /// The attempt succeeded with this JSON result (as
+    /// `POST /v1/work/attempts/{token}/complete` with `application/json`).
+    Complete {
+        token: String,
+        result: Value,
+        /// The trace context of the attempt's span, when the worker
+        /// traces it: the job's webhook deliveries join its trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
+    },
+    /// The attempt failed (as `POST /v1/work/attempts/{token}/fail`).
+    Fail {
+        token: String,
+        retryable: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_type: Option<String>,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+        /// The trace context of the attempt's span, when the worker
+        /// traces it: the job's webhook deliveries join its trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
+    },
+    /// The attempt stopped at a cancel its heartbeat announced (as
+    /// `POST /v1/work/attempts/{token}/cancelled`).
+    Cancelled {
+        token: String,
+        /// The trace context of the attempt's span, when the worker
+        /// traces it: the job's webhook deliveries join its trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
+    },
+}
+
+/// [`AttemptReport`] as the OpenAPI document describes it: one object,
+/// whose members besides `outcome` and `token` are those of the outcome's
+/// own call (a tagged union of objects is more than some client
+/// generators take).
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[schema(as = AttemptReport)]
+#[allow(dead_code)]
+pub struct AttemptReportDocument {
+    outcome: ReportOutcomeName,
+    /// The attempt's token, from its lease.
+    token: String,
+    /// `complete`: the result, a JSON value.
+    #[schema(value_type = Option<Object>)]
+    result: Option<Value>,
+    /// `fail`: worth another attempt, or failed for good.
+    retryable: Option<bool>,
+    /// `fail`: as a fail's.
+    error_type: Option<String>,
+    /// `fail`: as a fail's.
+    message: Option<String>,
+    /// `fail`: as a fail's.
+    #[schema(value_type = Option<Object>)]
+    details: Option<Value>,
+    /// The trace context of the attempt's span, when the worker traces
+    /// it: the job's webhook deliveries join its trace.
+    traceparent: Option<String>,
+}
+
+/// What a report says of its attempt: the call it stands for.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum ReportOutcomeName {
+    Complete,
+    Fail,
+    Cancelled,
+}
+
+impl AttemptReport {
+    pub fn token(&self) -> &str {
+        match self {
+            AttemptReport::Complete { token, .. }
+            | AttemptReport::Fail { token, .. }
+            | AttemptReport::Cancelled { token, .. } => token,
+        }
+    }
+}
+
+/// The answers to a [`ReportsRequest`], in its order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReportsAnswer {
+    pub reports: Vec<ReportOutcome>,
+}
+
+/// What one report's own call would have answered: its status, and its
+/// body (a [`ReportAnswer`] for a 200, a problem document otherwise).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReportOutcome {
+    pub token: String,
+    pub status: u16,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub body: Value,
+}
+
 /// A worker over HTTP, as `GET /v1/workers` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

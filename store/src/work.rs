@@ -278,6 +278,28 @@ impl Store {
             .collect()
     }
 
+    /// The tenant's external jobs among `job_ids` as they stand, each with
+    /// its id; ids of no such job are left out.
+    pub async fn external_jobs(
+        &self,
+        tenant_id: &str,
+        job_ids: &[String],
+    ) -> Result<Vec<(String, ExternalJobState)>> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = crate::on_pool!(self,
+            pool => postgres::work::states(pool, tenant_id, job_ids).await?,
+            pool => sqlite::work::states(pool, tenant_id, job_ids).await?,
+        );
+        rows.into_iter()
+            .map(|row| {
+                let job_id = row.job_id.clone();
+                Ok((job_id, ExternalJobState::try_from(row)?))
+            })
+            .collect()
+    }
+
     /// The tenant's external job as it stands, if it has one of that id.
     pub async fn external_job(
         &self,

@@ -48,6 +48,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(web::resource("/work/attempts/{token}/complete").post(work::complete))
                 .service(web::resource("/work/attempts/{token}/fail").post(work::fail))
                 .service(web::resource("/work/attempts/{token}/cancelled").post(work::cancelled))
+                .service(web::resource("/work/reports").post(work::reports))
                 .service(web::resource("/jobs").get(jobs::list))
                 .service(web::resource("/key").get(keys::current))
                 .service(web::resource("/keys").get(keys::list).post(keys::create))

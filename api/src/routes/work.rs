@@ -6,15 +6,20 @@
 //! nothing, and one sent again after its answer was lost is answered as
 //! the first was.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use actix_web::{HttpRequest, HttpResponse, http::header, web};
 use futures::StreamExt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use shared::work::{
-    FailRequest, HeartbeatAnswer, HeartbeatRequest, LeaseAnswer, LeaseRequest, LeasedAttemptObject,
-    ReportAnswer, WorkerList, WorkerObject,
+    AttemptReport, FailRequest, HeartbeatAnswer, HeartbeatRequest, LeaseAnswer, LeaseRequest,
+    LeasedAttemptObject, ReportAnswer, ReportOutcome, ReportsAnswer, ReportsRequest, WorkerList,
+    WorkerObject,
 };
 use shared::{
     ledger::FieldError,
@@ -515,34 +520,49 @@ async fn complete_with_document(
     }
     let result: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("the result is not valid JSON: {e}")))?;
-    let document = canonical_json(&result);
     if is_held(&job, attempt) {
         let written = state
             .store
             .finish_succeeded(&[SuccessWrite {
                 job_id: job_id.to_owned(),
                 attempt,
-                result: ResultBody::Document(document.clone()),
+                result: ResultBody::Document(canonical_json(&result)),
                 traceparent: telemetry::trace::traceparent(&tracing::Span::current()),
             }])
             .await?;
         if written.first() == Some(&true) {
-            return Ok(HttpResponse::Ok().json(ReportAnswer {
-                job_id: job_id.to_owned(),
-                status: JobStatus::Succeeded,
-                next_attempt_at: None,
-            }));
+            return Ok(HttpResponse::Ok().json(succeeded(job_id)));
         }
     }
-    // Not held (any more): the same complete sent again is answered as
-    // the first was; anything else is refused.
+    let answer = document_not_written(state, tenant_id, job_id, attempt, &result).await?;
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+fn succeeded(job_id: &str) -> ReportAnswer {
+    ReportAnswer {
+        job_id: job_id.to_owned(),
+        status: JobStatus::Succeeded,
+        next_attempt_at: None,
+    }
+}
+
+/// A JSON result its attempt did not store (not held, or no longer): the
+/// same complete sent again is answered as the first was; anything else
+/// is refused.
+async fn document_not_written(
+    state: &AppState,
+    tenant_id: &str,
+    job_id: &str,
+    attempt: i64,
+    result: &Value,
+) -> ApiResult<ReportAnswer> {
     let job = reread(state, tenant_id, job_id).await?;
     if job.attempt == attempt && job.status == JobStatus::Succeeded {
         let stored = state.store.stored_result(tenant_id, job_id).await?;
         if let Some(store::StoredResult::Document(stored)) = stored
-            && serde_json::from_str::<Value>(&stored).ok().as_ref() == Some(&result)
+            && serde_json::from_str::<Value>(&stored).ok().as_ref() == Some(result)
         {
-            return Ok(HttpResponse::Ok().json(report_answer(job_id, &job)));
+            return Ok(report_answer(job_id, &job));
         }
         return Err(ApiError::Fenced {
             reason: "attempt-ended",
@@ -680,6 +700,15 @@ pub async fn fail(
 ) -> ApiResult<HttpResponse> {
     let (job_id, attempt) = parse_token(&token)?;
     let failure: FailRequest = json_body(&request, &body)?;
+    let (error, retryable) = checked_failure(failure, "")?;
+    let job = job_of(&state, &worker, &job_id, &token).await?;
+    let answer = apply_fail(&state, &worker, &job_id, attempt, job, error, retryable).await?;
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// A fail's error, checked: its `error_type`, `message` and `details`
+/// (each field named after `prefix`, for a report among several).
+fn checked_failure(failure: FailRequest, prefix: &str) -> ApiResult<(JobErrorObject, bool)> {
     let error_type = failure.error_type.unwrap_or_else(|| "error".to_owned());
     let well_named = (1..=64).contains(&error_type.len())
         && error_type
@@ -687,22 +716,21 @@ pub async fn fail(
             .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
     if !well_named {
         return Err(ApiError::validation(
-            "error_type",
+            &format!("{prefix}error_type"),
             "must be 1 to 64 letters, digits, '.', '_' or '-'",
         ));
     }
     if failure.message.chars().count() > MOST_MESSAGE_CHARS {
         return Err(ApiError::validation(
-            "message",
+            &format!("{prefix}message"),
             format!("must be at most {MOST_MESSAGE_CHARS} characters"),
         ));
     }
-    let job = job_of(&state, &worker, &job_id, &token).await?;
     if let Some(details) = &failure.details
         && (!details.is_object() || details.to_string().len() > MOST_DETAILS_BYTES)
     {
         return Err(ApiError::validation(
-            "details",
+            &format!("{prefix}details"),
             "must be a JSON object of at most 16 KiB",
         ));
     }
@@ -711,8 +739,23 @@ pub async fn fail(
         message: failure.message,
         details: failure.details,
     };
+    Ok((error, failure.retryable))
+}
+
+/// Ends the held attempt `attempt` of `job` (as it was read) with a
+/// failure: a retry after the backoff while attempts are left, or for
+/// good; answers a repeat of the fail that ended it as the first was.
+async fn apply_fail(
+    state: &AppState,
+    worker: &WorkerKey,
+    job_id: &str,
+    attempt: i64,
+    job: ExternalJobState,
+    error: JobErrorObject,
+    retryable: bool,
+) -> ApiResult<ReportAnswer> {
     if is_held(&job, attempt) {
-        let outcome = if failure.retryable && job.counted_attempt < job.max_attempts {
+        let outcome = if retryable && job.counted_attempt < job.max_attempts {
             let delay = backoff_delay(
                 job.counted_attempt,
                 state.work.retry_base,
@@ -730,9 +773,9 @@ pub async fn fail(
         let traceparent = telemetry::trace::traceparent(&tracing::Span::current());
         let applied = state
             .store
-            .finish_attempt(&job_id, attempt, &outcome, traceparent.as_deref())
+            .finish_attempt(job_id, attempt, &outcome, traceparent.as_deref())
             .await?;
-        let now = reread(&state, &worker.tenant_id, &job_id).await?;
+        let now = reread(state, &worker.tenant_id, job_id).await?;
         if applied {
             if let Some(name) = &job.worker {
                 state
@@ -740,11 +783,11 @@ pub async fn fail(
                     .count_worker_failure(&worker.tenant_id, name)
                     .await?;
             }
-            return Ok(HttpResponse::Ok().json(report_answer(&job_id, &now)));
+            return Ok(report_answer(job_id, &now));
         }
-        return answer_again_or_refuse(&now, &job_id, attempt, &error);
+        return answer_again_or_refuse(&now, job_id, attempt, &error);
     }
-    answer_again_or_refuse(&job, &job_id, attempt, &error)
+    answer_again_or_refuse(&job, job_id, attempt, &error)
 }
 
 /// A fail of an attempt no longer held: answered as the first was when it
@@ -755,13 +798,13 @@ fn answer_again_or_refuse(
     job_id: &str,
     attempt: i64,
     error: &JobErrorObject,
-) -> ApiResult<HttpResponse> {
+) -> ApiResult<ReportAnswer> {
     let same = job.attempt == attempt
         && matches!(job.status, JobStatus::Queued | JobStatus::Failed)
         && job.error_type.as_deref() == Some(error.error_type.as_str())
         && job.error_message.as_deref() == Some(error.message.as_str());
     if same {
-        return Ok(HttpResponse::Ok().json(report_answer(job_id, job)));
+        return Ok(report_answer(job_id, job));
     }
     Err(refusal(job, job_id, attempt))
 }
@@ -786,23 +829,264 @@ pub async fn cancelled(
 ) -> ApiResult<HttpResponse> {
     let (job_id, attempt) = parse_token(&token)?;
     let job = job_of(&state, &worker, &job_id, &token).await?;
-    if is_held(&job, attempt) {
+    let answer = apply_cancelled(&state, &worker.tenant_id, &job_id, attempt, &job).await?;
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// Ends the held attempt `attempt` of `job` (as it was read) CANCELLED;
+/// answers a repeat as the first was.
+async fn apply_cancelled(
+    state: &AppState,
+    tenant_id: &str,
+    job_id: &str,
+    attempt: i64,
+    job: &ExternalJobState,
+) -> ApiResult<ReportAnswer> {
+    if is_held(job, attempt) {
         let traceparent = telemetry::trace::traceparent(&tracing::Span::current());
         state
             .store
             .finish_attempt(
-                &job_id,
+                job_id,
                 attempt,
                 &AttemptOutcome::Cancelled,
                 traceparent.as_deref(),
             )
             .await?;
     }
-    let now = reread(&state, &worker.tenant_id, &job_id).await?;
+    let now = reread(state, tenant_id, job_id).await?;
     if now.attempt == attempt && now.status == JobStatus::Cancelled {
-        return Ok(HttpResponse::Ok().json(report_answer(&job_id, &now)));
+        return Ok(report_answer(job_id, &now));
     }
-    Err(refusal(&now, &job_id, attempt))
+    Err(refusal(&now, job_id, attempt))
+}
+
+/// Reports one call may carry, at most.
+pub const MOST_REPORTS: usize = 100;
+
+/// What a report among several asks, checked before anything is written.
+enum Asked {
+    Complete(Value),
+    Fail(JobErrorObject, bool),
+    Cancelled,
+}
+
+/// Report how several attempts ended, in one call: each report is applied
+/// as its own complete (with a JSON result), fail or cancelled call would
+/// be, and answered with what that call would have answered, so one
+/// refused report leaves the others as they are. The successes are written
+/// together.
+#[utoipa::path(
+    post, path = "/v1/work/reports", tag = "workers", operation_id = "report",
+    request_body = ReportsRequest,
+    responses(
+        (status = 200, body = ReportsAnswer, description = "each report's own answer, in the order sent: 200 with the job's status, or the 403, 404, 409 or 415 its own call would have had; also the answer to the same reports sent again"),
+        (status = 400, description = "malformed JSON, a wrong JSON type, an unknown or missing field, an unknown `outcome`"),
+        (status = 403, description = "not a key with the work scope"),
+        (status = 413, description = "a body over 1 MiB"),
+        (status = 415, description = "body not application/json"),
+        (status = 422, description = "no reports or over 100, a token named twice, or a fail's bad error_type, message or details (the field is named as `reports[i].message`); nothing changed"),
+    ),
+    security(("bearer" = ["work"]))
+)]
+pub async fn reports(
+    worker: WorkerKey,
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    let ask: ReportsRequest = json_body(&request, &body)?;
+    if ask.reports.is_empty() || ask.reports.len() > MOST_REPORTS {
+        return Err(ApiError::validation(
+            "reports",
+            format!("must hold 1 to {MOST_REPORTS} reports"),
+        ));
+    }
+    // Every check that needs no database comes first: a bad report
+    // refuses the call before any other is applied.
+    let mut tokens: HashSet<String> = HashSet::with_capacity(ask.reports.len());
+    let mut asked: Vec<(String, Asked, Option<String>)> = Vec::with_capacity(ask.reports.len());
+    for (i, report) in ask.reports.into_iter().enumerate() {
+        let token = report.token().to_owned();
+        if !tokens.insert(token.clone()) {
+            return Err(ApiError::validation(
+                &format!("reports[{i}].token"),
+                "names an attempt another report of this call names",
+            ));
+        }
+        let (what, traceparent) = match report {
+            AttemptReport::Complete {
+                result,
+                traceparent,
+                ..
+            } => (Asked::Complete(result), traceparent),
+            AttemptReport::Fail {
+                retryable,
+                error_type,
+                message,
+                details,
+                traceparent,
+                ..
+            } => {
+                let failure = FailRequest {
+                    retryable,
+                    error_type,
+                    message,
+                    details,
+                };
+                let (error, retryable) = checked_failure(failure, &format!("reports[{i}]."))?;
+                (Asked::Fail(error, retryable), traceparent)
+            }
+            AttemptReport::Cancelled { traceparent, .. } => (Asked::Cancelled, traceparent),
+        };
+        // An attempt's span, when the worker traces it: the job's webhook
+        // deliveries join its trace, as they join a report's own call.
+        let traceparent = telemetry::trace::traceparent_of(&telemetry::trace::context_from(
+            traceparent.as_deref(),
+        ))
+        .or_else(|| telemetry::trace::traceparent(&tracing::Span::current()));
+        asked.push((token, what, traceparent));
+    }
+    let parsed: Vec<ApiResult<(String, i64)>> =
+        asked.iter().map(|(token, ..)| parse_token(token)).collect();
+    let job_ids: Vec<String> = parsed
+        .iter()
+        .filter_map(|target| target.as_ref().ok().map(|(job_id, _)| job_id.clone()))
+        .collect();
+    let mut jobs: HashMap<String, ExternalJobState> = state
+        .store
+        .external_jobs(&worker.tenant_id, &job_ids)
+        .await?
+        .into_iter()
+        .collect();
+    let mut takes_json: HashMap<String, bool> = HashMap::new();
+    // Each report's job (or why it has none), and the successes to write
+    // together.
+    let mut targets: Vec<ApiResult<(String, i64, ExternalJobState)>> =
+        Vec::with_capacity(asked.len());
+    let mut writes: Vec<SuccessWrite> = Vec::new();
+    for ((token, what, traceparent), target) in asked.iter().zip(parsed) {
+        let target = match target {
+            Ok((job_id, attempt)) => {
+                let job = jobs.remove(&job_id);
+                checked_target(&state, &worker, token, what, job, &mut takes_json)
+                    .await
+                    .map(|job| (job_id, attempt, job))
+            }
+            Err(error) => Err(error),
+        };
+        if let (Ok((job_id, attempt, job)), Asked::Complete(result)) = (&target, what)
+            && is_held(job, *attempt)
+        {
+            writes.push(SuccessWrite {
+                job_id: job_id.clone(),
+                attempt: *attempt,
+                result: ResultBody::Document(canonical_json(result)),
+                traceparent: traceparent.clone(),
+            });
+        }
+        targets.push(target);
+    }
+    let written: HashSet<String> = state
+        .store
+        .finish_succeeded(&writes)
+        .await?
+        .into_iter()
+        .zip(&writes)
+        .filter(|(applied, _)| *applied)
+        .map(|(_, write)| write.job_id.clone())
+        .collect();
+    let mut answers = Vec::with_capacity(asked.len());
+    for ((token, what, _), target) in asked.into_iter().zip(targets) {
+        let answer = match target {
+            Err(error) => Err(error),
+            Ok((job_id, attempt, job)) => match what {
+                Asked::Complete(_) if written.contains(&job_id) => Ok(succeeded(&job_id)),
+                Asked::Complete(result) => {
+                    document_not_written(&state, &worker.tenant_id, &job_id, attempt, &result).await
+                }
+                Asked::Fail(error, retryable) => {
+                    apply_fail(&state, &worker, &job_id, attempt, job, error, retryable).await
+                }
+                Asked::Cancelled => {
+                    apply_cancelled(&state, &worker.tenant_id, &job_id, attempt, &job).await
+                }
+            },
+        };
+        answers.push(report_outcome(token, answer)?);
+    }
+    Ok(HttpResponse::Ok().json(ReportsAnswer { reports: answers }))
+}
+
+/// The job a report among several names, refused as its own call would
+/// refuse it: a 404 for no such attempt of this tenant, a 403 for a kind
+/// the key may not work on, a 415 for a result of a kind that takes no
+/// JSON.
+async fn checked_target(
+    state: &AppState,
+    worker: &WorkerKey,
+    token: &str,
+    what: &Asked,
+    job: Option<ExternalJobState>,
+    takes_json: &mut HashMap<String, bool>,
+) -> ApiResult<ExternalJobState> {
+    let job = job.ok_or_else(|| ApiError::NotFound(format!("there is no attempt {token:?}")))?;
+    if !worker.may_work_on(&job.kind) {
+        return Err(ApiError::Forbidden(format!(
+            "this key may not work on kind {:?}",
+            job.kind
+        )));
+    }
+    if let Asked::Complete(_) = what {
+        let takes = match takes_json.get(&job.kind) {
+            Some(takes) => *takes,
+            None => {
+                let kind = state
+                    .store
+                    .registered_kind(&worker.tenant_id, &job.kind)
+                    .await?
+                    .ok_or_else(|| ApiError::Internal(format!("kind {}: no row", job.kind)))?;
+                let takes = kind
+                    .result_media_types
+                    .iter()
+                    .any(|m| m == "application/json");
+                takes_json.insert(job.kind.clone(), takes);
+                takes
+            }
+        };
+        if !takes {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "a result of kind {} is not application/json; send it with \
+                 POST /v1/work/attempts/{{token}}/complete in a media type the kind declares",
+                job.kind
+            )));
+        }
+    }
+    Ok(job)
+}
+
+/// A report's answer among several: what its own call would have
+/// answered. An outage or a bug fails the whole call instead (5xx, which
+/// a worker sends again: every report is answered as the first was).
+fn report_outcome(token: String, answer: ApiResult<ReportAnswer>) -> ApiResult<ReportOutcome> {
+    match answer {
+        Ok(answer) => Ok(ReportOutcome {
+            token,
+            status: 200,
+            body: serde_json::to_value(answer)
+                .map_err(|e| ApiError::Internal(format!("a report's answer: {e}")))?,
+        }),
+        Err(error @ (ApiError::Unavailable(_) | ApiError::Internal(_))) => Err(error),
+        Err(error) => {
+            let problem = error.problem();
+            Ok(ReportOutcome {
+                token,
+                status: problem.status,
+                body: serde_json::to_value(problem)
+                    .map_err(|e| ApiError::Internal(format!("a report's problem: {e}")))?,
+            })
+        }
+    }
 }
 
 /// A worker that has not leased for this long, and holds nothing, is no

@@ -399,6 +399,209 @@ async fn a_retryable_failure_retries_until_attempts_run_out(backend: Backend) {
     assert_eq!(workers["workers"][0]["failed"], 2, "{workers}");
 }
 
+/// Leases until `count` attempts are held (within 30 s); returns them by
+/// job id.
+async fn lease_all(worker: &Api, kinds: &[&str], count: usize) -> Vec<Value> {
+    let mut held: Vec<Value> = Vec::new();
+    wait::until_ok("attempts to lease", Duration::from_secs(30), async || {
+        let reply = worker.post("/v1/work/lease", &lease_body(kinds, 1)).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        held.extend(
+            reply.json()["attempts"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        if held.len() >= count {
+            Ok(())
+        } else {
+            Err("not all leased yet")
+        }
+    })
+    .await;
+    held
+}
+
+fn attempt_of<'a>(held: &'a [Value], job: &Value) -> &'a Value {
+    held.iter()
+        .find(|attempt| attempt["job_id"] == job["job_id"])
+        .expect("the job's attempt was leased")
+}
+
+async fn reports_are_each_applied_and_answered_as_their_own_calls_would_be(backend: Backend) {
+    let (env, api, worker) = with_a_kind(backend).await;
+    let mut csv_only = declaration();
+    csv_only["result_media_types"] = json!(["text/csv"]);
+    assert_eq!(
+        register(&api, "csv-export", &csv_only).await.status,
+        StatusCode::CREATED
+    );
+    let month = json!({"month": "2026-10"});
+    let mut jobs: Vec<Value> = Vec::new();
+    for kind in [KIND, KIND, KIND, KIND, "csv-export", KIND] {
+        jobs.push(api.submit(kind, month.clone()).await);
+    }
+    let held = lease_all(&worker, &[KIND, "csv-export"], jobs.len()).await;
+    let [done, retried, failed, cancelled, csv, untouched] = &jobs[..] else {
+        unreachable!()
+    };
+    let token_of = |job: &Value| token(attempt_of(&held, job));
+    let job_status = async |job: &Value| {
+        api.job(job["job_id"].as_str().unwrap()).await["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    // Refused as a whole, with nothing applied: the first report of each
+    // call below would have ended its job.
+    let complete =
+        json!({"outcome": "complete", "token": token_of(untouched), "result": {"rows": 1}});
+    for (body, status, field) in [
+        (json!({"reports": []}), 422, Some("reports")),
+        (
+            json!({"reports": vec![complete.clone(); 101]}),
+            422,
+            Some("reports"),
+        ),
+        (
+            json!({"reports": [complete.clone(), complete.clone()]}),
+            422,
+            Some("reports[1].token"),
+        ),
+        (
+            json!({"reports": [complete.clone(), {"outcome": "fail", "token": token_of(done),
+                   "retryable": true, "error_type": "no spaces", "message": "x"}]}),
+            422,
+            Some("reports[1].error_type"),
+        ),
+        (
+            json!({"reports": [complete.clone(), {"outcome": "fail", "token": token_of(done),
+                   "retryable": true, "message": "x", "details": [1]}]}),
+            422,
+            Some("reports[1].details"),
+        ),
+        (
+            json!({"reports": [complete.clone(), {"outcome": "finished", "token": token_of(done)}]}),
+            400,
+            None,
+        ),
+        (
+            json!({"reports": [complete.clone(), {"outcome": "cancelled", "token": token_of(done), "why": 1}]}),
+            400,
+            None,
+        ),
+    ] {
+        let refused = worker.post("/v1/work/reports", &body).await;
+        let problem = refused.assert_problem(status);
+        if let Some(field) = field {
+            assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+        }
+    }
+    assert_eq!(job_status(untouched).await, "RUNNING");
+    assert_eq!(job_status(done).await, "RUNNING");
+
+    let cancel = api
+        .post(
+            &format!("/v1/jobs/{}/cancel", cancelled["job_id"].as_str().unwrap()),
+            &json!({}),
+        )
+        .await;
+    assert!(cancel.status.is_success(), "{}", cancel.text);
+    let batch = json!({"reports": [
+        {"outcome": "complete", "token": token_of(done), "result": {"rows": 3, "total": "12.50"},
+         "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+        {"outcome": "fail", "token": token_of(retried), "retryable": true,
+         "error_type": "db_timeout", "message": "the sales database timed out"},
+        {"outcome": "fail", "token": token_of(failed), "retryable": false,
+         "error_type": "bad_month", "message": "no such month", "details": {"month": "2026-10"}},
+        {"outcome": "cancelled", "token": token_of(cancelled)},
+        {"outcome": "complete", "token": token_of(csv), "result": {"rows": 1}},
+        {"outcome": "complete", "token": "job_0000.1", "result": {}},
+    ]});
+    let first = worker.post("/v1/work/reports", &batch).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    let answers = first.json()["reports"].as_array().cloned().unwrap();
+    let statuses: Vec<i64> = answers
+        .iter()
+        .map(|a| a["status"].as_i64().unwrap())
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 415, 404], "{answers:?}");
+    let tokens: Vec<&Value> = answers.iter().map(|a| &a["token"]).collect();
+    let sent: Vec<&Value> = batch["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["token"])
+        .collect();
+    assert_eq!(tokens, sent, "the answers are in the order sent");
+    assert_eq!(
+        answers[0]["body"],
+        json!({"job_id": done["job_id"], "status": "SUCCEEDED"})
+    );
+    assert_eq!(answers[1]["body"]["status"], "QUEUED");
+    assert!(answers[1]["body"]["next_attempt_at"].is_string());
+    assert_eq!(answers[2]["body"]["status"], "FAILED");
+    assert_eq!(answers[3]["body"]["status"], "CANCELLED");
+    assert_eq!(
+        answers[4]["body"]["type"],
+        "/problems/unsupported-media-type"
+    );
+    assert_eq!(answers[5]["body"]["status"], 404);
+
+    // Each took effect as its own call would have.
+    let stored = api
+        .get(&format!(
+            "/v1/jobs/{}/result",
+            done["job_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(stored.json(), json!({"rows": 3, "total": "12.50"}));
+    let failed_job = api.job(failed["job_id"].as_str().unwrap()).await;
+    assert_eq!(
+        (
+            failed_job["status"].as_str(),
+            &failed_job["error"]["details"]
+        ),
+        (Some("FAILED"), &json!({"month": "2026-10"}))
+    );
+    assert_eq!(job_status(retried).await, "QUEUED");
+    assert_eq!(job_status(cancelled).await, "CANCELLED");
+    assert_eq!(
+        job_status(csv).await,
+        "RUNNING",
+        "a refused report changed its job"
+    );
+
+    // Sent again after its answer was lost: answered as the first was.
+    let again = worker.post("/v1/work/reports", &batch).await;
+    assert_eq!(again.json(), first.json(), "the same reports again");
+    let workers = api.get("/v1/workers").await.json();
+    assert_eq!(workers["workers"][0]["failed"], 2, "{workers}");
+
+    // Another tenant's worker, and a key of other kinds, get their own
+    // call's refusal, for each report.
+    let theirs = worker_key(&env, &api, "tenant-b", None).await;
+    let narrow = worker_key(&env, &api, "tenant-a", Some(&["csv-export"])).await;
+    for (key, status) in [(&theirs, 404), (&narrow, 403)] {
+        let answer = key
+            .post("/v1/work/reports", &json!({"reports": [complete]}))
+            .await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+        assert_eq!(
+            answer.json()["reports"][0]["status"],
+            status,
+            "{}",
+            answer.text
+        );
+    }
+    assert_eq!(job_status(untouched).await, "RUNNING");
+    // A key of full rights cannot report.
+    api.post("/v1/work/reports", &json!({"reports": [complete]}))
+        .await
+        .assert_problem(403);
+}
+
 async fn a_streamed_result_is_stored_and_served_as_sent(backend: Backend) {
     let (_env, api, worker) = with_a_kind(backend).await;
     let job = api.submit(KIND, json!({"month": "2026-10"})).await;
@@ -568,6 +771,7 @@ crate::on_both_backends!(
     a_lease_whose_client_went_away_does_not_use_up_an_attempt,
     a_schedule_of_a_registered_kind_makes_jobs_its_workers_lease,
     waiting_leases_count_against_the_tenants_long_polls,
+    reports_are_each_applied_and_answered_as_their_own_calls_would_be,
 );
 
 /// A lease whose client went away while it waited still takes the job

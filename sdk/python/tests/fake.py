@@ -47,6 +47,10 @@ class FakeReceipt:
     calls: list[Call] = field(default_factory=list)
     hooks: dict[str, Hook] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The bodies of the batches of reports, and whether to refuse them
+    # all (as an api without the route would).
+    batches: list[bytes] = field(default_factory=list)
+    refuse_batches: bool = False
 
     def add(
         self,
@@ -79,6 +83,8 @@ class FakeReceipt:
     def handle(self, request: httpx.Request) -> httpx.Response:
         body = request.read()
         path = request.url.path
+        if path == "/v1/work/reports":
+            return self.handle_reports(request, body)
         if path == "/v1/work/lease":
             call = Call("lease", "", body, request.headers)
         else:
@@ -112,6 +118,36 @@ class FakeReceipt:
             )
         status = {"complete": "SUCCEEDED", "fail": "QUEUED", "cancelled": "CANCELLED"}
         return httpx.Response(200, json={"job_id": job, "status": status[call.action]})
+
+    def handle_reports(self, request: httpx.Request, body: bytes) -> httpx.Response:
+        """A batch of reports, each taken as its own call (a hook answers
+        it): a hook's answer worth a retry (a 5xx, a 408, a 429) answers
+        the whole batch, as Receipt's outage would."""
+        import json
+
+        self.batches.append(body)
+        if self.refuse_batches:
+            return httpx.Response(404, json={"type": "/problems/not-found", "status": 404})
+        answers = []
+        for item in json.loads(body)["reports"]:
+            what, token = item.pop("outcome"), item.pop("token")
+            headers = httpx.Headers(request.headers)
+            traceparent = item.pop("traceparent", None)
+            if traceparent:
+                headers["traceparent"] = traceparent
+            if what == "complete":
+                one = json.dumps(item["result"]).encode()
+            else:
+                one = json.dumps(item).encode() if item else b""
+            answer = self.handle(
+                httpx.Request(
+                    "POST", f"/v1/work/attempts/{token}/{what}", headers=headers, content=one
+                )
+            )
+            if answer.status_code in (408, 429) or answer.status_code >= 500:
+                return answer
+            answers.append({"token": token, "status": answer.status_code, "body": answer.json()})
+        return httpx.Response(200, json={"reports": answers})
 
     def reports(self, token: str | None = None) -> list[Call]:
         with self.lock:

@@ -290,9 +290,9 @@ def body_of(message: bytes) -> bytes:
 
 class DropFirstCompleteAnswer:
     """A TCP proxy in front of the api that forwards every request and its
-    answer, except that for the first request whose path contains
-    ``/complete`` it forwards the request, reads the api's answer, and
-    closes the client's connection without sending it."""
+    answer, except that for the first complete (a path with ``/complete``,
+    or a batch of reports) it forwards the request, reads the api's
+    answer, and closes the client's connection without sending it."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
@@ -350,7 +350,8 @@ class DropFirstCompleteAnswer:
                 if answer_head is None:
                     return
                 answer = answer_head + await _read_body(up_reader, answer_head, response=True)
-                if b"/complete" in path:
+                completes = b"/complete" in path or path == b"/v1/work/reports"
+                if completes:
                     with self._lock:
                         drop = not self.dropped
                         if drop:
@@ -359,7 +360,7 @@ class DropFirstCompleteAnswer:
                         return  # close the worker's connection: the answer is lost
                 writer.write(answer)
                 await writer.drain()
-                if b"/complete" in path:
+                if completes:
                     with self._lock:
                         self.completes_answered.append((request, answer))
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):

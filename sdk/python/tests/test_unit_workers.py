@@ -289,7 +289,7 @@ def test_a_handler_past_its_deadline_is_stopped_and_reported_as_a_timeout(flavou
 def test_a_409_on_a_report_is_dropped_and_a_503_tried_again_with_the_same_body(
     flavour: str,
 ) -> None:
-    fake = FakeReceipt()
+    fake = FakeReceipt(refuse_batches=True)  # each report alone, through its own call
     fenced = fake.add({"n": 1}, job="job_fenced")
     flaky = fake.add({"n": 2}, job="job_flaky")
     answered: dict[str, int] = {}
@@ -318,6 +318,69 @@ def test_a_409_on_a_report_is_dropped_and_a_503_tried_again_with_the_same_body(
     assert len(fake.reports(fenced)) == 1
     first, second = fake.reports(flaky)
     assert first.body == second.body
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_reports_go_together_each_answered_alone_and_a_503_sends_the_batch_again(
+    flavour: str,
+) -> None:
+    fake = FakeReceipt()
+    fenced = fake.add({"n": 1}, job="job_fenced")
+    done = fake.add({"n": 2}, job="job_done")
+    failed = fake.add({"n": 3}, job="job_failed")
+    release = threading.Event()
+    batches: list[int] = []
+
+    def complete(call: Call) -> httpx.Response | None:
+        if call.token == fenced:
+            return problem(409, "/problems/attempt-superseded")
+        return None
+
+    def fail(call: Call) -> httpx.Response | None:
+        # The first batch holding the failure meets an outage.
+        batches.append(1)
+        if len(batches) == 1:
+            return problem(503, "/problems/service-unavailable", **{"retry-after": "0"})
+        return None
+
+    fake.hooks["complete"] = complete
+    fake.hooks["fail"] = fail
+
+    def handler(attempt: Attempt) -> Any:
+        release.wait(5)  # all three end together, so they go in one batch
+        if attempt.params["n"] == 3:
+            raise Permanent("no such month", error_type="bad_month")
+        return {"n": attempt.params["n"]}
+
+    async def async_handler_(attempt: Attempt) -> Any:
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 5)
+        return handler(attempt)
+
+    worker: Worker | AsyncWorker
+    if flavour == "sync":
+        worker = sync_worker(fake)
+        worker.add_kind("export", handler)
+    else:
+        worker = async_worker(fake)
+        worker.add_kind("export", async_handler_)
+    runner = InThread(worker).start()
+    try:
+        wait_until("three running", lambda: not fake.pending)
+        release.set()
+        wait_until("the failure taken", lambda: len(batches) == 2)
+    finally:
+        runner.stop()
+    # Nothing went alone; the batch the outage met went again, the same.
+    assert {c.action for c in fake.calls} <= {"lease", "complete", "fail", "heartbeat"}
+    assert all(b'"outcome"' in body for body in fake.batches)
+    bodies = [body for body in fake.batches if b"job_failed" in body]
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
+    # Each was answered on its own: the 409 dropped, sent again only with
+    # the batch the outage met, if it was in that one.
+    with_fenced = [body for body in fake.batches if b"job_fenced" in body]
+    assert len(with_fenced) == 1 or with_fenced == bodies
+    assert [c.json() for c in fake.reports(done)][-1] == {"n": 2}
+    assert fake.reports(failed)[-1].json()["error_type"] == "bad_month"
 
 
 def test_a_result_receipt_refuses_becomes_a_permanent_failure() -> None:

@@ -46,8 +46,8 @@ pub(crate) async fn state(
     job_id: &str,
 ) -> sqlx::Result<Option<AttemptStateRow>> {
     sqlx::query_as(sql!(
-        "SELECT kind, status, attempts, handbacks, max_attempts, cancel_requested, run_after,
-                attempt_deadline, error_type, error_message, worker_id
+        "SELECT job_id, kind, status, attempts, handbacks, max_attempts, cancel_requested,
+                run_after, attempt_deadline, error_type, error_message, worker_id
          FROM jobs WHERE job_id = $1 AND tenant_id = $2 AND external"
     ))
     .bind(job_id)

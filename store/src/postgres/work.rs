@@ -1,12 +1,12 @@
 //! The worker protocol on Postgres.
 
 use shared::settings::Caps;
-use sqlx::PgConnection;
+use sqlx::{Executor, PgConnection, Postgres};
 
 use crate::{
     rows::{
         attempts::ClaimRow,
-        work::{LeaseTerms, LeaseTermsRow},
+        work::{AttemptStateRow, LeaseTerms, LeaseTermsRow},
     },
     sql::Millis,
 };
@@ -66,5 +66,22 @@ pub(crate) async fn set_deadlines(
     .bind(job_ids)
     .bind(deadlines)
     .fetch_all(conn)
+    .await
+}
+
+/// The states of the tenant's external jobs among `job_ids`.
+pub(crate) async fn states(
+    db: impl Executor<'_, Database = Postgres>,
+    tenant_id: &str,
+    job_ids: &[String],
+) -> sqlx::Result<Vec<AttemptStateRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, kind, status, attempts, handbacks, max_attempts, cancel_requested,
+                run_after, attempt_deadline, error_type, error_message, worker_id
+         FROM jobs WHERE job_id = ANY($1::text[]) AND tenant_id = $2 AND external"
+    ))
+    .bind(job_ids)
+    .bind(tenant_id)
+    .fetch_all(db)
     .await
 }

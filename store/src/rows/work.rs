@@ -23,6 +23,7 @@ pub(crate) struct HeartbeatRow {
 /// refused, or to answer a retried one as the first was answered.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct AttemptStateRow {
+    pub(crate) job_id: String,
     pub(crate) kind: String,
     pub(crate) status: String,
     pub(crate) attempts: i64,

@@ -1,13 +1,13 @@
 //! The worker protocol on SQLite.
 
 use shared::settings::Caps;
-use sqlx::SqliteConnection;
+use sqlx::{Executor, Sqlite, SqliteConnection};
 
 use super::json_list;
 use crate::{
     rows::{
         attempts::ClaimRow,
-        work::{LeaseTerms, LeaseTermsRow},
+        work::{AttemptStateRow, LeaseTerms, LeaseTermsRow},
     },
     sql::Millis,
 };
@@ -71,4 +71,22 @@ pub(crate) async fn set_deadlines(
         terms.extend(row);
     }
     Ok(terms)
+}
+
+/// The states of the tenant's external jobs among `job_ids`.
+pub(crate) async fn states(
+    db: impl Executor<'_, Database = Sqlite>,
+    tenant_id: &str,
+    job_ids: &[String],
+) -> sqlx::Result<Vec<AttemptStateRow>> {
+    sqlx::query_as(sql!(
+        "SELECT job_id, kind, status, attempts, handbacks, max_attempts, cancel_requested,
+                run_after, attempt_deadline, error_type, error_message, worker_id
+         FROM jobs WHERE job_id IN (SELECT value FROM json_each($1)) AND tenant_id = $2
+           AND external"
+    ))
+    .bind(json_list(job_ids.iter().map(String::as_str)))
+    .bind(tenant_id)
+    .fetch_all(db)
+    .await
 }

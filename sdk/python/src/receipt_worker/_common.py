@@ -15,9 +15,10 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from ._http import RetryPolicy, ServerClock, api_error
+from ._http import BytesBody, RetryPolicy, ServerClock, api_error
+from ._reports import ReportAnswer, fits_batch, report_item
 from .attempt import CANCEL_REQUESTED, REPORTING, Attempt
-from .errors import Retryable
+from .errors import Problem, Retryable
 from .results import InvalidResult, SourceFailed
 
 log = logging.getLogger("receipt_worker")
@@ -315,9 +316,17 @@ def read_report(attempt: Attempt, what: str, response: httpx.Response) -> bool:
     attempt is no longer held) or a 404 is final: logged and dropped."""
     status = response.status_code
     if 200 <= status < 300:
+        return read_report_answer(attempt, what, status, None)
+    return read_report_answer(attempt, what, status, api_error(response).problem)
+
+
+def read_report_answer(attempt: Attempt, what: str, status: int, problem: Problem | None) -> bool:
+    """:func:`read_report` of an answer's status and problem (a report's
+    own call's, or its answer among a batch's)."""
+    if 200 <= status < 300:
         log.debug("job %s attempt %d: %s reported", attempt.job_id, attempt.attempt, what)
         return True
-    problem = api_error(response).problem
+    problem = problem or Problem.from_body(status, None)
     level = logging.WARNING if status in (404, 409) else logging.ERROR
     log.log(
         level,
@@ -336,13 +345,47 @@ def rejected_result(response: httpx.Response) -> Failure | None:
     """A complete refused for its body (too large, a media type the kind
     does not declare, not JSON): the same result would be refused again,
     so the attempt fails for good, saying why."""
-    if response.status_code in (400, 413, 415, 422):
-        problem = api_error(response).problem
-        return Failure(
-            False,
-            "result_rejected",
-            message_of(f"Receipt refused the result ({problem.status}): {problem.detail}"),
-        )
+    if response.status_code in REJECTED_RESULT:
+        return rejected_failure(api_error(response).problem)
+    return None
+
+
+# The answers to a complete that refuse its result itself.
+REJECTED_RESULT = (400, 413, 415, 422)
+
+
+def rejected_failure(problem: Problem) -> Failure:
+    return Failure(
+        False,
+        "result_rejected",
+        message_of(f"Receipt refused the result ({problem.status}): {problem.detail}"),
+    )
+
+
+def batch_item(
+    attempt: Attempt, what: str, body: object | None, failure: Failure | None
+) -> bytes | None:
+    """The report as one of a batch's, or None when it goes alone (a
+    streamed result, a result of another media type, or a big one)."""
+    if what == "complete":
+        if not fits_batch(body):
+            return None
+        assert isinstance(body, BytesBody)
+        return report_item(attempt, what, body.data)
+    if what == "fail":
+        assert failure is not None
+        return report_item(attempt, what, failure.body())
+    return report_item(attempt, what, None)
+
+
+def read_batched(attempt: Attempt, what: str, answer: ReportAnswer) -> Failure | None:
+    """Logs a batched report's answer, as :func:`read_report` does; for a
+    complete whose result was refused, the failure to report instead."""
+    status = answer.status
+    problem = None if 200 <= status < 300 else Problem.from_body(status, answer.body)
+    if what == "complete" and problem is not None and status in REJECTED_RESULT:
+        return rejected_failure(problem)
+    read_report_answer(attempt, what, status, problem)
     return None
 
 

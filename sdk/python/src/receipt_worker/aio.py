@@ -27,10 +27,12 @@ from ._common import (
     Handlers,
     Schedule,
     attempts_of,
+    batch_item,
     failure_of,
     heartbeat_body,
     lease_body,
     log_failure,
+    read_batched,
     read_beat,
     read_report,
     rejected_result,
@@ -39,6 +41,7 @@ from ._common import (
     timeout_failure,
 )
 from ._http import AsyncSender, BytesBody, RetryPolicy, api_error
+from ._reports import ALONE, AsyncReporter
 from .attempt import (
     CANCEL_REQUESTED,
     LOST,
@@ -126,6 +129,7 @@ class AsyncWorker:
         self._force: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self._sender: AsyncSender | None = None
+        self._reporter: AsyncReporter | None = None
         self._running = False
         self._stop_early = False
 
@@ -205,6 +209,7 @@ class AsyncWorker:
             limits=LIMITS,
         )
         self._sender = AsyncSender(client, self._settings.key, self._settings.retry)
+        self._reporter = AsyncReporter(self._sender)
         installed = self._install_signal_handlers(loop)
         try:
             log.info(
@@ -509,8 +514,23 @@ class AsyncWorker:
     async def _send(self, attempt: Attempt, outcome: _Outcome) -> None:
         """As the sync worker's: a report with retries; a refusal is logged
         and dropped; a refused result becomes a permanent failure."""
-        sender = self._sender
-        assert sender is not None
+        sender, reporter = self._sender, self._reporter
+        assert sender is not None and reporter is not None
+        item = batch_item(attempt, outcome.what, outcome.body, outcome.failure)
+        if item is not None:
+            try:
+                answer = await reporter.report(attempt, item)
+            except (ApiError, ConnectionFailed) as e:
+                _could_not_report(attempt, outcome.what, e)
+                return
+            if answer is not ALONE:
+                rejected = read_batched(attempt, outcome.what, answer)
+                if rejected is not None:
+                    log.error(
+                        "job %s attempt %d: %s", attempt.job_id, attempt.attempt, rejected.message
+                    )
+                    await self._send(attempt, _Outcome("fail", failure=rejected))
+                return
         path = f"/v1/work/attempts/{quote(attempt.token, safe='')}"
         headers = report_headers(attempt)
         try:
@@ -550,14 +570,17 @@ class AsyncWorker:
                 response = await sender.send("POST", f"{path}/cancelled", headers=headers)
                 read_report(attempt, "cancelled", response)
         except (ApiError, ConnectionFailed) as e:
-            log.error(
-                "job %s attempt %d: could not report %s: %s; the lease lapses and the job runs "
-                "again",
-                attempt.job_id,
-                attempt.attempt,
-                outcome.what,
-                e,
-            )
+            _could_not_report(attempt, outcome.what, e)
+
+
+def _could_not_report(attempt: Attempt, what: str, error: Exception) -> None:
+    log.error(
+        "job %s attempt %d: could not report %s: %s; the lease lapses and the job runs again",
+        attempt.job_id,
+        attempt.attempt,
+        what,
+        error,
+    )
 
 
 async def _in_thread(fn: Callable[[Attempt], Any], attempt: Attempt) -> Any:

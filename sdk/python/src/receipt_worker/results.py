@@ -10,6 +10,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import IO, Any
 
 from ._http import BytesBody, dumps
+from ._reports import JsonDocument
 
 __all__ = ["Result", "Stream"]
 
@@ -212,6 +213,6 @@ def body_of(value: Any) -> BytesBody | StreamBody:
             "type the kind declares"
         )
     try:
-        return BytesBody(dumps(value), "application/json")
+        return JsonDocument(dumps(value), "application/json")
     except (TypeError, ValueError) as e:
         raise InvalidResult(f"the result is not JSON: {e}") from e

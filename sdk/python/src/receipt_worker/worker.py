@@ -26,10 +26,12 @@ from ._common import (
     Handlers,
     Schedule,
     attempts_of,
+    batch_item,
     failure_of,
     heartbeat_body,
     lease_body,
     log_failure,
+    read_batched,
     read_beat,
     read_report,
     rejected_result,
@@ -38,6 +40,7 @@ from ._common import (
     timeout_failure,
 )
 from ._http import AbortTracker, BytesBody, RetryPolicy, SyncSender, api_error
+from ._reports import ALONE, SyncReporter
 from .attempt import (
     ABANDONED,
     CANCEL_REQUESTED,
@@ -156,6 +159,7 @@ class Worker:
         self._tracker = AbortTracker()
         self._run_thread: int | None = None
         self._sender: SyncSender | None = None
+        self._reporter: SyncReporter | None = None
         self._running = False
 
     @property
@@ -211,6 +215,7 @@ class Worker:
             timeout=CALL_TIMEOUT,
         )
         self._sender = SyncSender(client, self._settings.key, self._settings.retry)
+        self._reporter = SyncReporter(self._sender)
         self._run_thread = threading.get_ident()
         self._tracker.reset(self._run_thread)
         previous = self._install_signal_handlers()
@@ -465,8 +470,23 @@ class Worker:
         """Sends a report, with retries; a refusal is logged and dropped,
         and a complete whose result Receipt refuses becomes a permanent
         failure saying why."""
-        sender = self._sender
-        assert sender is not None
+        sender, reporter = self._sender, self._reporter
+        assert sender is not None and reporter is not None
+        item = batch_item(attempt, outcome.what, outcome.body, outcome.failure)
+        if item is not None:
+            try:
+                answer = reporter.report(attempt, item)
+            except (ApiError, ConnectionFailed) as e:
+                _could_not_report(attempt, outcome.what, e)
+                return
+            if answer is not ALONE:
+                rejected = read_batched(attempt, outcome.what, answer)
+                if rejected is not None:
+                    log.error(
+                        "job %s attempt %d: %s", attempt.job_id, attempt.attempt, rejected.message
+                    )
+                    self._send(attempt, _Outcome("fail", failure=rejected))
+                return
         path = f"/v1/work/attempts/{quote(attempt.token, safe='')}"
         headers = report_headers(attempt)
         try:
@@ -506,11 +526,14 @@ class Worker:
                 response = sender.send("POST", f"{path}/cancelled", headers=headers)
                 read_report(attempt, "cancelled", response)
         except (ApiError, ConnectionFailed) as e:
-            log.error(
-                "job %s attempt %d: could not report %s: %s; the lease lapses and the job runs "
-                "again",
-                attempt.job_id,
-                attempt.attempt,
-                outcome.what,
-                e,
-            )
+            _could_not_report(attempt, outcome.what, e)
+
+
+def _could_not_report(attempt: Attempt, what: str, error: Exception) -> None:
+    log.error(
+        "job %s attempt %d: could not report %s: %s; the lease lapses and the job runs again",
+        attempt.job_id,
+        attempt.attempt,
+        what,
+        error,
+    )
