@@ -78,10 +78,13 @@ pub use shared::objects::{
     WebhookObject as Webhook,
 };
 pub use shared::work::{
-    DeletedKind, FailRequest, HeartbeatAnswer, KindDeclaration, KindObject as Kind, LeaseRequest,
-    LeasedAttemptObject as LeasedAttempt, ReportAnswer, WorkerObject as WorkerInfo,
+    AttemptReport, DeletedKind, FailRequest, HeartbeatAnswer, KindDeclaration, KindObject as Kind,
+    LeaseRequest, LeasedAttemptObject as LeasedAttempt, ReportAnswer, ReportOutcome,
+    WorkerObject as WorkerInfo,
 };
-use shared::work::{HeartbeatRequest, KindList, LeaseAnswer, WorkerList};
+use shared::work::{
+    HeartbeatRequest, KindList, LeaseAnswer, ReportsAnswer, ReportsRequest, WorkerList,
+};
 pub use webhooks::{Rejection, WebhookVerifier};
 pub use worker::{Attempt, Output, WorkError, Worker};
 
@@ -871,6 +874,15 @@ impl Client {
             self.attempt_url(token, "cancelled"),
         ))
         .await
+    }
+
+    /// Reports how several attempts ended, in one call: each report is
+    /// applied and answered as its own call would be, in the order sent.
+    pub async fn report(&self, reports: Vec<AttemptReport>) -> Result<Vec<ReportOutcome>> {
+        let call = Call::new(Method::POST, self.url(&["v1", "work", "reports"]))
+            .json(&ReportsRequest { reports })?;
+        let answer: ReportsAnswer = self.json(call).await?;
+        Ok(answer.reports)
     }
 
     fn attempt_url(&self, token: &str, report: &str) -> Url {

@@ -4,7 +4,10 @@
 //! cancelled (or whose lease was lost, or whose deadline passed), and
 //! reports how each ended, trying a report again with the same token and
 //! body when its answer is lost. A 409 on a report is final: the attempt
-//! is no longer this worker's.
+//! is no longer this worker's. Reports go in batches
+//! (`POST /v1/work/reports`): one waits while the previous batch is on its
+//! way and goes with the next; a result of another media type, or a JSON
+//! one over 64 KiB, goes through its own complete.
 //!
 //! ```no_run
 //! use receipt_client::{Client, Output, WorkError, Worker};
@@ -35,9 +38,15 @@ use std::{
 };
 
 use serde_json::Value;
-use tokio::{sync::Semaphore, task::JoinSet};
+use tokio::{
+    sync::{Semaphore, mpsc, oneshot},
+    task::JoinSet,
+};
 
-use crate::{Client, Error, FailRequest, LeaseRequest, LeasedAttempt, Result, RetryPolicy};
+use crate::{
+    AttemptReport, Client, Error, FailRequest, LeaseRequest, LeasedAttempt, ReportAnswer, Result,
+    RetryPolicy,
+};
 
 /// The longest a lease waits for a due attempt (`docs/api.md`).
 const LEASE_WAIT_SECS: u64 = 30;
@@ -252,6 +261,7 @@ impl Worker {
         let mut running = JoinSet::new();
         let mut kinds: Vec<String> = this.handlers.keys().cloned().collect();
         kinds.sort();
+        let reporter = Reporter::start(this.client.clone());
         tokio::pin!(stop);
         loop {
             let first = tokio::select! {
@@ -294,8 +304,9 @@ impl Worker {
                     },
                 };
                 let this = this.clone();
+                let reporter = Some(reporter.clone());
                 running.spawn(async move {
-                    this.run_attempt(leased).await;
+                    this.run_attempt(leased, reporter).await;
                     drop(permit);
                 });
             }
@@ -312,8 +323,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Runs one attempt to its report.
-    async fn run_attempt(&self, leased: LeasedAttempt) {
+    /// Runs one attempt to its report (sent with others by `reporter`
+    /// when it can go in a batch).
+    async fn run_attempt(&self, leased: LeasedAttempt, reporter: Option<Reporter>) {
         let Some(handler) = self.handlers.get(&leased.kind).cloned() else {
             return;
         };
@@ -333,19 +345,42 @@ impl Worker {
             outcome = work => Ok(outcome),
             stop = self.watch(&leased, &attempt) => Err(stop),
         };
-        let report = match outcome {
-            Ok(Ok(Output::Json(result))) => self.client.complete(&token, &result).await,
-            Ok(Ok(Output::Bytes { media_type, body })) => {
+        let timeout = || WorkError::retryable("timeout", "the attempt ran past its deadline");
+        let batched = match &outcome {
+            Ok(Ok(Output::Json(result)))
+                if serde_json::to_vec(result)
+                    .is_ok_and(|bytes| bytes.len() <= MOST_RESULT_IN_BATCH) =>
+            {
+                Some(AttemptReport::Complete {
+                    token: token.clone(),
+                    result: result.clone(),
+                    traceparent: None,
+                })
+            }
+            Ok(Ok(_)) => None,
+            Ok(Err(failure)) => Some(fail_report(&token, failure)),
+            Err(Stop::Cancel) => Some(AttemptReport::Cancelled {
+                token: token.clone(),
+                traceparent: None,
+            }),
+            Err(Stop::Deadline) => Some(fail_report(&token, &timeout())),
+            Err(Stop::Lost) => None,
+        };
+        let answered = match (batched, &reporter) {
+            (Some(report), Some(reporter)) => reporter.report(report).await,
+            _ => None,
+        };
+        let report = match (answered, outcome) {
+            (Some(answer), _) => answer,
+            (None, Ok(Ok(Output::Json(result)))) => self.client.complete(&token, &result).await,
+            (None, Ok(Ok(Output::Bytes { media_type, body }))) => {
                 self.client.complete_with(&token, &media_type, body).await
             }
-            Ok(Err(failure)) => self.client.fail(&token, &failure.request()).await,
-            Err(Stop::Cancel) => self.client.report_cancelled(&token).await,
-            Err(Stop::Deadline) => {
-                let timeout = WorkError::retryable("timeout", "the attempt ran past its deadline");
-                self.client.fail(&token, &timeout.request()).await
-            }
+            (None, Ok(Err(failure))) => self.client.fail(&token, &failure.request()).await,
+            (None, Err(Stop::Cancel)) => self.client.report_cancelled(&token).await,
+            (None, Err(Stop::Deadline)) => self.client.fail(&token, &timeout().request()).await,
             // Another attempt holds the job: nothing to report.
-            Err(Stop::Lost) => return,
+            (None, Err(Stop::Lost)) => return,
         };
         if let Err(error) = report {
             say(&format!(
@@ -410,6 +445,110 @@ impl Worker {
             }
         }
     }
+}
+
+/// A JSON result over this goes alone, through the attempt's own complete.
+const MOST_RESULT_IN_BATCH: usize = 64 * 1024;
+/// Reports one call carries at most, and the bytes of their results.
+const MOST_REPORTS: usize = 100;
+const MOST_BATCH_BYTES: usize = 960 * 1024;
+
+fn fail_report(token: &str, failure: &WorkError) -> AttemptReport {
+    let FailRequest {
+        retryable,
+        error_type,
+        message,
+        details,
+    } = failure.request();
+    AttemptReport::Fail {
+        token: token.to_owned(),
+        retryable,
+        error_type,
+        message,
+        details,
+        traceparent: None,
+    }
+}
+
+/// A report's own answer (`None`: the batch was refused as a whole, and
+/// the report goes alone).
+type Answered = Option<Result<ReportAnswer>>;
+
+/// Reports sent together (`POST /v1/work/reports`): a report waits while
+/// the previous batch is on its way and goes with the next, so a busy
+/// worker sends one call for many attempts and an idle one sends each at
+/// once. Each is answered as its own call would be.
+#[derive(Clone)]
+struct Reporter {
+    queue: mpsc::UnboundedSender<(AttemptReport, oneshot::Sender<Answered>)>,
+}
+
+impl Reporter {
+    /// The reporter's task ends when the last of its handles is dropped.
+    fn start(client: Client) -> Self {
+        let (queue, mut reports) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(first) = reports.recv().await {
+                let mut batch: Vec<(AttemptReport, oneshot::Sender<Answered>)> = vec![first];
+                let mut bytes = 0;
+                while batch.len() < MOST_REPORTS && bytes < MOST_BATCH_BYTES {
+                    match reports.try_recv() {
+                        Ok(next) => {
+                            bytes += serde_json::to_vec(&next.0).map_or(0, |json| json.len());
+                            batch.push(next);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let (sent, waiting): (Vec<AttemptReport>, Vec<oneshot::Sender<Answered>>) =
+                    batch.into_iter().unzip();
+                let tokens: Vec<String> = sent.iter().map(|r| r.token().to_owned()).collect();
+                match client.report(sent).await {
+                    Ok(answers) if answers.len() == waiting.len() => {
+                        for ((answer, waiter), token) in
+                            answers.into_iter().zip(waiting).zip(tokens)
+                        {
+                            let _ = waiter.send((answer.token == token).then(|| answer_of(answer)));
+                        }
+                    }
+                    // Refused as a whole (an api without the route, say):
+                    // each goes alone.
+                    Ok(_) | Err(Error::Api { .. }) | Err(Error::Unexpected(_)) => {
+                        for waiter in waiting {
+                            let _ = waiter.send(None);
+                        }
+                    }
+                    Err(error) => {
+                        let error = error.to_string();
+                        for waiter in waiting {
+                            let _ = waiter.send(Some(Err(Error::Unexpected(error.clone()))));
+                        }
+                    }
+                }
+            }
+        });
+        Reporter { queue }
+    }
+
+    async fn report(&self, report: AttemptReport) -> Answered {
+        let (answer, answered) = oneshot::channel();
+        self.queue.send((report, answer)).ok()?;
+        answered.await.ok().flatten()
+    }
+}
+
+/// A report's answer in a batch, as its own call's.
+fn answer_of(answer: crate::ReportOutcome) -> Result<ReportAnswer> {
+    if answer.status == 200 {
+        return serde_json::from_value(answer.body)
+            .map_err(|e| Error::Unexpected(format!("a report's answer: {e}")));
+    }
+    let problem = serde_json::from_value(answer.body)
+        .map_err(|e| Error::Unexpected(format!("a report's problem: {e}")))?;
+    Err(Error::Api {
+        problem: Box::new(problem),
+        retry_after: None,
+    })
 }
 
 /// The client logs nothing of its own: a worker's warnings go to stderr.

@@ -63,9 +63,28 @@ async fn service() -> (TestEnv, Api, Client, Client) {
     (env, api, client, work)
 }
 
+/// The calls the api answered on `route` (its pattern), from its metrics.
+async fn calls_to(api: &Api, route: &str) -> u64 {
+    let metrics = api
+        .client
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .expect("the metrics")
+        .text()
+        .await
+        .expect("their text");
+    let label = format!("route=\"{route}\"");
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("receipt_http_requests_total{") && line.contains(&label))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_attempts_to_their_reports() {
-    let (_env, _api, client, work) = service().await;
+    let (_env, api, client, work) = service().await;
     let worker = Worker::new(work, "rust-1")
         .concurrency(2)
         .kind("numbers", |attempt| async move {
@@ -136,6 +155,12 @@ async fn a_worker_runs_attempts_to_their_reports() {
     let workers = client.workers().await.expect("the workers");
     assert_eq!(workers[0].name, "rust-1");
     assert_eq!(workers[0].failed, 2, "{workers:?}");
+    // The JSON results and the failures went in batches of reports; the
+    // CSV result, through its own complete.
+    let calls = |route: &'static str| calls_to(&api, route);
+    assert!(calls("/v1/work/reports").await >= 1);
+    assert_eq!(calls("/v1/work/attempts/{token}/complete").await, 1);
+    assert_eq!(calls("/v1/work/attempts/{token}/fail").await, 0);
 
     stop.send(()).expect("the worker runs");
     tokio::time::timeout(Duration::from_secs(40), running)

@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { BytesBody, type RequestBody } from "./http.js";
+import { JsonDocument } from "./reports.js";
 
 /** A piece of a streamed result: bytes, or text sent as UTF-8. */
 export type Chunk = Uint8Array | string;
@@ -262,7 +263,7 @@ export function bodyOf(value: unknown): RequestBody {
     throw new InvalidResult(`the result is not JSON: ${e instanceof Error ? e.message : String(e)}`);
   }
   if (text === undefined) throw new InvalidResult(`the result is not JSON: a ${typeof value}`);
-  return new BytesBody(encoder.encode(text), "application/json");
+  return new JsonDocument(encoder.encode(text), "application/json");
 }
 
 /** Frees what a body kept for its retries. */

@@ -10,6 +10,7 @@ import { ApiError, Cancelled, ConnectionFailed, Permanent, Retryable, describe }
 import { Answer, type RequestBody, type RetryPolicy, Sender, backoffMs, retryPolicy, sleep } from "./http.js";
 import { Log, type LogLevel, type Logger } from "./log.js";
 import { InvalidResult, SourceFailed, StreamBody, type StreamResult, type StreamSource, bodyOf, closeBody, stream } from "./results.js";
+import { Reporter, batchItem } from "./reports.js";
 import { type OpenTelemetryApi, inAttemptSpan, loadOpenTelemetry } from "./tracing.js";
 
 /** Attempts one lease may take. */
@@ -187,6 +188,7 @@ export class Worker {
   private readonly handlers = new Map<string, Handler<never>>();
 
   private sender: Sender | undefined;
+  private reporter: Reporter | undefined;
   private otel: OpenTelemetryApi | null = null;
   private readonly active = new Map<string, Run>();
   private readonly changes = new Changes();
@@ -303,6 +305,7 @@ export class Worker {
       this.stopping.abort(new Cancelled("shutdown"));
     }
     this.sender = new Sender(this.baseUrl, this.key, this.policy, this.log);
+    this.reporter = new Reporter(this.sender);
     this.otel = await loadOpenTelemetry(this.openTelemetryOption, this.log);
     const onSignal = (signal: NodeJS.Signals): void => {
       if (this.stopping?.signal.aborted) {
@@ -617,11 +620,11 @@ export class Worker {
     const signal = run.giveUp.signal;
     const headers = this.traceHeaders(run);
     try {
-      let answer: Answer;
+      let answer = await this.sendBatched(run, outcome);
       if (outcome.what === "complete") {
         const streamed = outcome.body instanceof StreamBody;
         try {
-          answer = await this.sender!.send("POST", `${path}/complete`, {
+          answer ??= await this.sender!.send("POST", `${path}/complete`, {
             body: outcome.body,
             headers,
             signal,
@@ -656,9 +659,9 @@ export class Worker {
           return await this.report(run, { what: "fail", failure });
         }
       } else if (outcome.what === "fail") {
-        answer = await this.sender!.send("POST", `${path}/fail`, { json: outcome.failure, headers, signal });
+        answer ??= await this.sender!.send("POST", `${path}/fail`, { json: outcome.failure, headers, signal });
       } else {
-        answer = await this.sender!.send("POST", `${path}/cancelled`, { headers, signal });
+        answer ??= await this.sender!.send("POST", `${path}/cancelled`, { headers, signal });
       }
       this.readReport(run, outcome.what, answer);
     } catch (e) {
@@ -668,6 +671,29 @@ export class Worker {
         return;
       }
       throw e;
+    }
+  }
+
+  /**
+   * The report in the next batch of reports: its own answer, or
+   * `undefined` when it goes alone (a streamed or big result, or a batch
+   * refused as a whole). Given up on at shutdown, as a report alone is.
+   */
+  private async sendBatched(run: Run, outcome: Outcome): Promise<Answer | undefined> {
+    const traceparent = run.control.reportTraceparent ?? run.attempt.traceparent;
+    const item = batchItem(run.attempt.token, traceparent, outcome);
+    if (item === undefined) return undefined;
+    const signal = run.giveUp.signal;
+    signal.throwIfAborted();
+    let stop: (() => void) | undefined;
+    const aborted = new Promise<never>((_, reject) => {
+      stop = () => reject(signal.reason);
+      signal.addEventListener("abort", stop, { once: true });
+    });
+    try {
+      return await Promise.race([this.reporter!.report(run.attempt.token, item), aborted]);
+    } finally {
+      signal.removeEventListener("abort", stop!);
     }
   }
 

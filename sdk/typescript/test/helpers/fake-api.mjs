@@ -14,6 +14,43 @@ import { defer } from "./support.mjs";
  */
 export async function startFakeApi(t, route) {
   const requests = [];
+  // Batches of reports (`POST /v1/work/reports`): each report in one is
+  // recorded and routed as its own call; an answer worth a retry (a cut, a
+  // 408, a 429, a 5xx) or a hold answers the whole batch, as an outage of
+  // the api would.
+  const batches = [];
+  const answerOne = async (record) => {
+    try {
+      return await route(record);
+    } catch (error) {
+      return { status: 500, json: { type: "/problems/internal-error", title: "x", status: 500, detail: String(error) } };
+    }
+  };
+  const answerReports = async (batch) => {
+    const answers = [];
+    for (const { outcome, token, traceparent, ...rest } of batch.json.reports) {
+      const text = outcome === "complete" ? JSON.stringify(rest.result) : outcome === "fail" ? JSON.stringify(rest) : "";
+      const headers = { ...batch.headers, "content-type": "application/json" };
+      if (traceparent) headers.traceparent = traceparent;
+      const record = {
+        method: "POST",
+        path: `/v1/work/attempts/${token}/${outcome}`,
+        query: new URLSearchParams(),
+        headers,
+        body: Buffer.from(text),
+        text,
+        json: text ? JSON.parse(text) : undefined,
+        at: Date.now(),
+      };
+      requests.push(record);
+      const answer = await answerOne(record);
+      if (answer === "cut" || answer === "hold" || answer.status === 408 || answer.status === 429 || answer.status >= 500) {
+        return answer;
+      }
+      answers.push({ token, status: answer.status, body: answer.json ?? null });
+    }
+    return { status: 200, json: { reports: answers } };
+  };
   const sockets = new Set();
   const server = createServer((request, response) => {
     const parts = [];
@@ -29,12 +66,13 @@ export async function startFakeApi(t, route) {
       }
       const url = new URL(request.url, "http://fake");
       const record = { method: request.method, path: url.pathname, query: url.searchParams, headers: request.headers, body, text, json, at: Date.now() };
-      requests.push(record);
       let answer;
-      try {
-        answer = await route(record);
-      } catch (error) {
-        answer = { status: 500, json: { type: "/problems/internal-error", title: "x", status: 500, detail: String(error) } };
+      if (record.path === "/v1/work/reports") {
+        batches.push(record);
+        answer = await answerReports(record);
+      } else {
+        requests.push(record);
+        answer = await answerOne(record);
       }
       if (answer === "cut") {
         request.socket.destroy();
@@ -63,7 +101,7 @@ export async function startFakeApi(t, route) {
       server.close(() => resolve());
     });
   defer(t, close);
-  return { url: `http://127.0.0.1:${server.address().port}`, requests, close };
+  return { url: `http://127.0.0.1:${server.address().port}`, requests, batches, close };
 }
 
 export function problem(status, type, detail = "") {

@@ -420,10 +420,11 @@ export function bodyOfMessage(raw) {
 
 /**
  * A TCP proxy in front of the api that forwards every request and its
- * answer, except that for the first request of each path that contains
- * `/complete` it forwards the request, reads the api's answer, and closes
- * the client's connection without sending it. `dropped` and `answered`
- * list those requests and answers ({path, request, answer}).
+ * answer, except that for the first complete of each attempt (a path that
+ * contains `/complete`, or a batch of reports, keyed by the tokens it
+ * names) it forwards the request, reads the api's answer, and closes the
+ * client's connection without sending it. `dropped` and `answered` list
+ * those requests and answers ({path, key, request, answer}).
  */
 export async function startLosingProxy(t, upstreamPort) {
   const seen = new Set();
@@ -453,10 +454,16 @@ export async function startLosingProxy(t, upstreamPort) {
         upstream.write(request.raw);
         const answer = await fromApi.message({ response: true });
         if (!answer) return end();
-        if (request.path.includes("/complete")) {
-          const record = { path: request.path, request: request.raw, answer: answer.raw };
-          if (!seen.has(request.path)) {
-            seen.add(request.path);
+        const batch = request.path === "/v1/work/reports";
+        if (request.path.includes("/complete") || batch) {
+          const key = batch
+            ? JSON.parse(bodyOfMessage(request.raw).toString("utf8"))
+                .reports.map((r) => r.token)
+                .join(",")
+            : request.path;
+          const record = { path: request.path, key, request: request.raw, answer: answer.raw };
+          if (!seen.has(key)) {
+            seen.add(key);
             dropped.push(record);
             return end(); // the answer is lost
           }
