@@ -384,9 +384,21 @@ def read_batched(attempt: Attempt, what: str, answer: ReportAnswer) -> Failure |
     status = answer.status
     problem = None if 200 <= status < 300 else Problem.from_body(status, answer.body)
     if what == "complete" and problem is not None and status in REJECTED_RESULT:
-        return rejected_failure(problem)
+        rejected = rejected_failure(problem)
+        log.error("job %s attempt %d: %s", attempt.job_id, attempt.attempt, rejected.message)
+        return rejected
     read_report_answer(attempt, what, status, problem)
     return None
+
+
+def could_not_report(attempt: Attempt, what: str, error: Exception) -> None:
+    log.error(
+        "job %s attempt %d: could not report %s: %s; the lease lapses and the job runs again",
+        attempt.job_id,
+        attempt.attempt,
+        what,
+        error,
+    )
 
 
 def report_headers(attempt: Attempt) -> dict[str, str]:

@@ -73,6 +73,23 @@ class _Pending:
     settle: Callable[[ReportAnswer | BaseException], None]
 
 
+def _settler(
+    future: asyncio.Future[ReportAnswer] | concurrent.futures.Future[ReportAnswer],
+) -> Callable[[ReportAnswer | BaseException], None]:
+    """Settles ``future`` with a report's answer, or the error that kept
+    its batch from being answered."""
+
+    def settle(answer: ReportAnswer | BaseException) -> None:
+        if future.done():
+            return
+        if isinstance(answer, BaseException):
+            future.set_exception(answer)
+        else:
+            future.set_result(answer)
+
+    return settle
+
+
 def _take(pending: list[_Pending]) -> list[_Pending]:
     """The next batch: up to MOST_REPORTS, within MOST_BATCH_BYTES."""
     size = 0
@@ -118,16 +135,7 @@ class AsyncReporter:
 
     async def report(self, attempt: Attempt, item: bytes) -> ReportAnswer:
         future: asyncio.Future[ReportAnswer] = asyncio.get_running_loop().create_future()
-
-        def settle(answer: ReportAnswer | BaseException) -> None:
-            if future.done():
-                return
-            if isinstance(answer, BaseException):
-                future.set_exception(answer)
-            else:
-                future.set_result(answer)
-
-        self._pending.append(_Pending(attempt, item, settle))
+        self._pending.append(_Pending(attempt, item, _settler(future)))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.ensure_future(self._flush())
         return await future
@@ -165,17 +173,8 @@ class SyncReporter:
 
     def report(self, attempt: Attempt, item: bytes) -> ReportAnswer:
         future: concurrent.futures.Future[ReportAnswer] = concurrent.futures.Future()
-
-        def settle(answer: ReportAnswer | BaseException) -> None:
-            if future.done():
-                return
-            if isinstance(answer, BaseException):
-                future.set_exception(answer)
-            else:
-                future.set_result(answer)
-
         with self._lock:
-            self._pending.append(_Pending(attempt, item, settle))
+            self._pending.append(_Pending(attempt, item, _settler(future)))
             lead = not self._flushing
             self._flushing = True
         if lead:

@@ -28,6 +28,7 @@ from ._common import (
     Schedule,
     attempts_of,
     batch_item,
+    could_not_report,
     failure_of,
     heartbeat_body,
     lease_body,
@@ -521,14 +522,11 @@ class AsyncWorker:
             try:
                 answer = await reporter.report(attempt, item)
             except (ApiError, ConnectionFailed) as e:
-                _could_not_report(attempt, outcome.what, e)
+                could_not_report(attempt, outcome.what, e)
                 return
             if answer is not ALONE:
                 rejected = read_batched(attempt, outcome.what, answer)
                 if rejected is not None:
-                    log.error(
-                        "job %s attempt %d: %s", attempt.job_id, attempt.attempt, rejected.message
-                    )
                     await self._send(attempt, _Outcome("fail", failure=rejected))
                 return
         path = f"/v1/work/attempts/{quote(attempt.token, safe='')}"
@@ -570,17 +568,7 @@ class AsyncWorker:
                 response = await sender.send("POST", f"{path}/cancelled", headers=headers)
                 read_report(attempt, "cancelled", response)
         except (ApiError, ConnectionFailed) as e:
-            _could_not_report(attempt, outcome.what, e)
-
-
-def _could_not_report(attempt: Attempt, what: str, error: Exception) -> None:
-    log.error(
-        "job %s attempt %d: could not report %s: %s; the lease lapses and the job runs again",
-        attempt.job_id,
-        attempt.attempt,
-        what,
-        error,
-    )
+            could_not_report(attempt, outcome.what, e)
 
 
 async def _in_thread(fn: Callable[[Attempt], Any], attempt: Attempt) -> Any:
