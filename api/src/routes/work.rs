@@ -953,7 +953,7 @@ pub async fn reports(
         .iter()
         .filter_map(|target| target.as_ref().ok().map(|(job_id, _)| job_id.clone()))
         .collect();
-    let mut jobs: HashMap<String, ExternalJobState> = state
+    let jobs: HashMap<String, ExternalJobState> = state
         .store
         .external_jobs(&worker.tenant_id, &job_ids)
         .await?
@@ -968,7 +968,8 @@ pub async fn reports(
     for ((token, what, traceparent), target) in asked.iter().zip(parsed) {
         let target = match target {
             Ok((job_id, attempt)) => {
-                let job = jobs.remove(&job_id);
+                // Two reports may name two attempts of one job.
+                let job = jobs.get(&job_id).cloned();
                 checked_target(&state, &worker, token, what, job, &mut takes_json)
                     .await
                     .map(|job| (job_id, attempt, job))
@@ -987,21 +988,23 @@ pub async fn reports(
         }
         targets.push(target);
     }
-    let written: HashSet<String> = state
+    let written: HashSet<(String, i64)> = state
         .store
         .finish_succeeded(&writes)
         .await?
         .into_iter()
         .zip(&writes)
         .filter(|(applied, _)| *applied)
-        .map(|(_, write)| write.job_id.clone())
+        .map(|(_, write)| (write.job_id.clone(), write.attempt))
         .collect();
     let mut answers = Vec::with_capacity(asked.len());
     for ((token, what, _), target) in asked.into_iter().zip(targets) {
         let answer = match target {
             Err(error) => Err(error),
             Ok((job_id, attempt, job)) => match what {
-                Asked::Complete(_) if written.contains(&job_id) => Ok(succeeded(&job_id)),
+                Asked::Complete(_) if written.contains(&(job_id.clone(), attempt)) => {
+                    Ok(succeeded(&job_id))
+                }
                 Asked::Complete(result) => {
                     document_not_written(&state, &worker.tenant_id, &job_id, attempt, &result).await
                 }

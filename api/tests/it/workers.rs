@@ -579,6 +579,37 @@ async fn reports_are_each_applied_and_answered_as_their_own_calls_would_be(backe
     let workers = api.get("/v1/workers").await.json();
     assert_eq!(workers["workers"][0]["failed"], 2, "{workers}");
 
+    // Two reports on two attempts of one job: the later attempt's
+    // applies, the earlier one's is refused as superseded.
+    let second = lease_one(&worker).await;
+    assert_eq!(
+        (&second["job_id"], &second["attempt"]),
+        (&retried["job_id"], &json!(2))
+    );
+    let both = worker
+        .post(
+            "/v1/work/reports",
+            &json!({"reports": [
+                {"outcome": "complete", "token": token_of(retried), "result": {"late": true}},
+                {"outcome": "complete", "token": token(&second), "result": {"rows": 2}},
+            ]}),
+        )
+        .await;
+    let answers = both.json()["reports"].as_array().cloned().unwrap();
+    assert_eq!(
+        (answers[0]["status"].as_i64(), answers[1]["status"].as_i64()),
+        (Some(409), Some(200)),
+        "{answers:?}"
+    );
+    assert_eq!(answers[0]["body"]["type"], "/problems/attempt-superseded");
+    let stored = api
+        .get(&format!(
+            "/v1/jobs/{}/result",
+            retried["job_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(stored.json(), json!({"rows": 2}));
+
     // Another tenant's worker, and a key of other kinds, get their own
     // call's refusal, for each report.
     let theirs = worker_key(&env, &api, "tenant-b", None).await;
