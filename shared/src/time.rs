@@ -65,14 +65,15 @@ pub fn wall_clock_ms() -> i64 {
 }
 
 /// Sets [`now_ms`] from a reading of the database's clock: `database_ms`,
-/// read by a round trip sent at `sent` and answered at `answered` (the
-/// reading is taken as the round trip's midpoint, so it is off by at most
-/// half the round trip). Answers how far the clock moved, in ms, against
-/// where this process's monotonic clock had taken it since the last
-/// reading (0 for the first).
+/// read by a round trip sent at `sent` and answered at `answered`. The
+/// reading is taken as of the round trip's end, the latest moment the
+/// database can have read its clock, so that [`now_ms`] is never ahead of
+/// the database's clock (a job is never started early by it), and behind
+/// it by at most the round trip. Answers how far the clock moved, in ms,
+/// against where this process's monotonic clock had taken it since the
+/// last reading (0 for the first).
 pub fn set_from_database(database_ms: i64, sent: Instant, answered: Instant) -> i64 {
-    let midpoint = sent + answered.saturating_duration_since(sent) / 2;
-    let offset = database_ms - ms_since_anchor(midpoint);
+    let offset = database_ms - ms_since_anchor(answered.max(sent));
     match DATABASE_OFFSET_MS.swap(offset, Ordering::Relaxed) {
         UNSET => 0,
         before => offset - before,
@@ -129,8 +130,13 @@ mod tests {
         assert!(is_set());
         let now = now_ms();
         assert!(
-            (database_ms + 10..database_ms + 1_000).contains(&now),
-            "the reading is the round trip's midpoint, counted on from there: {} ms",
+            (database_ms..database_ms + 1_000).contains(&now),
+            "the reading is counted on from the round trip's end: {} ms",
+            now - database_ms
+        );
+        assert!(
+            now < database_ms + 10,
+            "the reading is taken as of the round trip's end, not before: {} ms",
             now - database_ms
         );
         std::thread::sleep(Duration::from_millis(30));

@@ -47,7 +47,7 @@ pub(crate) async fn notify_finished(
 /// of the moment it is read, not of its transaction's start.
 pub(crate) async fn database_time_ms(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<i64> {
     sqlx::query_scalar(sql!(
-        "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+        "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     ))
     .fetch_one(db)
     .await
