@@ -161,47 +161,48 @@ class AsyncReporter:
 
 
 class SyncReporter:
-    """The sync worker's batches: the thread that finds no call on its way
-    sends the batches while reports keep coming; the others wait for their
-    answers."""
+    """The sync worker's batches: a thread whose report waits, and finds no
+    call on its way, sends the next batch itself; it stops leading once its
+    own report is answered, and another waiting thread takes over."""
 
     def __init__(self, sender: SyncSender) -> None:
         self._sender = sender
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self._pending: list[_Pending] = []
         self._flushing = False
 
     def report(self, attempt: Attempt, item: bytes) -> ReportAnswer:
         future: concurrent.futures.Future[ReportAnswer] = concurrent.futures.Future()
-        with self._lock:
+        with self._changed:
             self._pending.append(_Pending(attempt, item, _settler(future)))
-            lead = not self._flushing
-            self._flushing = True
-        if lead:
-            self._flush()
+            while not future.done():
+                if self._flushing or not self._pending:
+                    self._changed.wait()
+                    continue
+                self._flushing = True
+                batch = _take(self._pending)
+                self._changed.release()
+                try:
+                    self._send(batch)
+                finally:
+                    self._changed.acquire()
+                    self._flushing = False
+                    self._changed.notify_all()
         return future.result()
 
-    def _flush(self) -> None:
-        while True:
-            with self._lock:
-                batch = _take(self._pending)
-                if not batch:
-                    self._flushing = False
-                    return
-            try:
-                response = self._sender.send("POST", "/v1/work/reports", body=_body(batch))
-                status = response.status_code
-                answer = response.json() if status == 200 else None
-            except (ApiError, ConnectionFailed) as e:
-                for entry in batch:
-                    entry.settle(e)
-                continue
-            except BaseException as e:  # noqa: BLE001 - every waiting report hears of it
-                for entry in batch:
-                    entry.settle(ALONE if isinstance(e, ValueError) else e)
-                if not isinstance(e, ValueError):
-                    with self._lock:
-                        self._flushing = False
-                    raise
-                continue
-            _settle(batch, status, answer)
+    def _send(self, batch: list[_Pending]) -> None:
+        try:
+            response = self._sender.send("POST", "/v1/work/reports", body=_body(batch))
+            status = response.status_code
+            answer = response.json() if status == 200 else None
+        except (ApiError, ConnectionFailed) as e:
+            for entry in batch:
+                entry.settle(e)
+            return
+        except BaseException as e:  # noqa: BLE001 - every waiting report hears of it
+            for entry in batch:
+                entry.settle(ALONE if isinstance(e, ValueError) else e)
+            if not isinstance(e, ValueError):
+                raise
+            return
+        _settle(batch, status, answer)
