@@ -247,11 +247,18 @@ async fn job_of(
     job_id: &str,
     token: &str,
 ) -> ApiResult<ExternalJobState> {
-    let job = state
-        .store
-        .external_job(&worker.tenant_id, job_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("there is no attempt {token:?}")))?;
+    let job = state.store.external_job(&worker.tenant_id, job_id).await?;
+    reportable(worker, job, token)
+}
+
+/// The job of a report's token, as read: refused when the tenant has no
+/// such job (404) or the key may not work on its kind (403).
+fn reportable(
+    worker: &WorkerKey,
+    job: Option<ExternalJobState>,
+    token: &str,
+) -> ApiResult<ExternalJobState> {
+    let job = job.ok_or_else(|| ApiError::NotFound(format!("there is no attempt {token:?}")))?;
     if !worker.may_work_on(&job.kind) {
         return Err(ApiError::Forbidden(format!(
             "this key may not work on kind {:?}",
@@ -1033,13 +1040,7 @@ async fn checked_target(
     job: Option<ExternalJobState>,
     takes_json: &mut HashMap<String, bool>,
 ) -> ApiResult<ExternalJobState> {
-    let job = job.ok_or_else(|| ApiError::NotFound(format!("there is no attempt {token:?}")))?;
-    if !worker.may_work_on(&job.kind) {
-        return Err(ApiError::Forbidden(format!(
-            "this key may not work on kind {:?}",
-            job.kind
-        )));
-    }
+    let job = reportable(worker, job, token)?;
     if let Asked::Complete(_) = what {
         let takes = match takes_json.get(&job.kind) {
             Some(takes) => *takes,

@@ -8,21 +8,7 @@ use serde_json::{Value, json};
 
 use store::KeyScope;
 
-use crate::common::{Api, Backend, Reply, TestEnv, key_known_to, send_with_key};
-
-/// The api with keys of the store only, and a key of full rights for
-/// tenant-a: `(the api's process, the api with the key, the key's id)`.
-async fn service(env: &TestEnv) -> (Api, Api, String) {
-    let api = env
-        .start_api(&[
-            ("EMBEDDED_WORKER", "true"),
-            ("API_KEYS", ""),
-            ("WEBHOOK_ALLOW_PRIVATE", "true"),
-        ])
-        .await;
-    let (keyed, key_id) = key_known_to(env, &api, "tenant-a", &KeyScope::full()).await;
-    (api, keyed, key_id)
-}
+use crate::common::{Api, Backend, Reply, TestEnv, key_known_to, send_with_key, with_store_keys};
 
 /// Sends a change with an Idempotency-Key of its own, asserting success.
 async fn change(api: &Api, method: Method, path: &str, body: Option<Value>, key: &str) -> Reply {
@@ -72,7 +58,7 @@ async fn assert_recorded(
 
 async fn every_change_leaves_one_entry_naming_its_key_and_request(backend: Backend) {
     let env = TestEnv::new(backend).await;
-    let (_process, api, key_id) = service(&env).await;
+    let (_process, api, key_id) = with_store_keys(&env).await;
 
     // Keys: made (once, though the request is sent twice) and revoked.
     let made = change(

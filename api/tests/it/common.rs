@@ -27,6 +27,21 @@ impl StoreOf for TestEnv {
     }
 }
 
+/// The embedded api with keys of the store only (no `API_KEYS`), and a
+/// key of full rights for tenant-a: `(the api's process, the api with the
+/// key, the key's id)`.
+pub async fn with_store_keys(env: &TestEnv) -> (Api, Api, String) {
+    let api = env
+        .start_api(&[
+            ("EMBEDDED_WORKER", "true"),
+            ("API_KEYS", ""),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+        ])
+        .await;
+    let (keyed, key_id) = key_known_to(env, &api, "tenant-a", &store::KeyScope::full()).await;
+    (api, keyed, key_id)
+}
+
 /// A key of `tenant` with `scope`, made in the store as `api keys create`
 /// makes one, once the running api knows it: the api with that key, and
 /// the key's id.

@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use store::{KeyScope, Scope};
 
-use crate::common::{Api, Backend, Reply, TestEnv, key_known_to, send_with_key};
+use crate::common::{Api, Backend, Reply, TestEnv, key_known_to, send_with_key, with_store_keys};
 
 /// A row of the table: method, path (a template, or a concrete path for
 /// a rule beyond its template), and the scope (`None`: any key).
@@ -193,14 +193,7 @@ fn assert_needs(reply: &Reply, scope: &str) {
 #[tokio::test]
 async fn closing_a_month_needs_close_however_the_period_close_is_made() {
     let env = TestEnv::new(Backend::Sqlite).await;
-    let api = env
-        .start_api(&[
-            ("EMBEDDED_WORKER", "true"),
-            ("API_KEYS", ""),
-            ("WEBHOOK_ALLOW_PRIVATE", "true"),
-        ])
-        .await;
-    let (full, _) = key_known_to(&env, &api, "tenant-a", &KeyScope::full()).await;
+    let (api, full, _) = with_store_keys(&env).await;
     let submitter = KeyScope::of(&[Scope::Read, Scope::Submit], None);
     let (submitter, _) = key_known_to(&env, &api, "tenant-a", &submitter).await;
     let manager = KeyScope::of(&[Scope::Read, Scope::Manage], None);
