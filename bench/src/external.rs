@@ -87,8 +87,11 @@ pub(crate) async fn external(service: &Service, args: &crate::Args) -> Result<Va
     let pickups = pickup_latencies(&service.client, &noop(), args.pickup_jobs).await?;
     let mut target: Target<'_> = service.target();
     target.watched.processes.push(("sdk", worker.pid()));
+    let calls_before = worker_calls(service).await;
     let through_sdk = end_to_end_of(&target, args.jobs, clients, &noop()).await?;
+    let calls = worker_calls(service).await;
     drop(worker);
+    let per_job = |at: usize| (calls[at] - calls_before[at]) as f64 / args.jobs as f64;
     Ok(json!({
         "jobs": args.jobs,
         "slots": args.concurrency,
@@ -97,10 +100,28 @@ pub(crate) async fn external(service: &Service, args: &crate::Args) -> Result<Va
         "sdk_jobs_per_s": through_sdk.jobs_per_s,
         "sdk_cpu_ms_per_job": through_sdk.cpu_ms_per_job,
         "share": through_sdk.jobs_per_s / built_in.jobs_per_s,
+        "lease_calls_per_job": per_job(0),
+        "report_calls_per_job": per_job(1),
         "pickup_jobs": pickups.len(),
         "pickup_p50_ms": percentile(&pickups, 0.5),
         "pickup_p99_ms": percentile(&pickups, 0.99),
     }))
+}
+
+/// The worker routes' calls the api has answered so far: leases, then
+/// reports (the batches and the single-attempt calls together).
+async fn worker_calls(service: &Service) -> [u64; 2] {
+    let api = &service.api;
+    [
+        api.calls_to(&["/v1/work/lease"]).await,
+        api.calls_to(&[
+            "/v1/work/reports",
+            "/v1/work/attempts/{token}/complete",
+            "/v1/work/attempts/{token}/fail",
+            "/v1/work/attempts/{token}/cancelled",
+        ])
+        .await,
+    ]
 }
 
 /// Waits until the SDK's worker has leased once (it waits in its long poll).
@@ -122,12 +143,15 @@ async fn wait_connected(client: &Client) -> Result<()> {
 /// The scenario's lines of the table.
 pub(crate) fn summary(result: &Value) -> String {
     format!(
-        "{:>8.0} jobs/s through the Python SDK = {:.0}% of the built-in kind's {:.0}; pickup p50 {:.1} p99 {:.1} ms\n{:>25}CPU ms per job, SDK: {}\n{:>25}CPU ms per job, built in: {}",
+        "{:>8.0} jobs/s through the Python SDK = {:.0}% of the built-in kind's {:.0}; pickup p50 {:.1} p99 {:.1} ms\n{:>25}calls per job: {:.2} leases, {:.2} reports\n{:>25}CPU ms per job, SDK: {}\n{:>25}CPU ms per job, built in: {}",
         result["sdk_jobs_per_s"].as_f64().unwrap_or_default(),
         100.0 * result["share"].as_f64().unwrap_or_default(),
         result["built_in_jobs_per_s"].as_f64().unwrap_or_default(),
         result["pickup_p50_ms"].as_f64().unwrap_or_default(),
         result["pickup_p99_ms"].as_f64().unwrap_or_default(),
+        "",
+        result["lease_calls_per_job"].as_f64().unwrap_or_default(),
+        result["report_calls_per_job"].as_f64().unwrap_or_default(),
         "",
         cpu_summary(&result["sdk_cpu_ms_per_job"]),
         "",

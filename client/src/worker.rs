@@ -39,7 +39,7 @@ use std::{
 
 use serde_json::Value;
 use tokio::{
-    sync::{Semaphore, mpsc, oneshot},
+    sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot},
     task::JoinSet,
 };
 
@@ -216,7 +216,11 @@ impl Worker {
         }
     }
 
-    /// Attempts run at once, at most.
+    /// Handlers run at once, at most. A slot is free again once its
+    /// handler returns, while its report is still on its way; the worker
+    /// holds at most twice this many attempts (running, or waiting for
+    /// their reports to be taken), so reports that cannot be sent stop its
+    /// leasing.
     pub fn concurrency(mut self, slots: usize) -> Self {
         self.concurrency = slots.max(1);
         self
@@ -257,7 +261,13 @@ impl Worker {
             return Err(Error::Invalid("a worker needs at least one kind".into()));
         }
         let this = Arc::new(self);
+        // A slot is free once its handler has returned, while its report
+        // is still on its way (so a busy worker leases its next attempts
+        // while its last ones are reported); the attempts held in all stay
+        // within twice the slots, so reports that cannot be sent stop the
+        // leasing.
         let slots = Arc::new(Semaphore::new(this.concurrency));
+        let held = Arc::new(Semaphore::new(2 * this.concurrency));
         let mut running = JoinSet::new();
         let mut kinds: Vec<String> = this.handlers.keys().cloned().collect();
         kinds.sort();
@@ -265,13 +275,17 @@ impl Worker {
         tokio::pin!(stop);
         loop {
             let first = tokio::select! {
-                permit = slots.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
+                permits = async {
+                    let hold = held.clone().acquire_owned().await?;
+                    let slot = slots.clone().acquire_owned().await?;
+                    Ok::<_, tokio::sync::AcquireError>((slot, hold))
+                } => match permits {
+                    Ok(permits) => permits,
                     Err(_) => break,
                 },
                 _ = &mut stop => break,
             };
-            let free = 1 + slots.available_permits();
+            let free = 1 + slots.available_permits().min(held.available_permits());
             let lease = LeaseRequest {
                 worker: this.name.clone(),
                 kinds: kinds.clone(),
@@ -295,19 +309,22 @@ impl Worker {
             };
             let mut first = Some(first);
             for leased in attempts {
-                let permit = match first.take() {
-                    Some(permit) => permit,
-                    None => match slots.clone().try_acquire_owned() {
-                        Ok(permit) => permit,
+                let (slot, hold) = match first.take() {
+                    Some(permits) => permits,
+                    None => match (
+                        slots.clone().try_acquire_owned(),
+                        held.clone().try_acquire_owned(),
+                    ) {
+                        (Ok(slot), Ok(hold)) => (slot, hold),
                         // The service never leases more than asked.
-                        Err(_) => break,
+                        _ => break,
                     },
                 };
                 let this = this.clone();
                 let reporter = Some(reporter.clone());
                 running.spawn(async move {
-                    this.run_attempt(leased, reporter).await;
-                    drop(permit);
+                    this.run_attempt(leased, reporter, slot).await;
+                    drop(hold);
                 });
             }
             while running.try_join_next().is_some() {}
@@ -324,8 +341,14 @@ impl Worker {
     }
 
     /// Runs one attempt to its report (sent with others by `reporter`
-    /// when it can go in a batch).
-    async fn run_attempt(&self, leased: LeasedAttempt, reporter: Option<Reporter>) {
+    /// when it can go in a batch); its `slot` is let go once the handler
+    /// has returned.
+    async fn run_attempt(
+        &self,
+        leased: LeasedAttempt,
+        reporter: Option<Reporter>,
+        slot: OwnedSemaphorePermit,
+    ) {
         let Some(handler) = self.handlers.get(&leased.kind).cloned() else {
             return;
         };
@@ -345,6 +368,7 @@ impl Worker {
             outcome = work => Ok(outcome),
             stop = self.watch(&leased, &attempt) => Err(stop),
         };
+        drop(slot);
         let timeout = || WorkError::retryable("timeout", "the attempt ran past its deadline");
         let batched = match &outcome {
             Ok(Ok(Output::Json(result)))

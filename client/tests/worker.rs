@@ -37,6 +37,13 @@ fn declaration(media_types: &[&str]) -> KindDeclaration {
 /// The service, a client of full rights, and a worker's client once the
 /// service knows its key.
 async fn service() -> (TestEnv, Api, Client, Client) {
+    let (env, api, client, key) = service_with_key().await;
+    let work = Client::new(&api.base, &key).expect("a worker's client");
+    (env, api, client, work)
+}
+
+/// [`service`], with the work key itself rather than its client.
+async fn service_with_key() -> (TestEnv, Api, Client, String) {
     let env = TestEnv::new(Backend::Sqlite).await;
     let api = env.start_embedded().await;
     let client = Client::new(&api.base, KEY_A).expect("a client");
@@ -60,26 +67,25 @@ async fn service() -> (TestEnv, Api, Client, Client) {
         },
     )
     .await;
-    (env, api, client, work)
+    (env, api, client, key)
 }
 
-/// The calls the api answered on `route` (its pattern), from its metrics.
-async fn calls_to(api: &Api, route: &str) -> u64 {
-    let metrics = api
-        .client
-        .get(format!("{}/metrics", api.base))
-        .send()
+type Running = tokio::task::JoinHandle<receipt_client::Result<()>>;
+
+/// Runs `worker` until told to stop through the sender.
+fn start_worker(worker: Worker) -> (oneshot::Sender<()>, Running) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    (stop, tokio::spawn(worker.run(stopped)))
+}
+
+/// Tells a running worker to stop, and waits for its run to end well.
+async fn stop_worker(stop: oneshot::Sender<()>, running: Running) {
+    stop.send(()).expect("the worker runs");
+    tokio::time::timeout(Duration::from_secs(40), running)
         .await
-        .expect("the metrics")
-        .text()
-        .await
-        .expect("their text");
-    let label = format!("route=\"{route}\"");
-    metrics
-        .lines()
-        .filter(|line| line.starts_with("receipt_http_requests_total{") && line.contains(&label))
-        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum()
+        .expect("the worker stopped")
+        .expect("joined")
+        .expect("ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,8 +109,7 @@ async fn a_worker_runs_attempts_to_their_reports() {
                 body: b"a,b\n1,2\n".to_vec(),
             })
         });
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(stopped));
+    let (stop, running) = start_worker(worker);
 
     let submit = |kind: &'static str, n: i64| {
         let client = client.clone();
@@ -157,17 +162,12 @@ async fn a_worker_runs_attempts_to_their_reports() {
     assert_eq!(workers[0].failed, 2, "{workers:?}");
     // The JSON results and the failures went in batches of reports; the
     // CSV result, through its own complete.
-    let calls = |route: &'static str| calls_to(&api, route);
-    assert!(calls("/v1/work/reports").await >= 1);
-    assert_eq!(calls("/v1/work/attempts/{token}/complete").await, 1);
-    assert_eq!(calls("/v1/work/attempts/{token}/fail").await, 0);
+    assert!(api.calls_to(&["/v1/work/reports"]).await >= 1);
+    let complete = api.calls_to(&["/v1/work/attempts/{token}/complete"]).await;
+    assert_eq!(complete, 1);
+    assert_eq!(api.calls_to(&["/v1/work/attempts/{token}/fail"]).await, 0);
 
-    stop.send(()).expect("the worker runs");
-    tokio::time::timeout(Duration::from_secs(40), running)
-        .await
-        .expect("the worker stopped")
-        .expect("joined")
-        .expect("ran");
+    stop_worker(stop, running).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,8 +184,7 @@ async fn a_cancel_stops_the_handler_and_the_job_ends_cancelled() {
                 Ok::<Output, WorkError>(json!({}).into())
             }
         });
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(stopped));
+    let (stop, running) = start_worker(worker);
 
     let job = client
         .submit(receipt_client::Submit::json("numbers", json!({"n": 0})))
@@ -203,10 +202,126 @@ async fn a_cancel_stops_the_handler_and_the_job_ends_cancelled() {
         .expect("the job");
     assert_eq!(ended.status, JobStatus::Cancelled);
 
-    stop.send(()).expect("the worker runs");
-    tokio::time::timeout(Duration::from_secs(40), running)
-        .await
-        .expect("the worker stopped")
-        .expect("joined")
-        .expect("ran");
+    stop_worker(stop, running).await;
+}
+
+/// A proxy between a worker and the api that answers every batch of
+/// reports 503 (`Retry-After: 0`) while `refusing`, and forwards the rest.
+#[derive(Default)]
+struct ReportsGate {
+    upstream: String,
+    refusing: std::sync::atomic::AtomicBool,
+    /// Batches refused since `ran_second`.
+    refused_after: std::sync::atomic::AtomicUsize,
+    ran_second: std::sync::atomic::AtomicBool,
+    leases: std::sync::atomic::AtomicUsize,
+}
+
+async fn through_gate(
+    gate: actix_web::web::Data<ReportsGate>,
+    request: actix_web::HttpRequest,
+    body: actix_web::web::Bytes,
+) -> actix_web::HttpResponse {
+    use std::sync::atomic::Ordering::SeqCst;
+    let path = request.uri().path();
+    if path == "/v1/work/lease" {
+        gate.leases.fetch_add(1, SeqCst);
+    }
+    if path == "/v1/work/reports" && gate.refusing.load(SeqCst) {
+        if gate.ran_second.load(SeqCst) {
+            gate.refused_after.fetch_add(1, SeqCst);
+        }
+        return actix_web::HttpResponse::ServiceUnavailable()
+            .insert_header(("retry-after", "0"))
+            .content_type("application/problem+json")
+            .body(
+                r#"{"type":"/problems/service-unavailable","title":"Unavailable","status":503}"#,
+            );
+    }
+    let url = format!("{}{}", gate.upstream, request.uri());
+    let method =
+        reqwest::Method::from_bytes(request.method().as_str().as_bytes()).expect("a method");
+    let mut forwarded = reqwest::Client::new().request(method, url).body(body);
+    for (name, value) in request.headers() {
+        if name != "host" {
+            forwarded = forwarded.header(name.as_str(), value.as_bytes());
+        }
+    }
+    let answer = forwarded.send().await.expect("the api answers");
+    let mut response = actix_web::HttpResponse::build(
+        actix_web::http::StatusCode::from_u16(answer.status().as_u16()).expect("a status"),
+    );
+    for (name, value) in answer.headers() {
+        if name != "content-length" && name != "transfer-encoding" {
+            response.insert_header((name.as_str(), value.as_bytes()));
+        }
+    }
+    response.body(answer.bytes().await.expect("the answer's body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_is_free_while_its_report_is_on_its_way_up_to_twice_the_slots_held() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (_env, api, client, key) = service_with_key().await;
+    let gate = actix_web::web::Data::new(ReportsGate {
+        upstream: api.base.clone(),
+        refusing: true.into(),
+        ..ReportsGate::default()
+    });
+    let (addr, _server) = testkit::serve_on_loopback(gate.clone(), through_gate);
+    let quick = receipt_client::RetryPolicy {
+        first_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+        ..receipt_client::RetryPolicy::default()
+    };
+    let work = Client::builder(&format!("http://{addr}"), &key)
+        .retry(quick)
+        .build()
+        .expect("a worker's client");
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let worker = Worker::new(work, "rust-3").concurrency(1).kind("numbers", {
+        let (ran, gate) = (ran.clone(), gate.clone());
+        move |attempt| {
+            let n = attempt.params["n"].as_i64().unwrap_or(0);
+            ran.lock().unwrap().push(n);
+            if n == 2 {
+                gate.ran_second.store(true, SeqCst);
+            }
+            async move { Ok::<_, WorkError>(Output::from(json!({"n": n}))) }
+        }
+    });
+    let mut jobs = Vec::new();
+    for n in 1..=3 {
+        let submit = receipt_client::Submit::json("numbers", json!({"n": n}));
+        jobs.push(client.submit(submit).await.expect("a submit").job_id);
+    }
+    let (stop, running) = start_worker(worker);
+
+    // One slot: the second attempt runs while the first is reported.
+    testkit::wait::until_true(
+        "the second attempt run",
+        Duration::from_secs(20),
+        async || ran.lock().unwrap().contains(&2),
+    )
+    .await;
+    // Two held (one reporting, one waiting to): no third lease, however
+    // often the first report is tried meanwhile.
+    testkit::wait::until_true(
+        "the first report refused twice more",
+        Duration::from_secs(20),
+        async || gate.refused_after.load(SeqCst) >= 2,
+    )
+    .await;
+    assert_eq!(*ran.lock().unwrap(), [1, 2]);
+    assert_eq!(gate.leases.load(SeqCst), 2);
+    gate.refusing.store(false, SeqCst);
+    for job in &jobs {
+        let done = client
+            .wait(job, Duration::from_secs(30))
+            .await
+            .expect("the job");
+        assert_eq!(done.status, JobStatus::Succeeded);
+    }
+    assert_eq!(*ran.lock().unwrap(), [1, 2, 3]);
+    stop_worker(stop, running).await;
 }

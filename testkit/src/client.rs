@@ -126,6 +126,24 @@ impl Api {
         Self::try_read(request).await.expect("request")
     }
 
+    /// The calls the api has answered on any of `routes` (their patterns,
+    /// as `/v1/work/attempts/{token}/complete`), from its metrics.
+    pub async fn calls_to(&self, routes: &[&str]) -> u64 {
+        let reply = Self::read(self.client.get(self.url("/metrics"))).await;
+        assert!(reply.status.is_success(), "metrics: {}", reply.text);
+        reply
+            .text
+            .lines()
+            .filter(|line| line.starts_with("receipt_http_requests_total{"))
+            .filter(|line| {
+                routes
+                    .iter()
+                    .any(|route| line.contains(&format!("route=\"{route}\"")))
+            })
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    }
+
     /// Sends a request with the key; `body` as JSON when given.
     pub async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Reply {
         let mut request = self.request(method, path);

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,24 @@ def async_worker(fake: FakeReceipt, **kwargs: Any) -> AsyncWorker:
     )
 
 
+def flavoured(
+    flavour: str,
+    fake: FakeReceipt,
+    handler: Callable[[Attempt], Any],
+    async_handler: Callable[[Attempt], Awaitable[Any]],
+    **kwargs: Any,
+) -> Worker | AsyncWorker:
+    """A worker of kind ``export``: the sync one running ``handler``, or
+    the asyncio one running ``async_handler``."""
+    if flavour == "sync":
+        worker = sync_worker(fake, **kwargs)
+        worker.add_kind("export", handler)
+        return worker
+    aworker = async_worker(fake, **kwargs)
+    aworker.add_kind("export", async_handler)
+    return aworker
+
+
 def handler(attempt: Attempt) -> Any:
     how = attempt.params.get("how")
     if how == "retryable":
@@ -80,6 +98,14 @@ async def async_handler(attempt: Attempt) -> Any:
     return handler(attempt)
 
 
+def async_handler_of(fn: Callable[[Attempt], Any]) -> Callable[[Attempt], Awaitable[Any]]:
+    async def run(attempt: Attempt) -> Any:
+        await asyncio.sleep(0)
+        return fn(attempt)
+
+    return run
+
+
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_each_end_of_a_handler_is_reported(flavour: str) -> None:
     fake = FakeReceipt()
@@ -87,13 +113,7 @@ def test_each_end_of_a_handler_is_reported(flavour: str) -> None:
         how: fake.add({"how": how}, job=f"job_{how}")
         for how in ["ok", "retryable", "permanent", "boom", "csv", "stream", "bytes"]
     }
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake, concurrency=8)
-        worker.add_kind("export", handler)
-    else:
-        worker = async_worker(fake, concurrency=8)
-        worker.add_kind("export", async_handler)
+    worker = flavoured(flavour, fake, handler, async_handler, concurrency=8)
     runner = InThread(worker).start()
     try:
         wait_until("every report", lambda: len(fake.reports()) == len(tokens))
@@ -146,13 +166,7 @@ def test_heartbeats_come_three_times_a_lease_with_progress(flavour: str) -> None
             await asyncio.sleep(0.01)
         return {"ok": True}
 
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake)
-        worker.add_kind("export", slow)
-    else:
-        worker = async_worker(fake)
-        worker.add_kind("export", aslow)
+    worker = flavoured(flavour, fake, slow, aslow)
     runner = InThread(worker).start()
     try:
         started = time.monotonic()
@@ -223,13 +237,7 @@ def test_a_heartbeats_409_stops_the_handler_and_reports_nothing(flavour: str) ->
             stopped.set()
         return {"finished": True}
 
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake)
-        worker.add_kind("export", loop)
-    else:
-        worker = async_worker(fake)
-        worker.add_kind("export", aloop)
+    worker = flavoured(flavour, fake, loop, aloop)
     runner = InThread(worker).start()
     try:
         wait_until("the handler to stop", stopped.is_set)
@@ -265,13 +273,7 @@ def test_a_handler_past_its_deadline_is_stopped_and_reported_as_a_timeout(flavou
             raise
         return {"finished": True}
 
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake)
-        worker.add_kind("export", loop)
-    else:
-        worker = async_worker(fake)
-        worker.add_kind("export", aloop)
+    worker = flavoured(flavour, fake, loop, aloop)
     runner = InThread(worker).start()
     try:
         wait_until("the timeout's report", lambda: fake.reports(token), timeout=5)
@@ -303,13 +305,7 @@ def test_a_409_on_a_report_is_dropped_and_a_503_tried_again_with_the_same_body(
         return None
 
     fake.hooks["complete"] = complete
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake)
-        worker.add_kind("export", lambda a: {"n": a.params["n"]})
-    else:
-        worker = async_worker(fake)
-        worker.add_kind("export", async_handler)
+    worker = flavoured(flavour, fake, lambda a: {"n": a.params["n"]}, async_handler)
     runner = InThread(worker).start()
     try:
         wait_until("both reports", lambda: answered.get(flaky, 0) == 2 and fenced in answered)
@@ -356,13 +352,7 @@ def test_reports_go_together_each_answered_alone_and_a_503_sends_the_batch_again
         await asyncio.get_running_loop().run_in_executor(None, release.wait, 5)
         return handler(attempt)
 
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake)
-        worker.add_kind("export", handler)
-    else:
-        worker = async_worker(fake)
-        worker.add_kind("export", async_handler_)
+    worker = flavoured(flavour, fake, handler, async_handler_)
     runner = InThread(worker).start()
     try:
         wait_until("three running", lambda: not fake.pending)
@@ -381,6 +371,49 @@ def test_reports_go_together_each_answered_alone_and_a_503_sends_the_batch_again
     assert len(with_fenced) == 1 or with_fenced == bodies
     assert [c.json() for c in fake.reports(done)][-1] == {"n": 2}
     assert fake.reports(failed)[-1].json()["error_type"] == "bad_month"
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_slot_is_free_while_its_report_is_on_its_way_up_to_twice_the_slots_held(
+    flavour: str,
+) -> None:
+    fake = FakeReceipt()
+    first = fake.add({"n": 1}, job="job_a")
+    fake.add({"n": 2}, job="job_b")
+    fake.add({"n": 3}, job="job_c")
+    release = threading.Event()
+    ran: list[int] = []
+    refused_after_b: list[int] = []
+
+    def complete(call: Call) -> httpx.Response | None:
+        # The first attempt's report meets an outage until released.
+        if call.token == first and not release.is_set():
+            if 2 in ran:
+                refused_after_b.append(1)
+            return problem(503, "/problems/service-unavailable", **{"retry-after": "0"})
+        return None
+
+    fake.hooks["complete"] = complete
+
+    def handler(attempt: Attempt) -> Any:
+        ran.append(attempt.params["n"])
+        return {"n": attempt.params["n"]}
+
+    worker = flavoured(flavour, fake, handler, async_handler_of(handler), concurrency=1)
+    runner = InThread(worker).start()
+    try:
+        # One slot: the second attempt runs while the first is reported.
+        wait_until("the second attempt run", lambda: 2 in ran)
+        # Two held (one reporting, one waiting to): no third lease, however
+        # often the first report is tried meanwhile.
+        wait_until("the first report refused twice more", lambda: len(refused_after_b) >= 2)
+        assert ran == [1, 2]
+        assert len([c for c in fake.calls if c.action == "lease"]) == 2
+        release.set()
+        wait_until("every report", lambda: len({c.token for c in fake.reports()}) == 3)
+    finally:
+        runner.stop()
+    assert ran == [1, 2, 3]
 
 
 def test_a_result_receipt_refuses_becomes_a_permanent_failure() -> None:
@@ -418,13 +451,7 @@ def test_a_stop_waits_for_running_handlers_and_reports_them(flavour: str) -> Non
         await asyncio.sleep(0.4)
         return {"shutting_down": attempt.shutting_down}
 
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake, shutdown_grace=5)
-        worker.add_kind("export", slow)
-    else:
-        worker = async_worker(fake, shutdown_grace=5)
-        worker.add_kind("export", aslow)
+    worker = flavoured(flavour, fake, slow, aslow, shutdown_grace=5)
     runner = InThread(worker).start()
     wait_until("the handler to start", started.is_set)
     runner.stop()  # returns once the handler's outcome is reported
@@ -453,13 +480,7 @@ def test_a_handler_still_running_after_the_grace_is_not_reported(flavour: str) -
             reasons.append(attempt.stop_reason)
         return {"finished": True}
 
-    worker: Worker | AsyncWorker
-    if flavour == "sync":
-        worker = sync_worker(fake, shutdown_grace=0.5)
-        worker.add_kind("export", stuck)
-    else:
-        worker = async_worker(fake, shutdown_grace=0.5)
-        worker.add_kind("export", astuck)
+    worker = flavoured(flavour, fake, stuck, astuck, shutdown_grace=0.5)
     runner = InThread(worker).start()
     wait_until("the handler to start", started.is_set)
     stopped_at = time.monotonic()

@@ -35,7 +35,11 @@ export interface WorkerOptions {
   key: string;
   /** Shown on the jobs it holds: 1 to 64 letters, digits, `.`, `_`, `-`, `:`, `@`. Default `<host>-<pid>`. */
   name?: string | undefined;
-  /** How many attempts run at once (default 4). */
+  /**
+   * How many handlers run at once (default 4). A slot is free again once
+   * its handler returns, while its report is on its way; at most twice as
+   * many attempts are held.
+   */
   concurrency?: number | undefined;
   /** How long `stop()` (or SIGTERM, SIGINT) waits for running handlers, in ms (default 30 000). */
   shutdownGraceMs?: number | undefined;
@@ -138,6 +142,8 @@ class Run {
   timeoutReport: Promise<void> | undefined;
   deadlineTimer: NodeJS.Timeout | undefined;
   done: Promise<void> = Promise.resolve();
+  /** Whether its handler still takes a slot (it has not returned). */
+  handling = true;
 
   constructor(
     readonly attempt: Attempt<unknown>,
@@ -190,7 +196,10 @@ export class Worker {
   private sender: Sender | undefined;
   private reporter: Reporter | undefined;
   private otel: OpenTelemetryApi | null = null;
+  /** Every attempt held, until it is reported (or given up on). */
   private readonly active = new Map<string, Run>();
+  /** Attempts whose handler has not returned yet: the slots taken. */
+  private handling = 0;
   private readonly changes = new Changes();
   private stopping: AbortController | undefined;
   private forced = false;
@@ -341,9 +350,9 @@ export class Worker {
     const kinds = this.kinds;
     let failures = 0;
     while (!stopping.signal.aborted) {
-      while (this.active.size >= this.concurrency && !stopping.signal.aborted) await this.changes.wait();
+      while (this.free() <= 0 && !stopping.signal.aborted) await this.changes.wait();
       if (stopping.signal.aborted) return;
-      const free = this.concurrency - this.active.size;
+      const free = this.free();
       let leased: LeasedAttempt[];
       try {
         const answer = await this.sender!.send("POST", "/v1/work/lease", {
@@ -373,6 +382,24 @@ export class Worker {
     }
   }
 
+  /**
+   * How many attempts the next lease may ask for: a slot is free once its
+   * handler has returned, while its report is still on its way (so a busy
+   * worker leases its next attempts while its last ones are reported), and
+   * the attempts held in all stay within twice the slots, so reports that
+   * cannot be sent stop the leasing.
+   */
+  private free(): number {
+    return Math.min(this.concurrency - this.handling, 2 * this.concurrency - this.active.size);
+  }
+
+  private freeSlot(run: Run): void {
+    if (!run.handling) return;
+    run.handling = false;
+    this.handling -= 1;
+    this.changes.notify();
+  }
+
   private start(item: LeasedAttempt): void {
     let attempt: Attempt<unknown>;
     try {
@@ -385,10 +412,12 @@ export class Worker {
     if (this.stopping?.signal.aborted) run.control.shuttingDown = true;
     this.log.debug(`${run.label}: leased`);
     this.active.set(attempt.token, run);
+    this.handling += 1;
     run.done = this.runAttempt(run)
       .catch((e: unknown) => this.log.error(`${run.label}: unexpected error: ${describe(e)}`, e))
       .finally(() => {
         this.active.delete(attempt.token);
+        this.freeSlot(run);
         this.changes.notify();
       });
   }
@@ -449,6 +478,7 @@ export class Worker {
     run.deadlineTimer = setTimeout(() => this.onDeadline(run), Math.max(0, left));
     try {
       const outcome: Outcome = takeUp === "cancel" ? { what: "cancelled" } : await this.callHandler(run);
+      this.freeSlot(run);
       if (control.claim("reporting")) {
         await this.report(run, outcome);
       } else {

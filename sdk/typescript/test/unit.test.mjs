@@ -170,6 +170,49 @@ test("a report answered 409 is final; one answered 503 or cut is sent again, the
   assert.ok(two.every((r) => r.text === '{"job":"job_fake2"}' && r.headers["content-type"] === "application/json"));
 });
 
+test("a slot is free while its report is on its way, up to twice the slots held", async (t) => {
+  const queue = [1, 2, 3].map((n) => leased(n, { params: { n } }));
+  let leaseCount = 0;
+  const ran = [];
+  let refusedAfterSecond = 0;
+  let release = false;
+  const api = await startFakeApi(t, async (r) => {
+    if (r.path === "/v1/work/lease") {
+      leaseCount += 1;
+      if (queue.length > 0) return { status: 200, json: { attempts: queue.splice(0, r.json.max) } };
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      return { status: 200, json: { attempts: [] } };
+    }
+    if (r.path.endsWith("/heartbeat")) return heartbeatOk();
+    // The first attempt's report meets an outage until released.
+    if (r.path === "/v1/work/attempts/job_fake1.1/complete" && !release) {
+      if (ran.includes(2)) refusedAfterSecond += 1;
+      return problem(503, "/problems/service-unavailable");
+    }
+    if (r.path.endsWith("/complete")) return { status: 200, json: { status: "SUCCEEDED" } };
+    return problem(404, "/problems/not-found");
+  });
+  const { worker, running } = startWorker(t, api.url, { concurrency: 1 }, {
+    "fake-kind": (attempt) => {
+      ran.push(attempt.params.n);
+      return { n: attempt.params.n };
+    },
+  });
+  // One slot: the second attempt runs while the first is reported.
+  await waitFor("the second attempt run", () => ran.includes(2), { timeoutMs: 5_000 });
+  // Two held (one reporting, one waiting to): no third lease, however
+  // often the first report is tried meanwhile.
+  await waitFor("the first report refused twice more", () => refusedAfterSecond >= 2, { timeoutMs: 5_000 });
+  assert.deepEqual(ran, [1, 2]);
+  assert.equal(leaseCount, 2);
+  assert.equal(worker.holding, 2);
+  release = true;
+  await waitFor("every attempt run and reported", () => ran.length === 3 && worker.holding === 0, { timeoutMs: 5_000 });
+  await worker.stop();
+  await running;
+  assert.deepEqual(ran, [1, 2, 3]);
+});
+
 test("results that cannot be sent, and streams that fail, are reported as failures", async (t) => {
   const lease = leases([1, 2, 3, 4, 5].map((n) => leased(n, { params: { n } })));
   const api = await startFakeApi(t, async (r) => {

@@ -247,6 +247,15 @@ CALL_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20)
 
 
+def free_slots(concurrency: int, handling: int, held: int) -> int:
+    """How many attempts the next lease may ask for: a slot is free once
+    its handler has returned, while its report is still on its way (so a
+    busy worker leases its next attempts while its last ones are reported),
+    and the attempts held in all (handled or reporting) stay within twice
+    ``concurrency``, so reports that cannot be sent stop the leasing."""
+    return min(concurrency - handling, 2 * concurrency - held)
+
+
 def lease_body(name: str, kinds: list[str], free: int) -> dict[str, Any]:
     return {
         "worker": name,

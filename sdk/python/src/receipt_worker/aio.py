@@ -30,6 +30,7 @@ from ._common import (
     batch_item,
     could_not_report,
     failure_of,
+    free_slots,
     heartbeat_body,
     lease_body,
     log_failure,
@@ -123,7 +124,10 @@ class AsyncWorker:
         self._handlers: Handlers[AsyncHandler] = Handlers()
         self._is_async: dict[str, bool] = {}
         self._transport = transport
+        # Every attempt held, until it is reported (or given up on).
         self._runners: dict[asyncio.Task[None], Attempt] = {}
+        # Attempts whose handler has not returned yet: the slots taken.
+        self._handling = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._stopping: asyncio.Event | None = None
@@ -273,12 +277,12 @@ class AsyncWorker:
         assert stopping is not None and changed is not None
         failures = 0
         while not stopping.is_set():
-            while len(self._runners) >= self._settings.concurrency and not stopping.is_set():
+            while self._free() <= 0 and not stopping.is_set():
                 changed.clear()
                 await changed.wait()
             if stopping.is_set():
                 return
-            free = self._settings.concurrency - len(self._runners)
+            free = self._free()
             lease = asyncio.ensure_future(self._lease_once(kinds, free))
             stop_wait = asyncio.ensure_future(stopping.wait())
             try:
@@ -310,6 +314,14 @@ class AsyncWorker:
             level = logging.WARNING if failures in (1, 5) or failures % 30 == 0 else logging.DEBUG
             log.log(level, "lease failed (%d in a row): %s; again in %.1fs", failures, error, pause)
             await self._pause(pause)
+
+    def _free(self) -> int:
+        return free_slots(self._settings.concurrency, self._handling, len(self._runners))
+
+    def _handler_done(self, _: asyncio.Future[_Outcome]) -> None:
+        self._handling -= 1
+        if self._changed is not None:
+            self._changed.set()
 
     def _start(self, attempt: Attempt) -> None:
         log.debug("job %s attempt %d: leased", attempt.job_id, attempt.attempt)
@@ -382,6 +394,8 @@ class AsyncWorker:
         assert sender is not None
         schedule = Schedule(attempt, sender.clock, self._settings.heartbeat_every)
         handler = asyncio.ensure_future(self._call(attempt))
+        self._handling += 1
+        handler.add_done_callback(self._handler_done)
         # A plain handler runs in a thread, which no cancel stops: it sees
         # attempt.cancelled, and its slot stays taken until it returns.
         cancellable = self._is_async.get(attempt.kind, True)

@@ -29,6 +29,7 @@ from ._common import (
     batch_item,
     could_not_report,
     failure_of,
+    free_slots,
     heartbeat_body,
     lease_body,
     log_failure,
@@ -136,7 +137,9 @@ class Worker:
     ) -> None:
         """``base_url``: Receipt's address; ``key``: a key with the ``work``
         scope; ``name``: the worker's name as jobs show it (default: host
-        and pid); ``concurrency``: handlers run at once; ``shutdown_grace``:
+        and pid); ``concurrency``: handlers run at once (a slot is free again
+        once its handler returns, while its report is on its way; at most
+        twice as many attempts are held); ``shutdown_grace``:
         seconds a stop waits for running handlers; ``retry``: how calls are
         tried again; ``heartbeat_every``: a fixed heartbeat interval in
         seconds (default: a third of what is left of the lease);
@@ -154,7 +157,10 @@ class Worker:
         self._handlers: Handlers[SyncHandler] = Handlers()
         self._transport = transport
         self._cond = threading.Condition(threading.RLock())
+        # Every attempt held, until it is reported (or given up on).
         self._active: set[Attempt] = set()
+        # Attempts whose handler has not returned yet: the slots taken.
+        self._handling = 0
         self._stop_flag = False
         self._force_flag = False
         self._tracker = AbortTracker()
@@ -274,9 +280,9 @@ class Worker:
         failures = 0
         while not self._stop_flag:
             with self._cond:
-                while len(self._active) >= self._settings.concurrency and not self._stop_flag:
+                while self._free() <= 0 and not self._stop_flag:
                     self._cond.wait(POLL)
-                free = self._settings.concurrency - len(self._active)
+                free = self._free()
             if self._stop_flag:
                 return
             body = lease_body(self._settings.name, kinds, free)
@@ -305,10 +311,14 @@ class Worker:
             for attempt in attempts:
                 self._start(attempt)
 
+    def _free(self) -> int:
+        return free_slots(self._settings.concurrency, self._handling, len(self._active))
+
     def _start(self, attempt: Attempt) -> None:
         log.debug("job %s attempt %d: leased", attempt.job_id, attempt.attempt)
         with self._cond:
             self._active.add(attempt)
+            self._handling += 1
         if self._stop_flag:
             attempt._shutting_down = True
         threading.Thread(
@@ -425,12 +435,16 @@ class Worker:
         return verdict
 
     def _handle(self, attempt: Attempt, finished: threading.Event) -> None:
-        """The handler's thread: runs it, then reports how it ended."""
+        """The handler's thread: runs it, then reports how it ended (its
+        slot free meanwhile)."""
+        handling = True
         try:
             handler = self._handlers.by_kind.get(attempt.kind)
             with _tracing.attempt_span(attempt) as span:
                 attempt._report_traceparent = _tracing.traceparent_of(span)
                 outcome = self._call(attempt, handler, span)
+                handling = False
+                self._free_slot()
                 if not attempt._claim(REPORTING):
                     log.info(
                         "job %s attempt %d: the handler ended after the attempt was %s; "
@@ -449,6 +463,13 @@ class Worker:
             with self._cond:
                 self._active.discard(attempt)
                 self._cond.notify_all()
+            if handling:
+                self._free_slot()
+
+    def _free_slot(self) -> None:
+        with self._cond:
+            self._handling -= 1
+            self._cond.notify_all()
 
     def _call(self, attempt: Attempt, handler: SyncHandler | None, span: Any) -> _Outcome:
         try:
