@@ -605,10 +605,14 @@ pub(crate) async fn force_lease_lapse(store: &Store, job_id: &str) {
 
 async fn a_job_whose_lease_lapses_mid_attempt_succeeds_once(backend: Backend) {
     let env = TestEnv::new(backend).await;
+    // The lease is taken away below. One of 9 s is beaten every 3 s, so
+    // the first attempt's heartbeat still comes before its 4 s sleep ends,
+    // and a loaded machine's late heartbeat does not lose the second too.
     let api = env
         .start_api(&[
             ("EMBEDDED_WORKER", "true"),
             ("WEBHOOK_ALLOW_PRIVATE", "true"),
+            ("JOB_LEASE", "9s"),
             RUNNER_INFO,
         ])
         .await;
