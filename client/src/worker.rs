@@ -261,11 +261,8 @@ impl Worker {
             return Err(Error::Invalid("a worker needs at least one kind".into()));
         }
         let this = Arc::new(self);
-        // A slot is free once its handler has returned, while its report
-        // is still on its way (so a busy worker leases its next attempts
-        // while its last ones are reported); the attempts held in all stay
-        // within twice the slots, so reports that cannot be sent stop the
-        // leasing.
+        // Slots are taken by handlers; `held` bounds the attempts held in
+        // all, reports on their way included (see `Worker::concurrency`).
         let slots = Arc::new(Semaphore::new(this.concurrency));
         let held = Arc::new(Semaphore::new(2 * this.concurrency));
         let mut running = JoinSet::new();

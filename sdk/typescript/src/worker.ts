@@ -198,8 +198,6 @@ export class Worker {
   private otel: OpenTelemetryApi | null = null;
   /** Every attempt held, until it is reported (or given up on). */
   private readonly active = new Map<string, Run>();
-  /** Attempts whose handler has not returned yet: the slots taken. */
-  private handling = 0;
   private readonly changes = new Changes();
   private stopping: AbortController | undefined;
   private forced = false;
@@ -390,14 +388,9 @@ export class Worker {
    * cannot be sent stop the leasing.
    */
   private free(): number {
-    return Math.min(this.concurrency - this.handling, 2 * this.concurrency - this.active.size);
-  }
-
-  private freeSlot(run: Run): void {
-    if (!run.handling) return;
-    run.handling = false;
-    this.handling -= 1;
-    this.changes.notify();
+    let handling = 0;
+    for (const run of this.active.values()) if (run.handling) handling += 1;
+    return Math.min(this.concurrency - handling, 2 * this.concurrency - this.active.size);
   }
 
   private start(item: LeasedAttempt): void {
@@ -412,12 +405,10 @@ export class Worker {
     if (this.stopping?.signal.aborted) run.control.shuttingDown = true;
     this.log.debug(`${run.label}: leased`);
     this.active.set(attempt.token, run);
-    this.handling += 1;
     run.done = this.runAttempt(run)
       .catch((e: unknown) => this.log.error(`${run.label}: unexpected error: ${describe(e)}`, e))
       .finally(() => {
         this.active.delete(attempt.token);
-        this.freeSlot(run);
         this.changes.notify();
       });
   }
@@ -478,7 +469,8 @@ export class Worker {
     run.deadlineTimer = setTimeout(() => this.onDeadline(run), Math.max(0, left));
     try {
       const outcome: Outcome = takeUp === "cancel" ? { what: "cancelled" } : await this.callHandler(run);
-      this.freeSlot(run);
+      run.handling = false;
+      this.changes.notify();
       if (control.claim("reporting")) {
         await this.report(run, outcome);
       } else {
