@@ -4,6 +4,7 @@ deadline, a 503 on a complete, a refused result)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import threading
@@ -80,7 +81,7 @@ class FakeReceipt:
             self.pending.append(item)
         return token
 
-    def handle(self, request: httpx.Request) -> httpx.Response:
+    def handle(self, request: httpx.Request, *, idle_wait: bool = True) -> httpx.Response:
         body = request.read()
         path = request.url.path
         if path == "/v1/work/reports":
@@ -103,7 +104,7 @@ class FakeReceipt:
             most = int(call.json().get("max", 1))
             with self.lock:
                 taken, self.pending = self.pending[:most], self.pending[most:]
-            if not taken:
+            if not taken and idle_wait:
                 time.sleep(0.02)  # a (very) short long poll
             return httpx.Response(200, json={"attempts": taken})
         job = call.token.rsplit(".", 1)[0]
@@ -164,6 +165,19 @@ class FakeReceipt:
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
+
+    def async_transport(self) -> httpx.MockTransport:
+        """For an asyncio worker: its short long poll waits without holding
+        up the loop (the attempts' timers and reports run meanwhile)."""
+
+        async def handle(request: httpx.Request) -> httpx.Response:
+            answer = self.handle(request, idle_wait=False)
+            idle_lease = request.url.path == "/v1/work/lease" and answer.status_code == 200
+            if idle_lease and not answer.json()["attempts"]:
+                await asyncio.sleep(0.02)
+            return answer
+
+        return httpx.MockTransport(handle)
 
 
 def problem(status: int, type_: str, detail: str = "", **headers: str) -> httpx.Response:

@@ -53,7 +53,7 @@ def async_worker(fake: FakeReceipt, **kwargs: Any) -> AsyncWorker:
         "rk_work",
         name="unit",
         retry=FAST,
-        transport=fake.transport(),
+        transport=fake.async_transport(),
         **kwargs,
     )
 
