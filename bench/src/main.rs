@@ -711,7 +711,7 @@ fn ms_per_job(seconds: f64, jobs: usize) -> f64 {
 /// `api 0.16 + worker 0.43 + postgres 0.72 + redis 0.22 = 1.53 (bench client 0.07)`
 fn cpu_summary(cpu: &Value) -> String {
     let ms = |name: &str| cpu[name].as_f64().unwrap_or(f64::NAN);
-    let parts: Vec<String> = ["api", "producers", "worker", "postgres", "redis"]
+    let parts: Vec<String> = ["api", "producers", "worker", "sdk", "postgres", "redis"]
         .into_iter()
         .filter(|name| ms(name) > 0.0)
         .map(|name| format!("{name} {:.2}", ms(name)))

@@ -90,7 +90,7 @@ pub use kinds::{PutKind, RegisteredKind};
 pub use ledger::{GstRow, ImportOutcome};
 pub use outbox::{QueuedJob, SweepCursor};
 pub use periods::{FilingEndpoint, LockOutcome, Period, ReopenOutcome};
-pub use queue::{DueJobWaiter, IDLE_LOOK, QUEUE_CHANNEL, SQLITE_LOOK, claim_cursor};
+pub use queue::{DueJobWaiter, IDLE_LOOK, QUEUE_CHANNEL, SQLITE_LOOK, WORK_CHANNEL, claim_cursor};
 pub use results::{BytesChunk, StoredResult};
 pub use retention::Pruned;
 pub use sagas::{Fence, SagaPhase, SagaRun, SagaStep, TurnBack};

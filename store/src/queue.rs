@@ -21,6 +21,14 @@ use crate::{
 /// (unix ms) of the jobs announced, `0` for at once (see [`DueJobWaiter`]).
 pub const QUEUE_CHANNEL: &str = "receipt_queue";
 
+/// The NOTIFY channel on which a submit announces the external jobs it
+/// made, with [`QUEUE_CHANNEL`]'s payload, to the leases waiting in every
+/// api process: the built-in workers, which have nothing to claim in them,
+/// are not woken. External jobs made due again (a retry, a lapsed lease, a
+/// wake from a cap) are announced on [`QUEUE_CHANNEL`], which the leases
+/// wait on too.
+pub const WORK_CHANNEL: &str = "receipt_work";
+
 /// Where a worker's next claim starts its walk of the tenants: after the
 /// last tenant of `claims`, in the order the claim served them (those
 /// after `after_tenant` first, then those from the first tenant on).
@@ -133,6 +141,8 @@ pub struct DueJobWaiter {
     next_due: NextDue,
     /// [`IDLE_LOOK`], but in tests of the wake itself.
     pub(crate) idle_look: Duration,
+    /// The channels listened on.
+    channels: &'static [&'static str],
 }
 
 /// What an idle worker on Postgres knows of the next job to come due.
@@ -161,11 +171,23 @@ impl NextDue {
 impl Store {
     /// The wait of an idle worker (see [`DueJobWaiter`]).
     pub fn due_job_waiter(&self) -> DueJobWaiter {
+        self.waiter_on(&[QUEUE_CHANNEL])
+    }
+
+    /// The wait of the leases of external workers (see
+    /// [`Store::forward_due_wakes`]): as an idle worker's, on both
+    /// channels.
+    pub fn lease_waiter(&self) -> DueJobWaiter {
+        self.waiter_on(&[QUEUE_CHANNEL, WORK_CHANNEL])
+    }
+
+    fn waiter_on(&self, channels: &'static [&'static str]) -> DueJobWaiter {
         DueJobWaiter {
             store: self.clone(),
             listener: None,
             next_due: NextDue::Unknown,
             idle_look: IDLE_LOOK,
+            channels,
         }
     }
 }
@@ -257,7 +279,7 @@ impl DueJobWaiter {
 
     async fn listen(&self) -> Result<PgListener> {
         let mut listener = PgListener::connect(self.store.session_url()).await?;
-        listener.listen(QUEUE_CHANNEL).await?;
+        listener.listen_all(self.channels.iter().copied()).await?;
         Ok(listener)
     }
 }
@@ -275,8 +297,9 @@ impl Store {
     }
 
     /// Wakes every waiter of `woken` whenever jobs may have become due
-    /// through another process (on Postgres: a NOTIFY on [`QUEUE_CHANNEL`],
-    /// or the timer of a job due later), until `stop` completes. On SQLite
+    /// through another process (on Postgres: a NOTIFY on [`QUEUE_CHANNEL`]
+    /// or [`WORK_CHANNEL`], or the timer of a job due later), until `stop`
+    /// completes. On SQLite
     /// nothing from other processes reaches this one: it returns at once.
     pub async fn forward_due_wakes(
         &self,
@@ -286,7 +309,7 @@ impl Store {
         if let crate::Db::Sqlite(_) = &self.db {
             return;
         }
-        let mut waiter = self.due_job_waiter();
+        let mut waiter = self.lease_waiter();
         let never = Notify::new();
         tokio::pin!(stop);
         loop {

@@ -74,9 +74,10 @@ pub(crate) async fn submit_in_one_statement(
                        -- (Postgres folds equal notifications into one); a
                        -- delayed job's due time moves their timer.
                        -- External jobs wake the leases of workers over
-                       -- HTTP, whatever the queue.
+                       -- HTTP, whatever the queue, on a channel of their
+                       -- own: the built-in workers have nothing to claim.
                        CASE WHEN $20::text IS NOT NULL OR external
-                            THEN pg_notify($21, CASE WHEN run_after <= created_at THEN '0'
+                            THEN pg_notify(CASE WHEN external THEN $23 ELSE $21 END, CASE WHEN run_after <= created_at THEN '0'
                                 ELSE floor(extract(epoch FROM run_after) * 1000)::bigint::text
                                 END) END AS woken
          ), queued AS (
@@ -179,6 +180,7 @@ pub(crate) async fn submit_in_one_statement(
             .map(|s| s.job.external)
             .collect::<Vec<_>>(),
     )
+    .bind(crate::WORK_CHANNEL)
     .fetch_all(db)
     .await?;
     Ok(written)

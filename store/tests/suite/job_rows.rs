@@ -45,6 +45,22 @@ fn error() -> JobErrorObject {
     }
 }
 
+/// Submits a job of a registered kind, due at once; returns its id.
+async fn submit_external(db: &TestDb, tenant: &str) -> String {
+    let submission = Submission::at_once(
+        store::NewJob {
+            external: true,
+            ..new_job(tenant)
+        },
+        now_ms(),
+    );
+    db.store
+        .submit_batch(std::slice::from_ref(&submission), the_job_rows())
+        .await
+        .unwrap();
+    submission.job.job_id
+}
+
 /// Submits a job due at `run_after`; returns its id.
 async fn submit(db: &TestDb, tenant: &str, run_after: i64) -> String {
     let submission = Submission {
@@ -235,5 +251,34 @@ async fn an_idle_worker_on_postgres_wakes_when_a_job_comes_due_not_at_its_next_l
     assert!(ended.unwrap());
     assert_eq!(claim_due(&db).await, [parked], "woken by the end");
     drop(waiter);
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn an_external_submit_wakes_the_waiting_leases_and_not_the_idle_workers_on_postgres() {
+    let db = TestDb::postgres().await;
+    db.store.record_queue(true).await.unwrap();
+    let mut worker = db.store.due_job_waiter().with_idle_look(LONG_IDLE_LOOK);
+    let mut leases = db.store.lease_waiter().with_idle_look(LONG_IDLE_LOOK);
+
+    // Both listening, from a wake each at a delayed job's time.
+    let delayed = submit(&db, "acme", now_ms() + 300).await;
+    tokio::join!(wait_for_a_wake(&mut worker), wait_for_a_wake(&mut leases));
+    assert_eq!(claim_due(&db).await, [delayed], "due when woken");
+
+    tokio::join!(wait_for_a_wake(&mut leases), submit_external(&db, "acme"));
+
+    // An external job, then a built-in one due later: the idle worker
+    // wakes when the second comes due, not at the first's submit.
+    let (_, later) = tokio::join!(wait_for_a_wake(&mut worker), async {
+        submit_external(&db, "acme").await;
+        submit(&db, "acme", now_ms() + 300).await
+    });
+    assert_eq!(
+        claim_due(&db).await,
+        [later],
+        "woken by the built-in job come due, not by the external submit"
+    );
+    drop((worker, leases));
     db.finish().await;
 }
