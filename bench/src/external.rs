@@ -87,11 +87,15 @@ pub(crate) async fn external(service: &Service, args: &crate::Args) -> Result<Va
     let pickups = pickup_latencies(&service.client, &noop(), args.pickup_jobs).await?;
     let mut target: Target<'_> = service.target();
     target.watched.processes.push(("sdk", worker.pid()));
-    let calls_before = worker_calls(service).await;
+    let before = worker_calls(service).await;
     let through_sdk = end_to_end_of(&target, args.jobs, clients, &noop()).await?;
-    let calls = worker_calls(service).await;
+    let after = worker_calls(service).await;
     drop(worker);
-    let per_job = |at: usize| (calls[at] - calls_before[at]) as f64 / args.jobs as f64;
+    let per_job = |at: usize| (after[at].0 - before[at].0) as f64 / args.jobs as f64;
+    // The mean time the api took to answer a call, in ms.
+    let mean_ms = |at: usize| {
+        1000.0 * (after[at].1 - before[at].1) / (after[at].0 - before[at].0).max(1) as f64
+    };
     Ok(json!({
         "jobs": args.jobs,
         "slots": args.concurrency,
@@ -102,25 +106,29 @@ pub(crate) async fn external(service: &Service, args: &crate::Args) -> Result<Va
         "share": through_sdk.jobs_per_s / built_in.jobs_per_s,
         "lease_calls_per_job": per_job(0),
         "report_calls_per_job": per_job(1),
+        "lease_call_mean_ms": mean_ms(0),
+        "report_call_mean_ms": mean_ms(1),
         "pickup_jobs": pickups.len(),
         "pickup_p50_ms": percentile(&pickups, 0.5),
         "pickup_p99_ms": percentile(&pickups, 0.99),
     }))
 }
 
-/// The worker routes' calls the api has answered so far: leases, then
-/// reports (the batches and the single-attempt calls together).
-async fn worker_calls(service: &Service) -> [u64; 2] {
+/// The worker routes' calls the api has answered so far, each with the
+/// seconds it spent on them: leases, then reports (the batches and the
+/// single-attempt calls together).
+async fn worker_calls(service: &Service) -> [(u64, f64); 2] {
     let api = &service.api;
+    let reports = [
+        "/v1/work/reports",
+        "/v1/work/attempts/{token}/complete",
+        "/v1/work/attempts/{token}/fail",
+        "/v1/work/attempts/{token}/cancelled",
+    ];
+    let lease = ["/v1/work/lease"];
     [
-        api.calls_to(&["/v1/work/lease"]).await,
-        api.calls_to(&[
-            "/v1/work/reports",
-            "/v1/work/attempts/{token}/complete",
-            "/v1/work/attempts/{token}/fail",
-            "/v1/work/attempts/{token}/cancelled",
-        ])
-        .await,
+        (api.calls_to(&lease).await, api.seconds_in(&lease).await),
+        (api.calls_to(&reports).await, api.seconds_in(&reports).await),
     ]
 }
 
@@ -143,7 +151,7 @@ async fn wait_connected(client: &Client) -> Result<()> {
 /// The scenario's lines of the table.
 pub(crate) fn summary(result: &Value) -> String {
     format!(
-        "{:>8.0} jobs/s through the Python SDK = {:.0}% of the built-in kind's {:.0}; pickup p50 {:.1} p99 {:.1} ms\n{:>25}calls per job: {:.2} leases, {:.2} reports\n{:>25}CPU ms per job, SDK: {}\n{:>25}CPU ms per job, built in: {}",
+        "{:>8.0} jobs/s through the Python SDK = {:.0}% of the built-in kind's {:.0}; pickup p50 {:.1} p99 {:.1} ms\n{:>25}calls per job: {:.2} leases ({:.1} ms each), {:.2} reports ({:.1} ms each)\n{:>25}CPU ms per job, SDK: {}\n{:>25}CPU ms per job, built in: {}",
         result["sdk_jobs_per_s"].as_f64().unwrap_or_default(),
         100.0 * result["share"].as_f64().unwrap_or_default(),
         result["built_in_jobs_per_s"].as_f64().unwrap_or_default(),
@@ -151,7 +159,9 @@ pub(crate) fn summary(result: &Value) -> String {
         result["pickup_p99_ms"].as_f64().unwrap_or_default(),
         "",
         result["lease_calls_per_job"].as_f64().unwrap_or_default(),
+        result["lease_call_mean_ms"].as_f64().unwrap_or_default(),
         result["report_calls_per_job"].as_f64().unwrap_or_default(),
+        result["report_call_mean_ms"].as_f64().unwrap_or_default(),
         "",
         cpu_summary(&result["sdk_cpu_ms_per_job"]),
         "",

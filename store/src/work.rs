@@ -12,12 +12,11 @@ use shared::{
 };
 
 use crate::{
-    Claim, Error, Result, Store, on_tx, postgres,
-    sql::{JsonText, Millis},
-    sqlite,
+    Claim, Error, Result, Store, on_postgres, on_tx, postgres, rows::attempts::ClaimRow,
+    sql::Millis, sqlite,
 };
 
-pub(crate) use crate::rows::work::{AttemptStateRow, LeaseTerms};
+pub(crate) use crate::rows::work::{AttemptStateRow, LeaseTerms, LeasedRow};
 
 /// How the jobs' `worker_id` names a worker over HTTP: apart from the ids
 /// of the built-in workers, whatever a worker calls itself.
@@ -112,6 +111,27 @@ pub struct WorkerRecord {
     pub holding: i64,
 }
 
+impl From<LeasedRow> for LeasedAttempt {
+    fn from(row: LeasedRow) -> Self {
+        LeasedAttempt {
+            priority: Priority::parse(&row.priority).unwrap_or(Priority::Normal),
+            lease_expires_at: row.lease_expires_at.0,
+            deadline: row.attempt_deadline.0,
+            claim: Claim::from(ClaimRow {
+                job_id: row.job_id,
+                tenant_id: row.tenant_id,
+                kind: row.kind,
+                params: row.params,
+                attempts: row.attempts,
+                handbacks: row.handbacks,
+                max_attempts: row.max_attempts,
+                created_at: row.created_at,
+                traceparent: row.traceparent,
+            }),
+        }
+    }
+}
+
 impl TryFrom<AttemptStateRow> for ExternalJobState {
     type Error = Error;
 
@@ -139,27 +159,30 @@ impl TryFrom<AttemptStateRow> for ExternalJobState {
 
 impl Store {
     /// Leases up to `ask.most` of the tenant's due external jobs of the
-    /// kinds asked, by rank, in one transaction: each claimed as a
-    /// built-in worker claims (the attempt counted, the job RUNNING under
-    /// a lease, parked instead when over a cap) and given its deadline.
+    /// kinds asked, by rank, in one transaction (on Postgres, one call): each
+    /// claimed as a built-in worker claims (the attempt counted, the job
+    /// RUNNING under a lease, parked instead when over a cap) and given its
+    /// deadline.
     pub async fn lease_external(&self, ask: &LeaseAsk<'_>) -> Result<Vec<LeasedAttempt>> {
         if ask.most == 0 || ask.kinds.is_empty() {
             return Ok(Vec::new());
         }
         let (now, rank_before) = self.due_bounds();
-        let lease_until = Millis(now.0.saturating_add(duration_ms(ask.lease)));
         let names: Vec<String> = ask.kinds.iter().map(|kind| kind.name.clone()).collect();
+        let timeouts_ms: Vec<i64> = ask.kinds.iter().map(|kind| kind.timeout_ms).collect();
         let worker_id = worker_id_of(ask.worker);
         let terms = LeaseTerms {
             tenant_id: ask.tenant_id,
             kinds: &names,
+            timeouts_ms: &timeouts_ms,
             most: i64::try_from(ask.most).unwrap_or(i64::MAX),
             now,
             rank_before,
-            lease_until,
+            lease_until: Millis(now.0.saturating_add(duration_ms(ask.lease))),
             worker_id: &worker_id,
+            worker: ask.worker,
+            note_seen: ask.note_seen,
         };
-        let kinds_named = JsonText(serde_json::Value::from(names.clone()).to_string());
         let mut caps = ask.caps.clone();
         for kind in ask.kinds {
             if let Some(cap) = kind.max_running {
@@ -168,54 +191,21 @@ impl Store {
                     .push((kind.name.clone(), u32::try_from(cap).unwrap_or(u32::MAX)));
             }
         }
-        let mut tx = self.begin_write().await?;
-        let claimed = on_tx!(tx,
-            conn => postgres::work::claim(conn, &terms, &caps).await?,
-            conn => sqlite::work::claim(conn, &terms, &caps).await?,
-        );
-        let leased = i64::try_from(claimed.len()).unwrap_or(i64::MAX);
-        if leased > 0 || ask.note_seen {
-            on_tx!(tx,
-                conn => postgres::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
-                conn => sqlite::work::seen(conn, ask.tenant_id, ask.worker, &kinds_named, now, leased).await?,
-            );
-        }
-        if claimed.is_empty() {
-            tx.commit().await?;
-            return Ok(Vec::new());
-        }
-        let job_ids: Vec<String> = claimed.iter().map(|row| row.job_id.clone()).collect();
-        let deadlines: Vec<Millis> = claimed
-            .iter()
-            .map(|row| {
-                let timeout = ask
-                    .kinds
-                    .iter()
-                    .find(|kind| kind.name == row.kind)
-                    .map_or(0, |kind| kind.timeout_ms);
-                Millis(now.0.saturating_add(timeout))
-            })
-            .collect();
-        let terms = on_tx!(tx,
-            conn => postgres::work::set_deadlines(conn, &job_ids, &deadlines).await?,
-            conn => sqlite::work::set_deadlines(conn, &job_ids, &deadlines).await?,
-        );
-        tx.commit().await?;
-        claimed
-            .into_iter()
-            .map(|row| {
-                let found = terms
-                    .iter()
-                    .find(|terms| terms.job_id == row.job_id)
-                    .ok_or_else(|| Error::Corrupt(format!("no deadline for {}", row.job_id)))?;
-                Ok(LeasedAttempt {
-                    priority: Priority::parse(&found.priority).unwrap_or(Priority::Normal),
-                    lease_expires_at: found.lease_expires_at.0,
-                    deadline: found.attempt_deadline.0,
-                    claim: Claim::from(row),
-                })
-            })
-            .collect()
+        let rows = match &self.db {
+            crate::Db::Postgres(pool) => on_postgres!(self, pool, pool =>
+                postgres::work::lease(pool, &terms, &caps).await?
+            ),
+            crate::Db::Sqlite(_) => {
+                let mut tx = self.begin_write().await?;
+                let rows = on_tx!(tx,
+                    _conn => unreachable!("a SQLite store writes on SQLite"),
+                    conn => sqlite::work::lease(conn, &terms, &caps).await?,
+                );
+                tx.commit().await?;
+                rows
+            }
+        };
+        Ok(rows.into_iter().map(LeasedAttempt::from).collect())
     }
 
     /// Extends the lease of the tenant's external attempt by `lease`

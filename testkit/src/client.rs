@@ -129,18 +129,31 @@ impl Api {
     /// The calls the api has answered on any of `routes` (their patterns,
     /// as `/v1/work/attempts/{token}/complete`), from its metrics.
     pub async fn calls_to(&self, routes: &[&str]) -> u64 {
+        self.route_sum("receipt_http_requests_total{", routes).await as u64
+    }
+
+    /// The seconds the api has spent answering calls on any of `routes`,
+    /// from its metrics.
+    pub async fn seconds_in(&self, routes: &[&str]) -> f64 {
+        self.route_sum("receipt_http_request_seconds_sum{", routes)
+            .await
+    }
+
+    /// The sum of a metric's series (the lines starting `series`) of any
+    /// of `routes`.
+    async fn route_sum(&self, series: &str, routes: &[&str]) -> f64 {
         let reply = Self::read(self.client.get(self.url("/metrics"))).await;
         assert!(reply.status.is_success(), "metrics: {}", reply.text);
         reply
             .text
             .lines()
-            .filter(|line| line.starts_with("receipt_http_requests_total{"))
+            .filter(|line| line.starts_with(series))
             .filter(|line| {
                 routes
                     .iter()
                     .any(|route| line.contains(&format!("route=\"{route}\"")))
             })
-            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
             .sum()
     }
 

@@ -3,10 +3,10 @@
 
 use sqlx::Executor;
 
-use super::{Conn, Db};
+use super::Db;
 use crate::{
     rows::work::{AttemptStateRow, HeartbeatRow, WorkerRow},
-    sql::{JsonText, Millis},
+    sql::Millis,
 };
 
 /// Extends the lease of the tenant's external attempt, never past its
@@ -54,32 +54,6 @@ pub(crate) async fn state(
     .bind(tenant_id)
     .fetch_optional(db)
     .await
-}
-
-/// Notes a lease of worker `name`: seen now, naming `kinds`, having taken
-/// `leased` more attempts.
-pub(crate) async fn seen(
-    conn: &mut Conn,
-    tenant_id: &str,
-    name: &str,
-    kinds: &JsonText,
-    now: Millis,
-    leased: i64,
-) -> sqlx::Result<()> {
-    sqlx::query(sql!(
-        "INSERT INTO workers (tenant_id, name, kinds, first_seen_at, last_seen_at, leased)
-         VALUES ($1, $2, $3, $4, $4, $5)
-         ON CONFLICT (tenant_id, name) DO UPDATE SET kinds = excluded.kinds,
-             last_seen_at = excluded.last_seen_at, leased = workers.leased + excluded.leased"
-    ))
-    .bind(tenant_id)
-    .bind(name)
-    .bind(kinds)
-    .bind(now)
-    .bind(leased)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Counts a failed attempt against the worker that held it.

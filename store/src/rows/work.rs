@@ -2,10 +2,18 @@
 
 use crate::sql::{JsonText, Millis};
 
-/// A leased attempt's terms, as the lease's last statement returns them.
+/// A leased attempt: its claimed job's row, with the lease's terms.
 #[derive(Debug, sqlx::FromRow)]
-pub(crate) struct LeaseTermsRow {
+pub(crate) struct LeasedRow {
     pub(crate) job_id: String,
+    pub(crate) tenant_id: String,
+    pub(crate) kind: String,
+    pub(crate) params: JsonText,
+    pub(crate) attempts: i64,
+    pub(crate) handbacks: i64,
+    pub(crate) max_attempts: i64,
+    pub(crate) created_at: Millis,
+    pub(crate) traceparent: Option<String>,
     pub(crate) priority: String,
     pub(crate) lease_expires_at: Millis,
     pub(crate) attempt_deadline: Millis,
@@ -53,10 +61,16 @@ pub(crate) struct WorkerRow {
 pub(crate) struct LeaseTerms<'a> {
     pub(crate) tenant_id: &'a str,
     pub(crate) kinds: &'a [String],
+    /// Each kind's timeout of an attempt, in the order of `kinds`.
+    pub(crate) timeouts_ms: &'a [i64],
     pub(crate) most: i64,
     pub(crate) now: Millis,
     /// The latest rank a due job can have (see `Store::claim_due`).
     pub(crate) rank_before: Millis,
     pub(crate) lease_until: Millis,
     pub(crate) worker_id: &'a str,
+    /// The worker's own name (`worker_id` is `http:{worker}`).
+    pub(crate) worker: &'a str,
+    /// Note the worker as seen even when the lease takes nothing.
+    pub(crate) note_seen: bool,
 }
