@@ -11,10 +11,7 @@ use shared::{
     time::{duration_ms, now_ms},
 };
 
-use crate::{
-    Claim, Error, Result, Store, on_postgres, on_tx, postgres, rows::attempts::ClaimRow,
-    sql::Millis, sqlite,
-};
+use crate::{Claim, Error, Result, Store, on_postgres, on_tx, postgres, sql::Millis, sqlite};
 
 pub(crate) use crate::rows::work::{AttemptStateRow, LeaseTerms, LeasedRow};
 
@@ -117,17 +114,7 @@ impl From<LeasedRow> for LeasedAttempt {
             priority: Priority::parse(&row.priority).unwrap_or(Priority::Normal),
             lease_expires_at: row.lease_expires_at.0,
             deadline: row.attempt_deadline.0,
-            claim: Claim::from(ClaimRow {
-                job_id: row.job_id,
-                tenant_id: row.tenant_id,
-                kind: row.kind,
-                params: row.params,
-                attempts: row.attempts,
-                handbacks: row.handbacks,
-                max_attempts: row.max_attempts,
-                created_at: row.created_at,
-                traceparent: row.traceparent,
-            }),
+            claim: Claim::from(row.claim),
         }
     }
 }

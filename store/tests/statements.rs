@@ -158,7 +158,7 @@ fn found_in(modules: &[&str]) -> Finder {
 /// name, with their types as text.
 fn row_structs() -> HashMap<String, Vec<(String, String)>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut structs = HashMap::new();
+    let mut structs: HashMap<String, Vec<(String, String)>> = HashMap::new();
     for file in rust_files(&root) {
         let source = std::fs::read_to_string(&file).expect("a source file");
         let parsed = syn::parse_file(&source).expect("the store's source parses");
@@ -175,27 +175,56 @@ fn row_structs() -> HashMap<String, Vec<(String, String)>> {
             if !from_row {
                 continue;
             }
-            assert!(
-                item.fields
-                    .iter()
-                    .all(|f| f.attrs.iter().all(|a| !a.path().is_ident("sqlx"))),
-                "{}: a field with #[sqlx(..)], which this check does not read",
-                item.ident
-            );
-            let fields = item
+            let fields: Vec<(String, String)> = item
                 .fields
                 .iter()
                 .filter_map(|f| {
                     let name = f.ident.as_ref()?.to_string();
                     let ty = quote::ToTokens::to_token_stream(&f.ty).to_string();
-                    Some((name, ty))
+                    let sqlx: Vec<String> = f
+                        .attrs
+                        .iter()
+                        .filter(|a| a.path().is_ident("sqlx"))
+                        .map(|a| quote::ToTokens::to_token_stream(&a.meta).to_string())
+                        .collect();
+                    match sqlx.as_slice() {
+                        [] => Some((name, ty)),
+                        [flatten] if flatten == "sqlx (flatten)" => {
+                            Some((FLATTENED.to_owned(), ty))
+                        }
+                        _ => panic!(
+                            "{}.{name}: #[sqlx(..)] other than flatten, which this check does \
+                             not read",
+                            item.ident
+                        ),
+                    }
                 })
                 .collect();
             structs.insert(item.ident.to_string(), fields);
         }
     }
+    // A flattened field stands for the fields of the struct it holds.
+    let flat = |fields: &[(String, String)]| -> Vec<(String, String)> {
+        fields
+            .iter()
+            .flat_map(|(name, ty)| match name.as_str() {
+                FLATTENED => structs
+                    .get(ty.as_str())
+                    .unwrap_or_else(|| panic!("a flattened {ty}, which derives no FromRow"))
+                    .clone(),
+                _ => vec![(name.clone(), ty.clone())],
+            })
+            .collect()
+    };
     structs
+        .iter()
+        .map(|(name, fields)| (name.clone(), flat(fields)))
+        .collect()
 }
+
+/// The name a flattened field is kept under until its struct's fields
+/// take its place.
+const FLATTENED: &str = "#flattened";
 
 /// The row struct a `query_as` statement decodes into: the one `FromRow`
 /// struct its function's return type names; `None` for a tuple or a

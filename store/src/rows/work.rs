@@ -1,19 +1,15 @@
 //! The worker protocol: the rows its statements read and write.
 
-use crate::sql::{JsonText, Millis};
+use crate::{
+    rows::attempts::ClaimRow,
+    sql::{JsonText, Millis},
+};
 
 /// A leased attempt: its claimed job's row, with the lease's terms.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct LeasedRow {
-    pub(crate) job_id: String,
-    pub(crate) tenant_id: String,
-    pub(crate) kind: String,
-    pub(crate) params: JsonText,
-    pub(crate) attempts: i64,
-    pub(crate) handbacks: i64,
-    pub(crate) max_attempts: i64,
-    pub(crate) created_at: Millis,
-    pub(crate) traceparent: Option<String>,
+    #[sqlx(flatten)]
+    pub(crate) claim: ClaimRow,
     pub(crate) priority: String,
     pub(crate) lease_expires_at: Millis,
     pub(crate) attempt_deadline: Millis,

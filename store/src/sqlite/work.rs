@@ -71,7 +71,7 @@ pub(crate) async fn lease(
     .bind(terms.now)
     .fetch_all(&mut *conn)
     .await?;
-    rows.sort_by_key(|row| chosen.iter().position(|id| *id == row.job_id));
+    rows.sort_by_key(|row| chosen.iter().position(|id| *id == row.claim.job_id));
     Ok(rows)
 }
 
