@@ -100,7 +100,9 @@ pub use submit::{Publishing, Submission, SubmissionKey, Submitted};
 pub use webhooks::{
     Delivery, DeliveryRecord, DueEvent, NewWebhook, Registration, Webhook, WebhookCaps,
 };
-pub use work::{ExternalJobState, Heartbeat, LeaseAsk, LeasedAttempt, LeasedKind, WorkerRecord};
+pub use work::{
+    ExternalJobState, Heartbeat, LeaseAsk, LeasedAttempt, LeasedKind, ReportedJob, WorkerRecord,
+};
 
 /// Our migrations keep their history in a table of their own, so apalis's
 /// migrations (which use sqlx's default table) never see ours.

@@ -91,6 +91,15 @@ pub struct ExternalJobState {
     pub worker: Option<String>,
 }
 
+/// An external job a batch of reports names, as it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportedJob {
+    pub state: ExternalJobState,
+    /// Whether its kind takes a JSON result (`application/json` among its
+    /// `result_media_types`).
+    pub takes_json: bool,
+}
+
 /// A worker over HTTP, as `GET /v1/workers` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerRecord {
@@ -261,7 +270,7 @@ impl Store {
         &self,
         tenant_id: &str,
         job_ids: &[String],
-    ) -> Result<Vec<(String, ExternalJobState)>> {
+    ) -> Result<Vec<(String, ReportedJob)>> {
         if job_ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -271,8 +280,12 @@ impl Store {
         );
         rows.into_iter()
             .map(|row| {
-                let job_id = row.job_id.clone();
-                Ok((job_id, ExternalJobState::try_from(row)?))
+                let job_id = row.state.job_id.clone();
+                let job = ReportedJob {
+                    state: ExternalJobState::try_from(row.state)?,
+                    takes_json: row.takes_json,
+                };
+                Ok((job_id, job))
             })
             .collect()
     }

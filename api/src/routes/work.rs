@@ -26,7 +26,7 @@ use shared::{
     model::{AttemptOutcome, JobErrorObject, JobStatus, ResultBody},
     time::{backoff_delay, duration_ms, now_ms, to_rfc3339},
 };
-use store::{ExternalJobState, LeaseAsk, LeasedAttempt, LeasedKind, SuccessWrite};
+use store::{ExternalJobState, LeaseAsk, LeasedAttempt, LeasedKind, ReportedJob, SuccessWrite};
 use tokio::sync::Notify;
 
 use crate::{
@@ -960,13 +960,12 @@ pub async fn reports(
         .iter()
         .filter_map(|target| target.as_ref().ok().map(|(job_id, _)| job_id.clone()))
         .collect();
-    let jobs: HashMap<String, ExternalJobState> = state
+    let jobs: HashMap<String, ReportedJob> = state
         .store
         .external_jobs(&worker.tenant_id, &job_ids)
         .await?
         .into_iter()
         .collect();
-    let mut takes_json: HashMap<String, bool> = HashMap::new();
     // Each report's job (or why it has none), and the successes to write
     // together.
     let mut targets: Vec<ApiResult<(String, i64, ExternalJobState)>> =
@@ -977,9 +976,7 @@ pub async fn reports(
             Ok((job_id, attempt)) => {
                 // Two reports may name two attempts of one job.
                 let job = jobs.get(&job_id).cloned();
-                checked_target(&state, &worker, token, what, job, &mut takes_json)
-                    .await
-                    .map(|job| (job_id, attempt, job))
+                checked_target(&worker, token, what, job).map(|job| (job_id, attempt, job))
             }
             Err(error) => Err(error),
         };
@@ -1032,39 +1029,20 @@ pub async fn reports(
 /// refuse it: a 404 for no such attempt of this tenant, a 403 for a kind
 /// the key may not work on, a 415 for a result of a kind that takes no
 /// JSON.
-async fn checked_target(
-    state: &AppState,
+fn checked_target(
     worker: &WorkerKey,
     token: &str,
     what: &Asked,
-    job: Option<ExternalJobState>,
-    takes_json: &mut HashMap<String, bool>,
+    job: Option<ReportedJob>,
 ) -> ApiResult<ExternalJobState> {
-    let job = reportable(worker, job, token)?;
-    if let Asked::Complete(_) = what {
-        let takes = match takes_json.get(&job.kind) {
-            Some(takes) => *takes,
-            None => {
-                let kind = state
-                    .store
-                    .registered_kind(&worker.tenant_id, &job.kind)
-                    .await?
-                    .ok_or_else(|| ApiError::Internal(format!("kind {}: no row", job.kind)))?;
-                let takes = kind
-                    .result_media_types
-                    .iter()
-                    .any(|m| m == "application/json");
-                takes_json.insert(job.kind.clone(), takes);
-                takes
-            }
-        };
-        if !takes {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "a result of kind {} is not application/json; send it with \
-                 POST /v1/work/attempts/{{token}}/complete in a media type the kind declares",
-                job.kind
-            )));
-        }
+    let takes_json = job.as_ref().is_some_and(|job| job.takes_json);
+    let job = reportable(worker, job.map(|job| job.state), token)?;
+    if matches!(what, Asked::Complete(_)) && !takes_json {
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "a result of kind {} is not application/json; send it with \
+             POST /v1/work/attempts/{{token}}/complete in a media type the kind declares",
+            job.kind
+        )));
     }
     Ok(job)
 }

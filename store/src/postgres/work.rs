@@ -3,7 +3,7 @@
 use shared::settings::Caps;
 use sqlx::{Executor, Postgres};
 
-use crate::rows::work::{AttemptStateRow, LeaseTerms, LeasedRow};
+use crate::rows::work::{LeaseTerms, LeasedRow, ReportedJobRow};
 
 pub(crate) use crate::portable::postgres::work::*;
 
@@ -39,15 +39,19 @@ pub(crate) async fn lease(
     .await
 }
 
-/// The states of the tenant's external jobs among `job_ids`.
+/// The states of the tenant's external jobs among `job_ids`, each with
+/// whether its kind takes a JSON result.
 pub(crate) async fn states(
     db: impl Executor<'_, Database = Postgres>,
     tenant_id: &str,
     job_ids: &[String],
-) -> sqlx::Result<Vec<AttemptStateRow>> {
+) -> sqlx::Result<Vec<ReportedJobRow>> {
     sqlx::query_as(sql!(
         "SELECT job_id, kind, status, attempts, handbacks, max_attempts, cancel_requested,
-                run_after, attempt_deadline, error_type, error_message, worker_id
+                run_after, attempt_deadline, error_type, error_message, worker_id,
+                EXISTS (SELECT 1 FROM registered_kinds k
+                        WHERE k.tenant_id = jobs.tenant_id AND k.name = jobs.kind
+                          AND k.result_media_types ? 'application/json') AS takes_json
          FROM jobs WHERE job_id = ANY($1::text[]) AND tenant_id = $2 AND external"
     ))
     .bind(job_ids)

@@ -41,6 +41,15 @@ pub(crate) struct AttemptStateRow {
     pub(crate) worker_id: Option<String>,
 }
 
+/// An external job a batch of reports names: its state, and whether its
+/// kind takes a JSON result.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ReportedJobRow {
+    #[sqlx(flatten)]
+    pub(crate) state: AttemptStateRow,
+    pub(crate) takes_json: bool,
+}
+
 /// A worker over HTTP, as the list of a tenant's workers reads it.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct WorkerRow {

@@ -4,7 +4,7 @@ use shared::settings::Caps;
 use sqlx::{Executor, Sqlite, SqliteConnection};
 
 use super::json_list;
-use crate::rows::work::{AttemptStateRow, LeaseTerms, LeasedRow};
+use crate::rows::work::{LeaseTerms, LeasedRow, ReportedJobRow};
 
 pub(crate) use crate::portable::sqlite::work::*;
 
@@ -98,15 +98,19 @@ async fn seen(
     Ok(())
 }
 
-/// The states of the tenant's external jobs among `job_ids`.
+/// The states of the tenant's external jobs among `job_ids`, each with
+/// whether its kind takes a JSON result.
 pub(crate) async fn states(
     db: impl Executor<'_, Database = Sqlite>,
     tenant_id: &str,
     job_ids: &[String],
-) -> sqlx::Result<Vec<AttemptStateRow>> {
+) -> sqlx::Result<Vec<ReportedJobRow>> {
     sqlx::query_as(sql!(
         "SELECT job_id, kind, status, attempts, handbacks, max_attempts, cancel_requested,
-                run_after, attempt_deadline, error_type, error_message, worker_id
+                run_after, attempt_deadline, error_type, error_message, worker_id,
+                EXISTS (SELECT 1 FROM registered_kinds k, json_each(k.result_media_types) m
+                        WHERE k.tenant_id = jobs.tenant_id AND k.name = jobs.kind
+                          AND m.value = 'application/json') AS takes_json
          FROM jobs WHERE job_id IN (SELECT value FROM json_each($1)) AND tenant_id = $2
            AND external"
     ))
