@@ -299,8 +299,8 @@ impl Store {
     /// Wakes every waiter of `woken` whenever jobs may have become due
     /// through another process (on Postgres: a NOTIFY on [`QUEUE_CHANNEL`]
     /// or [`WORK_CHANNEL`], or the timer of a job due later), until `stop`
-    /// completes. On SQLite
-    /// nothing from other processes reaches this one: it returns at once.
+    /// completes. On SQLite nothing from other processes reaches this one:
+    /// it returns at once.
     pub async fn forward_due_wakes(
         &self,
         woken: std::sync::Arc<Notify>,

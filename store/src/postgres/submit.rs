@@ -77,7 +77,8 @@ pub(crate) async fn submit_in_one_statement(
                        -- HTTP, whatever the queue, on a channel of their
                        -- own: the built-in workers have nothing to claim.
                        CASE WHEN $20::text IS NOT NULL OR external
-                            THEN pg_notify(CASE WHEN external THEN $23 ELSE $21 END, CASE WHEN run_after <= created_at THEN '0'
+                            THEN pg_notify(CASE WHEN external THEN $23 ELSE $21 END,
+                                CASE WHEN run_after <= created_at THEN '0'
                                 ELSE floor(extract(epoch FROM run_after) * 1000)::bigint::text
                                 END) END AS woken
          ), queued AS (
