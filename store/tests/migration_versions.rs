@@ -162,3 +162,32 @@ fn a_migration_added_later_is_numbered_after_every_one_added_before() {
         }
     }
 }
+
+/// The numbers nine migrations once had, before they were renumbered: the
+/// store moves a record of any of them to the new number when it migrates
+/// (`store/src/postgres/mod.rs`, `store/src/sqlite/mod.rs`), so a migration
+/// numbered so now would have its record moved away, and run again.
+const NUMBERS_RENUMBERED_AWAY: [i64; 9] = [
+    20261206000090,
+    20261207000100,
+    20261208000110,
+    20261208000120,
+    20261208000130,
+    20261208000140,
+    20261209000150,
+    20261210000160,
+    20261211000170,
+];
+
+#[test]
+fn no_migration_takes_a_number_that_was_renumbered_away() {
+    for dialect in DIALECTS {
+        for (name, version) in migrations(dialect) {
+            assert!(
+                !NUMBERS_RENUMBERED_AWAY.contains(&version),
+                "{dialect}/{name}: {version} was a migration's number before the renumbering, \
+                 and a record of it is moved to another number at every migrate"
+            );
+        }
+    }
+}
