@@ -416,6 +416,68 @@ def test_a_slot_is_free_while_its_report_is_on_its_way_up_to_twice_the_slots_hel
     assert ran == [1, 2, 3]
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_lease_asks_only_for_the_slots_no_handler_holds(flavour: str) -> None:
+    fake = FakeReceipt()
+    for n in range(4):
+        fake.add({"n": n}, job=f"job_{n}")
+    release = threading.Event()
+    lock = threading.Lock()
+    counts = {"leased": 0, "running": 0, "returned": 0, "most_running": 0}
+    over: list[str] = []
+
+    def lease(call: Call) -> httpx.Response | None:
+        most = int(call.json().get("max", 1))
+        with lock:
+            holding = counts["leased"] - counts["returned"]
+            if holding + most > 2:
+                over.append(f"asked for {most} while handlers held {holding} of 2 slots")
+        with fake.lock:
+            if not fake.pending:
+                return None  # the fake's own idle lease
+            taken, fake.pending = fake.pending[:most], fake.pending[most:]
+        with lock:
+            counts["leased"] += len(taken)
+        return httpx.Response(200, json={"attempts": taken})
+
+    fake.hooks["lease"] = lease
+
+    def started() -> None:
+        with lock:
+            counts["running"] += 1
+            counts["most_running"] = max(counts["most_running"], counts["running"])
+
+    def returning() -> None:
+        with lock:
+            counts["running"] -= 1
+            counts["returned"] += 1
+
+    def handler(attempt: Attempt) -> Any:
+        started()
+        release.wait()
+        returning()
+        return {"n": attempt.params["n"]}
+
+    async def async_handler(attempt: Attempt) -> Any:
+        started()
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+        returning()
+        return {"n": attempt.params["n"]}
+
+    worker = flavoured(flavour, fake, handler, async_handler, concurrency=2)
+    runner = InThread(worker).start()
+    try:
+        wait_until("two handlers running", lambda: counts["running"] >= 2)
+        release.set()
+        wait_until("every report", lambda: len({c.token for c in fake.reports()}) == 4)
+    finally:
+        release.set()
+        runner.stop()
+    assert over == []
+    assert counts["most_running"] == 2
+
+
 def test_a_result_receipt_refuses_becomes_a_permanent_failure() -> None:
     fake = FakeReceipt()
     token = fake.add({})

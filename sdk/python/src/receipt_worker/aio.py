@@ -126,8 +126,9 @@ class AsyncWorker:
         self._transport = transport
         # Every attempt held, until it is reported (or given up on).
         self._runners: dict[asyncio.Task[None], Attempt] = {}
-        # Attempts whose handler has not returned yet: the slots taken.
-        self._handling = 0
+        # Attempts whose handler has not returned yet (from their lease
+        # on): the slots taken.
+        self._handling: set[Attempt] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._stopping: asyncio.Event | None = None
@@ -316,10 +317,10 @@ class AsyncWorker:
             await self._pause(pause)
 
     def _free(self) -> int:
-        return free_slots(self._settings.concurrency, self._handling, len(self._runners))
+        return free_slots(self._settings.concurrency, len(self._handling), len(self._runners))
 
-    def _handler_done(self, _: asyncio.Future[_Outcome]) -> None:
-        self._handling -= 1
+    def _slot_freed(self, attempt: Attempt) -> None:
+        self._handling.discard(attempt)
         if self._changed is not None:
             self._changed.set()
 
@@ -329,10 +330,16 @@ class AsyncWorker:
             attempt._shutting_down = True
         task = asyncio.ensure_future(self._run_attempt(attempt))
         self._runners[task] = attempt
+        # Taken now, not when the task first runs: the lease loop asks for
+        # the slots left before it does.
+        self._handling.add(attempt)
         task.add_done_callback(self._runner_done)
 
     def _runner_done(self, task: asyncio.Task[None]) -> None:
         attempt = self._runners.pop(task, None)
+        if attempt is not None:
+            # Let go: also where its handler never started.
+            self._handling.discard(attempt)
         if not task.cancelled() and task.exception() is not None and attempt is not None:
             log.error(
                 "job %s attempt %d: unexpected error",
@@ -394,8 +401,7 @@ class AsyncWorker:
         assert sender is not None
         schedule = Schedule(attempt, sender.clock, self._settings.heartbeat_every)
         handler = asyncio.ensure_future(self._call(attempt))
-        self._handling += 1
-        handler.add_done_callback(self._handler_done)
+        handler.add_done_callback(lambda _: self._slot_freed(attempt))
         # A plain handler runs in a thread, which no cancel stops: it sees
         # attempt.cancelled, and its slot stays taken until it returns.
         cancellable = self._is_async.get(attempt.kind, True)
